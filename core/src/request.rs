@@ -1,0 +1,369 @@
+//! The request model: what prewarm reads from an OpenAI-compatible inference body.
+//!
+//! Parses `/v1/completions` (`prompt` as a string, a list of strings, or token ids),
+//! `/v1/chat/completions` (`messages`, content as a string or as parts; text parts count, other
+//! parts are recorded as modalities) and `/v1/embeddings` (`input`). Unknown fields are ignored.
+//! Bodies over the caller's limit are refused before any parsing, and nothing panics on any
+//! input (serde_json bounds recursion; the property tests feed arbitrary bytes).
+
+use serde::Deserialize;
+
+/// The inference endpoints prewarm understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `POST /v1/completions`
+    Completions,
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/embeddings`
+    Embeddings,
+}
+
+impl Endpoint {
+    /// The endpoint a request path names, ignoring any query string; `None` for other paths.
+    pub fn from_path(path: &str) -> Option<Self> {
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        match path {
+            "/v1/completions" => Some(Self::Completions),
+            "/v1/chat/completions" => Some(Self::ChatCompletions),
+            "/v1/embeddings" => Some(Self::Embeddings),
+            _ => None,
+        }
+    }
+
+    /// The path of this endpoint.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Completions => "/v1/completions",
+            Self::ChatCompletions => "/v1/chat/completions",
+            Self::Embeddings => "/v1/embeddings",
+        }
+    }
+}
+
+/// One chat message reduced to what prewarm fingerprints: its role and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    /// The message's text parts, joined by `\n`.
+    pub text: String,
+}
+
+/// The prompt of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    /// Completions `prompt` or embeddings `input`: one entry per prompt of the batch. Token-id
+    /// prompts are rendered as decimal ids separated by spaces.
+    Texts(Vec<String>),
+    /// Chat `messages`, in order.
+    Chat(Vec<ChatMessage>),
+}
+
+/// What prewarm knows of one inference request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceRequest {
+    pub endpoint: Endpoint,
+    /// The `model` field: the base model, or the LoRA adapter name when the request targets one.
+    pub model: String,
+    pub stream: bool,
+    /// `max_tokens`, or chat's `max_completion_tokens`.
+    pub max_tokens: Option<u64>,
+    /// The body's `user` field.
+    pub user: Option<String>,
+    pub prompt: Prompt,
+    /// Kinds of non-text content parts seen (`image_url`, `input_audio`, ...), each once, in
+    /// order of first appearance; at most [`MAX_MODALITIES`].
+    pub modalities: Vec<String>,
+}
+
+/// The most distinct modalities recorded for one request.
+pub const MAX_MODALITIES: usize = 8;
+
+/// Why a body was not parsed. The filter counts these as skips; the gateway answers them with a
+/// 400 naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("body: {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
+    #[error("body: not valid JSON for {endpoint:?}: {message}")]
+    Malformed { endpoint: Endpoint, message: String },
+    #[error("{field}: missing")]
+    MissingField { field: &'static str },
+    #[error("{field}: {rule}")]
+    InvalidField {
+        field: &'static str,
+        rule: &'static str,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPrompt {
+    One(String),
+    Many(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenBatches(Vec<Vec<u32>>),
+}
+
+#[derive(Deserialize)]
+struct RawPart {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawContent {
+    Text(String),
+    Parts(Vec<RawPart>),
+}
+
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    content: Option<RawContent>,
+}
+
+#[derive(Deserialize)]
+struct RawBody {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    prompt: Option<RawPrompt>,
+    #[serde(default)]
+    input: Option<RawPrompt>,
+    #[serde(default)]
+    messages: Option<Vec<RawMessage>>,
+}
+
+/// Parses an inference body for `endpoint`. Bodies longer than `limit` bytes are refused
+/// without being read.
+pub fn parse_request(
+    endpoint: Endpoint,
+    body: &[u8],
+    limit: usize,
+) -> Result<InferenceRequest, ParseError> {
+    if body.len() > limit {
+        return Err(ParseError::TooLarge {
+            len: body.len(),
+            limit,
+        });
+    }
+    let raw: RawBody = serde_json::from_slice(body).map_err(|e| ParseError::Malformed {
+        endpoint,
+        message: e.to_string(),
+    })?;
+    let model = raw
+        .model
+        .ok_or(ParseError::MissingField { field: "model" })?;
+    if model.is_empty() {
+        return Err(ParseError::InvalidField {
+            field: "model",
+            rule: "must not be empty",
+        });
+    }
+    let mut modalities = Vec::new();
+    let prompt = match endpoint {
+        Endpoint::Completions => Prompt::Texts(texts(
+            raw.prompt
+                .ok_or(ParseError::MissingField { field: "prompt" })?,
+        )),
+        Endpoint::Embeddings => Prompt::Texts(texts(
+            raw.input
+                .ok_or(ParseError::MissingField { field: "input" })?,
+        )),
+        Endpoint::ChatCompletions => {
+            let messages = raw
+                .messages
+                .ok_or(ParseError::MissingField { field: "messages" })?;
+            Prompt::Chat(
+                messages
+                    .into_iter()
+                    .map(|m| chat_message(m, &mut modalities))
+                    .collect(),
+            )
+        }
+    };
+    Ok(InferenceRequest {
+        endpoint,
+        model,
+        stream: raw.stream.unwrap_or(false),
+        max_tokens: raw.max_tokens.or(raw.max_completion_tokens),
+        user: raw.user.filter(|u| !u.is_empty()),
+        prompt,
+        modalities,
+    })
+}
+
+fn texts(raw: RawPrompt) -> Vec<String> {
+    fn ids(tokens: &[u32]) -> String {
+        let mut out = String::with_capacity(tokens.len().saturating_mul(6));
+        for (i, t) in tokens.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.push_str(&t.to_string());
+        }
+        out
+    }
+    match raw {
+        RawPrompt::One(s) => vec![s],
+        RawPrompt::Many(v) => v,
+        RawPrompt::Tokens(t) => vec![ids(&t)],
+        RawPrompt::TokenBatches(b) => b.iter().map(|t| ids(t)).collect(),
+    }
+}
+
+fn chat_message(m: RawMessage, modalities: &mut Vec<String>) -> ChatMessage {
+    let role = m.role.unwrap_or_default();
+    let text = match m.content {
+        None => String::new(),
+        Some(RawContent::Text(s)) => s,
+        Some(RawContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_deref(), part.text) {
+                    (Some("text") | None, Some(t)) => {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(&t);
+                    }
+                    (Some(kind), _) => {
+                        if kind != "text"
+                            && modalities.len() < MAX_MODALITIES
+                            && !modalities.iter().any(|m| m == kind)
+                        {
+                            modalities.push(kind.to_string());
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            text
+        }
+    };
+    ChatMessage { role, text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMIT: usize = 1 << 20;
+
+    #[test]
+    fn endpoints_from_paths() {
+        assert_eq!(
+            Endpoint::from_path("/v1/chat/completions?x=1"),
+            Some(Endpoint::ChatCompletions)
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/completions"),
+            Some(Endpoint::Completions)
+        );
+        assert_eq!(
+            Endpoint::from_path("/v1/embeddings"),
+            Some(Endpoint::Embeddings)
+        );
+        assert_eq!(Endpoint::from_path("/v1/models"), None);
+        assert_eq!(Endpoint::from_path("/v1/completions/x"), None);
+    }
+
+    #[test]
+    fn parses_chat_with_parts_and_modalities() {
+        let body = br#"{"model":"sql-lora","stream":true,"max_completion_tokens":7,"user":"u1",
+            "messages":[{"role":"system","content":"You are terse."},
+                        {"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]},
+                        {"role":"assistant","content":null,"tool_calls":[]}],
+            "unknown_field":{"deep":[1,2,3]}}"#;
+        let r = parse_request(Endpoint::ChatCompletions, body, LIMIT).unwrap();
+        assert_eq!(r.model, "sql-lora");
+        assert!(r.stream);
+        assert_eq!(r.max_tokens, Some(7));
+        assert_eq!(r.user.as_deref(), Some("u1"));
+        assert_eq!(r.modalities, vec!["image_url".to_string()]);
+        let Prompt::Chat(m) = r.prompt else {
+            panic!("chat expected")
+        };
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1].text, "a\nb");
+        assert_eq!(m[2].text, "");
+    }
+
+    #[test]
+    fn parses_completion_prompt_forms() {
+        for (body, want) in [
+            (r#"{"model":"m","prompt":"hi"}"#, vec!["hi"]),
+            (r#"{"model":"m","prompt":["a","b"]}"#, vec!["a", "b"]),
+            (r#"{"model":"m","prompt":[1,2,3]}"#, vec!["1 2 3"]),
+            (r#"{"model":"m","prompt":[[1],[2,3]]}"#, vec!["1", "2 3"]),
+        ] {
+            let r = parse_request(Endpoint::Completions, body.as_bytes(), LIMIT).unwrap();
+            assert_eq!(
+                r.prompt,
+                Prompt::Texts(want.into_iter().map(String::from).collect())
+            );
+        }
+        let r =
+            parse_request(Endpoint::Embeddings, br#"{"model":"e","input":"x"}"#, LIMIT).unwrap();
+        assert_eq!(r.prompt, Prompt::Texts(vec!["x".into()]));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse_request(Endpoint::Completions, br#"{"prompt":"x"}"#, LIMIT).unwrap_err();
+        assert_eq!(e.to_string(), "model: missing");
+        let e = parse_request(Endpoint::ChatCompletions, br#"{"model":"m"}"#, LIMIT).unwrap_err();
+        assert_eq!(e.to_string(), "messages: missing");
+        let e = parse_request(
+            Endpoint::Completions,
+            br#"{"model":"","prompt":"x"}"#,
+            LIMIT,
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("model:"));
+        let e = parse_request(Endpoint::Completions, b"{", LIMIT).unwrap_err();
+        assert!(matches!(e, ParseError::Malformed { .. }));
+        let e = parse_request(Endpoint::Completions, &[b' '; 11], 10).unwrap_err();
+        assert_eq!(e, ParseError::TooLarge { len: 11, limit: 10 });
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let mut body = String::from(r#"{"model":"m","prompt":"x","extra":"#);
+        body.push_str(&"[".repeat(100_000));
+        let e = parse_request(Endpoint::Completions, body.as_bytes(), usize::MAX).unwrap_err();
+        assert!(matches!(e, ParseError::Malformed { .. }));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_bytes(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for e in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Embeddings] {
+                let _ = parse_request(e, &body, LIMIT);
+            }
+        }
+
+        #[test]
+        fn never_panics_on_json_like_input(body in r#"\{("(model|prompt|messages|input|content|role|type|text)"|[:,\[\]\{\}0-9"a-z ]){0,60}\}"#) {
+            for e in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Embeddings] {
+                let _ = parse_request(e, body.as_bytes(), LIMIT);
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! podsim (under construction).

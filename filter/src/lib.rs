@@ -1,0 +1,1 @@
+//! prewarm-filter (under construction).

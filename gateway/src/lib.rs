@@ -1,0 +1,1 @@
+//! prewarm-gateway (under construction).
