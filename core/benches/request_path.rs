@@ -1,6 +1,8 @@
 //! The per-request work of the filter, natively: parse + canonicalise + fingerprint + sketch of
 //! a 2 KB and a 16 KB chat body. `cargo bench -p prewarm-core`.
 
+#![allow(clippy::unwrap_used)]
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prewarm_core::canonical_prompt;
 use prewarm_core::fingerprint::{BlockChain, FingerprintConfig};

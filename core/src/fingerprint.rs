@@ -78,7 +78,7 @@ impl FingerprintConfig {
     /// Every problem with this configuration, as `field: value: rule`.
     pub fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.block_tokens == 0 || SHARD_TOKENS % self.block_tokens != 0 {
+        if self.block_tokens == 0 || !SHARD_TOKENS.is_multiple_of(self.block_tokens) {
             problems.push(format!(
                 "block_tokens: {}: must be a divisor of {SHARD_TOKENS} greater than 0",
                 self.block_tokens

@@ -32,7 +32,7 @@ const LN_2: f64 = std::f64::consts::LN_2;
 /// Natural logarithm of `x` in (0, 1], from basic operations only: `x = m·2^e` with `m` in
 /// [1, 2), `ln m = 2·atanh((m−1)/(m+1))` by its series (|z| ≤ 1/3, 24 terms: below 1e-17).
 fn portable_ln(x: f64) -> f64 {
-    if !(x > 0.0) {
+    if x.is_nan() || x <= 0.0 {
         return f64::NEG_INFINITY;
     }
     let bits = x.to_bits();

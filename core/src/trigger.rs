@@ -131,7 +131,7 @@ pub fn should_pin(rate_per_minute: f64, config: &TriggerConfig) -> bool {
 
 /// Priority in [0, 100) for a rate in requests a minute; see the module docs.
 pub fn priority(rate_per_minute: f64, config: &TriggerConfig) -> u8 {
-    if !(rate_per_minute > 0.0) {
+    if rate_per_minute.is_nan() || rate_per_minute <= 0.0 {
         return 0;
     }
     if rate_per_minute.is_infinite() {

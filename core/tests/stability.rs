@@ -3,6 +3,8 @@
 //! test` runs this file natively and on wasm32-wasip1. If a change here is ever needed, it is a
 //! wire-breaking change: bump the wire major version.
 
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
 use prewarm_core::canonical_prompt;
 use prewarm_core::fingerprint::{chain_seed, BlockChain, BlockHash, FingerprintConfig};
 use prewarm_core::placement::{place, rank, PlacementCandidate};
