@@ -1,0 +1,2 @@
+//! podsim binary (under construction).
+fn main() {}

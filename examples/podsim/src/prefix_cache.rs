@@ -1,0 +1,186 @@
+//! The KV block pool and its prefix cache, as vLLM's v1 block manager keeps them.
+//!
+//! - Blocks hold `block_size` tokens; block 0 is vLLM's reserved null block, so `blocks − 1`
+//!   are usable.
+//! - A full prompt block is registered under its chained hash (seeded by the adapter or base
+//!   model name, so the same text for another adapter is another entry). Only full blocks are
+//!   cached.
+//! - Free blocks sit in one LRU queue; allocation takes from its front, and taking a block that
+//!   still carries a hash evicts that hash. A cache hit on a free block takes it out of the queue.
+//! - A finished request returns its blocks in reverse order, so its deepest block is evicted
+//!   first.
+//!
+//! Nothing here scans all blocks: lookups are hash-map probes along one prompt's chain.
+
+use std::collections::HashMap;
+
+use prewarm_core::fingerprint::{chain_seed, next_block_hash};
+
+use crate::lru::LruQueue;
+
+/// Index of a KV block in the pool.
+pub type BlockId = usize;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Block {
+    hash: Option<u64>,
+    refs: u32,
+}
+
+/// The pool of KV blocks with its hash index and free queue.
+#[derive(Debug, Clone)]
+pub struct BlockPool {
+    block_bytes: usize,
+    blocks: Vec<Block>,
+    free: LruQueue<BlockId>,
+    index: HashMap<u64, BlockId>,
+}
+
+/// The chained hashes of a prompt's full blocks, seeded by the cache key (adapter or base name).
+pub fn prompt_block_hashes(cache_key: &str, canonical: &[u8], block_bytes: usize) -> Vec<u64> {
+    let mut previous = chain_seed(cache_key);
+    canonical
+        .chunks_exact(block_bytes.max(1))
+        .map(|block| {
+            previous = next_block_hash(previous, block).0;
+            previous
+        })
+        .collect()
+}
+
+impl BlockPool {
+    /// A pool of `num_blocks` blocks (one reserved) of `block_bytes` bytes of prompt each.
+    pub fn new(num_blocks: usize, block_bytes: usize) -> Self {
+        let mut free = LruQueue::default();
+        for id in 1..num_blocks {
+            free.push_back(id);
+        }
+        Self {
+            block_bytes,
+            blocks: vec![Block::default(); num_blocks.max(1)],
+            free,
+            index: HashMap::new(),
+        }
+    }
+
+    pub fn block_bytes(&self) -> usize {
+        self.block_bytes
+    }
+
+    /// Usable blocks (all but the null block).
+    pub fn usable_blocks(&self) -> usize {
+        self.blocks.len().saturating_sub(1)
+    }
+
+    /// Blocks no request holds, cached or not (vLLM counts idle cached blocks as free).
+    pub fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Blocks that carry a hash (cached), held or free.
+    pub fn cached_blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// vLLM's `kv_cache_usage_perc`: 1 − free / (blocks − 1).
+    pub fn usage(&self) -> f64 {
+        let usable = self.usable_blocks();
+        if usable == 0 {
+            return 0.0;
+        }
+        1.0 - self.free_blocks() as f64 / usable as f64
+    }
+
+    /// Number of leading `hashes` that are cached. No side effects.
+    pub fn cached_prefix_blocks(&self, hashes: &[u64]) -> usize {
+        hashes
+            .iter()
+            .take_while(|h| self.index.contains_key(h))
+            .count()
+    }
+
+    /// Takes `hit` cached blocks for the first hashes and `total − hit` fresh ones, registering
+    /// the hashes of the fresh full prompt blocks. When the pool runs dry the request gets fewer
+    /// blocks (podsim does not preempt); the returned list is what it holds.
+    pub fn allocate(&mut self, hashes: &[u64], hit: usize, total: usize) -> Vec<BlockId> {
+        let mut held = Vec::with_capacity(total);
+        for h in hashes.iter().take(hit) {
+            if let Some(&id) = self.index.get(h) {
+                self.hold(id);
+                held.push(id);
+            }
+        }
+        let mut position = held.len();
+        while held.len() < total {
+            let Some(id) = self.free.pop_front() else {
+                break;
+            };
+            if let Some(old) = self.blocks.get_mut(id).and_then(|b| b.hash.take()) {
+                self.index.remove(&old);
+            }
+            if let Some(&h) = hashes.get(position) {
+                // A hash already cached elsewhere stays with its first block, as in vLLM.
+                if let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(h) {
+                    e.insert(id);
+                    if let Some(b) = self.blocks.get_mut(id) {
+                        b.hash = Some(h);
+                    }
+                }
+            }
+            if let Some(b) = self.blocks.get_mut(id) {
+                b.refs = b.refs.saturating_add(1);
+            }
+            held.push(id);
+            position += 1;
+        }
+        held
+    }
+
+    fn hold(&mut self, id: BlockId) {
+        if let Some(b) = self.blocks.get_mut(id) {
+            if b.refs == 0 {
+                self.free.remove(&id);
+            }
+            b.refs = b.refs.saturating_add(1);
+        }
+    }
+
+    /// Returns a finished request's blocks: in reverse order, so its deepest block reaches the
+    /// front of the free queue first and is evicted first.
+    pub fn release(&mut self, held: &[BlockId]) {
+        for &id in held.iter().rev() {
+            if let Some(b) = self.blocks.get_mut(id) {
+                b.refs = b.refs.saturating_sub(1);
+                if b.refs == 0 {
+                    self.free.push_back(id);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hits_need_cached_leading_blocks_and_eviction_takes_the_deepest_first() {
+        // 4 usable blocks of 4 bytes.
+        let mut pool = BlockPool::new(5, 4);
+        let a = prompt_block_hashes("m", b"aaaabbbbcccc", 4);
+        let held = pool.allocate(&a, 0, 3);
+        assert_eq!(pool.free_blocks(), 1);
+        pool.release(&held);
+        assert_eq!(pool.free_blocks(), 4);
+        assert_eq!(pool.cached_prefix_blocks(&a), 3);
+        assert_eq!(pool.usage(), 0.0);
+        // Two fresh blocks: the untouched free block, then the deepest block of `a`.
+        let other = prompt_block_hashes("m", b"zzzzyyyy", 4);
+        let held = pool.allocate(&other, 0, 2);
+        assert_eq!(pool.cached_prefix_blocks(&a), 2);
+        pool.release(&held);
+        // Same text, other adapter: nothing shared.
+        let b = prompt_block_hashes("adapter", b"aaaabbbbcccc", 4);
+        assert_eq!(pool.cached_prefix_blocks(&b), 0);
+    }
+}

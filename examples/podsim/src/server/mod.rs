@@ -1,0 +1,1 @@
+//! HTTP shell (under construction).
