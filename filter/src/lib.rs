@@ -1,1 +1,28 @@
-//! prewarm-filter (under construction).
+//! prewarm-filter: the proxy-wasm filter that watches OpenAI-style traffic in Envoy, sends
+//! prewarm signals to the gateway and routes requests with the gateway's routing table.
+//!
+//! Glue only: every decision (parsing, canonical prompt, fingerprints, similarity, triggers,
+//! rates, placement, wire format) is `prewarm-core`'s. The modules map host hooks to core
+//! calls through the [`host::Host`] trait; `wasm_host` implements it with
+//! `proxy_wasm::hostcalls` and `entry` registers the contexts (both only in the wasm build),
+//! while native tests drive the same code through a double.
+
+pub mod config;
+pub mod host;
+pub mod observe;
+pub mod request;
+pub mod root;
+pub mod routing;
+pub mod shared;
+pub mod signal_queue;
+pub mod worker;
+
+#[cfg(target_arch = "wasm32")]
+mod entry;
+#[cfg(target_arch = "wasm32")]
+mod wasm_host;
+
+#[cfg(test)]
+mod fake_host;
+#[cfg(test)]
+mod scenarios;

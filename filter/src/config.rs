@@ -1,0 +1,304 @@
+//! The filter's configuration: the JSON in the plugin's `configuration`, with a default for
+//! every field (see `docs/filter-config.md`) and a validation that names every bad field as
+//! `field: value: rule`. A configuration that does not validate is refused at `on_configure`.
+
+use std::collections::BTreeMap;
+
+use prewarm_core::trigger::TriggerConfig;
+use prewarm_core::{Endpoint, FingerprintConfig};
+use serde::Deserialize;
+
+/// Everything the filter can be told. Durations are milliseconds, sizes bytes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilterConfig {
+    /// Envoy cluster of the prewarm gateway (default `prewarm-gateway`).
+    pub gateway_cluster: String,
+    /// `:authority` of calls to the gateway (default `prewarm-gateway`).
+    pub gateway_authority: String,
+    /// Bearer token sent to the gateway as `authorization: Bearer …` (default none).
+    pub gateway_token: Option<String>,
+    /// Timeout of each call to the gateway, ms (default 500).
+    pub gateway_timeout_ms: u64,
+    /// Root-context tick: batch flush and table poll period, ms (default 1000).
+    pub tick_period_ms: u64,
+    /// Most signals in one POST (default 64).
+    pub max_batch_signals: usize,
+    /// Most signals waiting in the shared queue; the oldest are dropped beyond (default 256).
+    pub max_pending_signals: usize,
+    /// Most bytes of JSON waiting in the shared queue; the oldest are dropped beyond (default 4 MiB).
+    pub max_pending_bytes: usize,
+    /// Bodies are inspected only when `content-length` is at most this, bytes (default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
+    pub endpoint_header: String,
+    /// Header carrying the tenant (default `x-prewarm-tenant`).
+    pub tenant_header: String,
+    /// Header carrying the user; the body's `user` field is the fallback (default `x-prewarm-user`).
+    pub user_header: String,
+    /// Request paths inspected, and the OpenAI endpoint each is parsed as (default the three
+    /// `/v1/...` paths of prewarm-core).
+    pub inference_paths: BTreeMap<String, Endpoint>,
+    /// Models that are base models, not LoRA adapters: never pinned (default none).
+    pub base_models: Vec<String>,
+    /// Trigger thresholds (defaults 0.85 / 3 / 5 per minute / 20 per minute).
+    pub triggers: TriggerConfig,
+    /// Tokens per fingerprint block; must equal the gateway's to route (default 64).
+    pub block_tokens: usize,
+    /// Leading tokens fingerprinted and sketched per request (default 32768).
+    pub max_prefix_tokens: usize,
+    /// Hashes in a prompt's similarity sketch (default 64).
+    pub sketch_size: usize,
+    /// Window of the pattern and adapter rates, ms (default 60000).
+    pub rate_window_ms: u64,
+    /// Whether to set the endpoint header from the routing table (default true).
+    pub routing: bool,
+    /// Prefix of every shared-data key (default `prewarm/`).
+    pub shared_prefix: String,
+    /// Hashed slots for users' prompt patterns (default 4096).
+    pub user_slots: u32,
+    /// Hashed slots for hot patterns' rates (default 4096).
+    pub pattern_slots: u32,
+    /// Hashed slots for adapters' rates (default 1024).
+    pub adapter_slots: u32,
+    /// Compare-and-swap attempts per shared-data update before giving up (default 8).
+    pub cas_retries: u32,
+    /// Names this filter in the batches it sends (default `prewarm-filter`).
+    pub source: String,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        let fingerprint = FingerprintConfig::default();
+        Self {
+            gateway_cluster: "prewarm-gateway".into(),
+            gateway_authority: "prewarm-gateway".into(),
+            gateway_token: None,
+            gateway_timeout_ms: 500,
+            tick_period_ms: 1000,
+            max_batch_signals: 64,
+            max_pending_signals: 256,
+            max_pending_bytes: 4 << 20,
+            max_body_bytes: 1 << 20,
+            endpoint_header: "x-gateway-destination-endpoint".into(),
+            tenant_header: "x-prewarm-tenant".into(),
+            user_header: "x-prewarm-user".into(),
+            inference_paths: [
+                Endpoint::Completions,
+                Endpoint::ChatCompletions,
+                Endpoint::Embeddings,
+            ]
+            .into_iter()
+            .map(|e| (e.path().to_string(), e))
+            .collect(),
+            base_models: Vec::new(),
+            triggers: TriggerConfig::default(),
+            block_tokens: fingerprint.block_tokens,
+            max_prefix_tokens: fingerprint.max_prefix_tokens,
+            sketch_size: prewarm_core::similarity::DEFAULT_SKETCH_SIZE,
+            rate_window_ms: 60_000,
+            routing: true,
+            shared_prefix: "prewarm/".into(),
+            user_slots: 4096,
+            pattern_slots: 4096,
+            adapter_slots: 1024,
+            cas_retries: 8,
+            source: "prewarm-filter".into(),
+        }
+    }
+}
+
+fn range<T: PartialOrd + std::fmt::Display + Copy>(
+    problems: &mut Vec<String>,
+    field: &str,
+    value: T,
+    min: T,
+    max: T,
+) {
+    if value < min || value > max {
+        problems.push(format!("{field}: {value}: must be between {min} and {max}"));
+    }
+}
+
+fn header_name(problems: &mut Vec<String>, field: &str, value: &str) {
+    let valid = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !valid {
+        problems.push(format!(
+            "{field}: {value:?}: must be a non-empty lower-case header name"
+        ));
+    }
+}
+
+/// serde_json's type errors do not say which field: find the top-level field that fails alone.
+fn name_bad_field(bytes: &[u8], error: &serde_json::Error) -> String {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(bytes) else {
+        return format!("configuration: {error}");
+    };
+    for (name, value) in fields {
+        let mut alone = serde_json::Map::new();
+        alone.insert(name.clone(), value.clone());
+        if let Err(e) = serde_json::from_value::<FilterConfig>(serde_json::Value::Object(alone)) {
+            return format!("{name}: {value}: {e}");
+        }
+    }
+    format!("configuration: {error}")
+}
+
+impl FilterConfig {
+    /// Parses the plugin configuration (empty means all defaults) and validates it.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, Vec<String>> {
+        let config: Self = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Self::default()
+        } else {
+            serde_json::from_slice(bytes).map_err(|e| vec![name_bad_field(bytes, &e)])?
+        };
+        let problems = config.validate();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// How prompts are cut into blocks.
+    pub fn fingerprint(&self) -> FingerprintConfig {
+        FingerprintConfig {
+            block_tokens: self.block_tokens,
+            max_prefix_tokens: self.max_prefix_tokens,
+        }
+    }
+
+    /// Every problem, as `field: value: rule`.
+    pub fn validate(&self) -> Vec<String> {
+        let mut p = self.fingerprint().validate();
+        p.extend(self.triggers.validate("triggers."));
+        if self.gateway_cluster.is_empty() {
+            p.push("gateway_cluster: \"\": must not be empty".into());
+        }
+        if self.gateway_authority.is_empty() {
+            p.push("gateway_authority: \"\": must not be empty".into());
+        }
+        if let Some(token) = &self.gateway_token {
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                p.push("gateway_token: (hidden): must be non-empty visible ASCII".into());
+            }
+        }
+        range(
+            &mut p,
+            "gateway_timeout_ms",
+            self.gateway_timeout_ms,
+            1,
+            60_000,
+        );
+        range(&mut p, "tick_period_ms", self.tick_period_ms, 10, 60_000);
+        range(
+            &mut p,
+            "max_batch_signals",
+            self.max_batch_signals,
+            1,
+            10_000,
+        );
+        range(
+            &mut p,
+            "max_pending_signals",
+            self.max_pending_signals,
+            1,
+            100_000,
+        );
+        range(
+            &mut p,
+            "max_pending_bytes",
+            self.max_pending_bytes,
+            1024,
+            64 << 20,
+        );
+        range(&mut p, "max_body_bytes", self.max_body_bytes, 1, 16 << 20);
+        range(&mut p, "sketch_size", self.sketch_size, 1, 1024);
+        range(
+            &mut p,
+            "rate_window_ms",
+            self.rate_window_ms,
+            1000,
+            3_600_000,
+        );
+        range(&mut p, "user_slots", self.user_slots, 1, 1 << 20);
+        range(&mut p, "pattern_slots", self.pattern_slots, 1, 1 << 20);
+        range(&mut p, "adapter_slots", self.adapter_slots, 1, 1 << 20);
+        range(&mut p, "cas_retries", self.cas_retries, 1, 100);
+        header_name(&mut p, "endpoint_header", &self.endpoint_header);
+        header_name(&mut p, "tenant_header", &self.tenant_header);
+        header_name(&mut p, "user_header", &self.user_header);
+        if self.inference_paths.is_empty() {
+            p.push("inference_paths: {}: must name at least one path".into());
+        }
+        for path in self.inference_paths.keys() {
+            if !path.starts_with('/') || path.contains(['?', '#']) {
+                p.push(format!(
+                    "inference_paths: {path:?}: must be a path starting with / without query"
+                ));
+            }
+        }
+        if self.shared_prefix.is_empty() || self.shared_prefix.len() > 64 {
+            p.push(format!(
+                "shared_prefix: {:?}: must be 1 to 64 bytes",
+                self.shared_prefix
+            ));
+        }
+        p
+    }
+
+    /// The endpoint a request path is parsed as, ignoring any query string.
+    pub fn endpoint_of(&self, path: &str) -> Option<Endpoint> {
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        self.inference_paths.get(path).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_configuration_is_the_defaults() {
+        let c = FilterConfig::from_json(b"").unwrap();
+        assert_eq!(c, FilterConfig::default());
+        assert_eq!(c.triggers.similar_prompts, 3);
+        assert_eq!(c.max_body_bytes, 1 << 20);
+        assert_eq!(
+            c.endpoint_of("/v1/chat/completions?x=1"),
+            Some(Endpoint::ChatCompletions)
+        );
+        assert_eq!(c.endpoint_of("/v1/models"), None);
+    }
+
+    #[test]
+    fn bad_values_name_field_value_and_rule() {
+        let e = FilterConfig::from_json(
+            br#"{"tick_period_ms":0,"endpoint_header":"X Bad","triggers":{"similarity_threshold":2.0}}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains(&"tick_period_ms: 0: must be between 10 and 60000".to_string()));
+        assert!(e
+            .iter()
+            .any(|p| p.starts_with("endpoint_header: \"X Bad\":")));
+        assert!(e
+            .iter()
+            .any(|p| p.starts_with("triggers.similarity_threshold: 2:")));
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_are_refused_by_name() {
+        let e = FilterConfig::from_json(br#"{"tick_period":5}"#).unwrap_err();
+        assert!(e[0].contains("unknown field `tick_period`"), "{e:?}");
+        let e = FilterConfig::from_json(br#"{"block_tokens":"x"}"#).unwrap_err();
+        assert!(
+            e[0].starts_with("block_tokens: \"x\": invalid type"),
+            "{e:?}"
+        );
+        let e = FilterConfig::from_json(br#"{"block_tokens":48}"#).unwrap_err();
+        assert!(e[0].starts_with("block_tokens: 48:"), "{e:?}");
+    }
+}

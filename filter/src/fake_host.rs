@@ -1,0 +1,209 @@
+//! The test double of [`Host`]: headers, body, a shared-data store (shareable between several
+//! doubles, as Envoy's is between workers), recorded calls and scripted replies, metrics, a
+//! settable clock. Used by the native scenario tests only.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::host::{CasMismatch, Host, Level, Metric};
+
+#[derive(Debug, Default)]
+pub struct SharedStore {
+    map: HashMap<String, (Vec<u8>, u32)>,
+    next_cas: u32,
+    failing_sets: u32,
+}
+
+/// A call the filter made.
+#[derive(Debug, Clone)]
+pub struct RecordedCall {
+    pub token: u32,
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Default)]
+pub struct FakeHost {
+    shared: Rc<RefCell<SharedStore>>,
+    headers: RefCell<Vec<(String, Vec<u8>)>>,
+    body: RefCell<Vec<u8>>,
+    now: Cell<u64>,
+    metrics: Rc<RefCell<BTreeMap<Metric, u64>>>,
+    calls: RefCell<Vec<RecordedCall>>,
+    refuse_calls: Cell<bool>,
+    reply: RefCell<(Option<u16>, Vec<u8>)>,
+    pub logs: RefCell<Vec<String>>,
+}
+
+impl FakeHost {
+    pub fn new() -> Self {
+        let h = Self::default();
+        h.now.set(1_000_000);
+        h
+    }
+
+    /// Another worker: same shared data and metrics, its own request and calls.
+    pub fn sibling(&self) -> Self {
+        let h = Self {
+            shared: self.shared.clone(),
+            metrics: self.metrics.clone(),
+            ..Self::default()
+        };
+        h.now.set(self.now.get());
+        h
+    }
+
+    pub fn set_now(&self, ms: u64) {
+        self.now.set(ms);
+    }
+
+    pub fn set_request(&self, headers: &[(&str, &[u8])], body: &[u8]) {
+        *self.headers.borrow_mut() = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+        *self.body.borrow_mut() = body.to_vec();
+    }
+
+    pub fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.request_header(name)
+    }
+
+    pub fn fail_next_sets(&self, n: u32) {
+        self.shared.borrow_mut().failing_sets = n;
+    }
+
+    pub fn shared_value(&self, key: &str) -> Option<Vec<u8>> {
+        self.shared.borrow().map.get(key).map(|(v, _)| v.clone())
+    }
+
+    pub fn shared_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.shared.borrow().map.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    pub fn metric(&self, m: Metric) -> u64 {
+        self.metrics.borrow().get(&m).copied().unwrap_or(0)
+    }
+
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.calls.borrow().clone()
+    }
+
+    pub fn take_calls(&self) -> Vec<RecordedCall> {
+        std::mem::take(&mut *self.calls.borrow_mut())
+    }
+
+    pub fn refuse_calls(&self, refuse: bool) {
+        self.refuse_calls.set(refuse);
+    }
+
+    pub fn set_reply(&self, status: Option<u16>, body: &[u8]) {
+        *self.reply.borrow_mut() = (status, body.to_vec());
+    }
+}
+
+impl Host for FakeHost {
+    fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers
+            .borrow()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn set_request_header(&self, name: &str, value: &[u8]) {
+        self.remove_request_header(name);
+        self.headers
+            .borrow_mut()
+            .push((name.to_string(), value.to_vec()));
+    }
+
+    fn remove_request_header(&self, name: &str) {
+        self.headers.borrow_mut().retain(|(k, _)| k != name);
+    }
+
+    fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        let body = self.body.borrow();
+        body.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.shared.borrow().map.get(key) {
+            Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+            None => (None, None),
+        }
+    }
+
+    fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+        let mut store = self.shared.borrow_mut();
+        if store.failing_sets > 0 {
+            store.failing_sets -= 1;
+            return Err(CasMismatch);
+        }
+        if let (Some(cas), Some((_, current))) = (cas, store.map.get(key)) {
+            if cas != *current {
+                return Err(CasMismatch);
+            }
+        }
+        store.next_cas += 1;
+        let next = store.next_cas;
+        store.map.insert(key.to_string(), (value.to_vec(), next));
+        Ok(())
+    }
+
+    fn dispatch(
+        &self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Option<u32> {
+        if self.refuse_calls.get() {
+            return None;
+        }
+        let mut calls = self.calls.borrow_mut();
+        let token = 100 + calls.len() as u32;
+        calls.push(RecordedCall {
+            token,
+            cluster: cluster.to_string(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.unwrap_or_default().to_vec(),
+            timeout,
+        });
+        Some(token)
+    }
+
+    fn call_response_status(&self) -> Option<u16> {
+        self.reply.borrow().0
+    }
+
+    fn call_response_body(&self, len: usize) -> Option<Vec<u8>> {
+        let reply = self.reply.borrow();
+        reply.1.get(..len).map(<[u8]>::to_vec)
+    }
+
+    fn count(&self, metric: Metric, by: u64) {
+        *self.metrics.borrow_mut().entry(metric).or_default() += by;
+    }
+
+    fn gauge(&self, metric: Metric, value: u64) {
+        self.metrics.borrow_mut().insert(metric, value);
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now.get()
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        self.logs.borrow_mut().push(format!("{level:?} {message}"));
+    }
+}

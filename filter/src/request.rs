@@ -1,0 +1,190 @@
+//! One request through the filter: always strip a client-sent endpoint header; inspect only
+//! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
+//! never makes Envoy buffer past its limit, which would be a 413); pause until the whole body
+//! is buffered, reading only each new tail; then parse, fingerprint and sketch with core,
+//! observe, enqueue the signals, route, and continue. Anything unexpected: count it and let the
+//! request through untouched.
+
+use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint, Sketch};
+
+use crate::host::{Host, Metric};
+use crate::observe::{observe, Observation};
+use crate::routing::choose_pod;
+use crate::signal_queue::enqueue;
+use crate::worker::Worker;
+
+/// What the filter tells the host to do with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Continue,
+    /// Wait for more body (headers: for the body to start).
+    Pause,
+}
+
+/// The state of one request being inspected.
+#[derive(Debug, Default)]
+pub struct RequestFlow {
+    inspecting: Option<Inspection>,
+}
+
+#[derive(Debug)]
+struct Inspection {
+    endpoint: Endpoint,
+    body: Vec<u8>,
+    tenant: Option<String>,
+    user: Option<String>,
+}
+
+fn header_text<H: Host + ?Sized>(host: &H, name: &str) -> Option<String> {
+    host.request_header(name)
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
+        .filter(|v| !v.is_empty())
+}
+
+impl RequestFlow {
+    pub fn on_headers<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        end_of_stream: bool,
+    ) -> Verdict {
+        let config = &worker.config;
+        host.remove_request_header(&config.endpoint_header);
+        host.count(Metric::RequestsSeen, 1);
+        let is_post = host.request_header(":method").as_deref() == Some(b"POST");
+        let endpoint = host
+            .request_header(":path")
+            .and_then(|p| String::from_utf8(p).ok())
+            .and_then(|p| config.endpoint_of(&p));
+        let Some(endpoint) = endpoint.filter(|_| is_post) else {
+            host.count(Metric::SkippedNotInference, 1);
+            return Verdict::Continue;
+        };
+        if end_of_stream {
+            host.count(Metric::SkippedNoBody, 1);
+            return Verdict::Continue;
+        }
+        let length = host
+            .request_header("content-length")
+            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<usize>().ok());
+        let Some(length) = length else {
+            host.count(Metric::SkippedNoContentLength, 1);
+            return Verdict::Continue;
+        };
+        if length > config.max_body_bytes {
+            host.count(Metric::SkippedTooLarge, 1);
+            return Verdict::Continue;
+        }
+        self.inspecting = Some(Inspection {
+            endpoint,
+            body: Vec::with_capacity(length),
+            tenant: header_text(host, &config.tenant_header),
+            user: header_text(host, &config.user_header),
+        });
+        Verdict::Pause
+    }
+
+    /// `buffered` is the size of everything buffered so far.
+    pub fn on_body<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        buffered: usize,
+        end_of_stream: bool,
+    ) -> Verdict {
+        let Some(inspection) = self.inspecting.as_mut() else {
+            return Verdict::Continue;
+        };
+        let start = inspection.body.len();
+        if buffered > start {
+            match host.request_body(start, buffered.saturating_sub(start)) {
+                Some(tail) => inspection.body.extend_from_slice(&tail),
+                None => {
+                    self.inspecting = None;
+                    host.count(Metric::SkippedMalformed, 1);
+                    return Verdict::Continue;
+                }
+            }
+        }
+        if inspection.body.len() > worker.config.max_body_bytes {
+            // content-length lied; stop before Envoy's own limit is reached
+            self.inspecting = None;
+            host.count(Metric::SkippedTooLarge, 1);
+            return Verdict::Continue;
+        }
+        if !end_of_stream {
+            return Verdict::Pause;
+        }
+        self.finish(host, worker);
+        Verdict::Continue
+    }
+
+    /// Trailers end the body too.
+    pub fn on_trailers<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) -> Verdict {
+        self.finish(host, worker);
+        Verdict::Continue
+    }
+
+    fn finish<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
+        let Some(inspection) = self.inspecting.take() else {
+            return;
+        };
+        let config = &worker.config;
+        let request =
+            match parse_request(inspection.endpoint, &inspection.body, config.max_body_bytes) {
+                Ok(r) => r,
+                Err(_) => {
+                    host.count(Metric::SkippedMalformed, 1);
+                    return;
+                }
+            };
+        host.count(Metric::RequestsInspected, 1);
+        let canonical = canonical_prompt(&request);
+        let chain = BlockChain::of(&request.model, canonical.as_bytes(), &worker.fingerprint);
+        let user = inspection.user.as_deref().or(request.user.as_deref());
+        if user.is_none() {
+            host.count(Metric::NoUser, 1);
+        }
+        let sketched =
+            prewarm_core::tokens::truncate_to_tokens(&canonical, config.max_prefix_tokens);
+        let signals = observe(
+            host,
+            config,
+            &worker.keys,
+            Observation {
+                endpoint: request.endpoint,
+                model: &request.model,
+                tenant: inspection.tenant.as_deref(),
+                user,
+                canonical: &canonical,
+                chain: &chain,
+                sketch: Sketch::of(sketched, config.sketch_size),
+            },
+        );
+        enqueue(
+            host,
+            &worker.keys.signals(),
+            signals,
+            config.max_pending_signals,
+            config.max_pending_bytes,
+            config.cas_retries,
+        );
+        if !config.routing {
+            host.count(Metric::UnroutedDisabled, 1);
+            return;
+        }
+        let table = worker.table.table();
+        match choose_pod(
+            table.as_deref(),
+            &request.model,
+            &chain,
+            &worker.fingerprint,
+        ) {
+            Ok(pod) => {
+                host.set_request_header(&config.endpoint_header, pod.address.as_bytes());
+                host.count(Metric::Routed, 1);
+            }
+            Err(why) => host.count(why.metric(), 1),
+        }
+    }
+}

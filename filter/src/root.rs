@@ -1,0 +1,233 @@
+//! The root context's background work, on each tick: adopt a newer routing table another worker
+//! published, send the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one
+//! worker per tick, by a lease in shared data) poll `GET /v1/routing` with
+//! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
+//! checked with core's decoder and published to every worker through shared data. Every reply
+//! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prewarm_core::wire::{RoutingTable, SignalBatch};
+
+use crate::host::{Host, Level, Metric};
+use crate::routing::TableStamp;
+use crate::shared::{read_u64, update};
+use crate::signal_queue::take;
+use crate::worker::Worker;
+
+/// A call in flight and what it was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Batch { signals: u64 },
+    Table,
+}
+
+/// Largest routing table body accepted, bytes.
+const MAX_TABLE_BYTES: usize = 4 << 20;
+
+#[derive(Debug, Default)]
+pub struct RootTasks {
+    calls: HashMap<u32, Call>,
+}
+
+impl RootTasks {
+    pub fn on_tick<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
+        let now = host.now_ms();
+        if let Some(stamp) = worker.table.refresh(host, &worker.keys) {
+            host.gauge(Metric::TableGeneration, stamp.generation);
+            host.gauge(Metric::TableAgeMs, now.saturating_sub(stamp.fetched_at_ms));
+        }
+        self.flush_signals(host, worker, now);
+        self.poll_table(host, worker, now);
+    }
+
+    fn in_flight(&self, pred: impl Fn(&Call) -> bool) -> bool {
+        self.calls.values().any(pred)
+    }
+
+    fn gateway_headers<'a>(
+        worker: &'a Worker,
+        method: &'a str,
+        path: &'a str,
+    ) -> Vec<(&'a str, &'a str)> {
+        vec![
+            (":method", method),
+            (":path", path),
+            (":authority", worker.config.gateway_authority.as_str()),
+        ]
+    }
+
+    fn call<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+        call: Call,
+    ) -> bool {
+        let bearer = worker
+            .config
+            .gateway_token
+            .as_ref()
+            .map(|t| format!("Bearer {t}"));
+        let mut all = headers.to_vec();
+        if let Some(b) = bearer.as_deref() {
+            all.push(("authorization", b));
+        }
+        let timeout = Duration::from_millis(worker.config.gateway_timeout_ms);
+        match host.dispatch(&worker.config.gateway_cluster, &all, body, timeout) {
+            Some(token) => {
+                self.calls.insert(token, call);
+                true
+            }
+            None => {
+                host.count(Metric::DispatchFailures, 1);
+                false
+            }
+        }
+    }
+
+    fn flush_signals<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker, now: u64) {
+        if self.in_flight(|c| matches!(c, Call::Batch { .. })) {
+            return;
+        }
+        let config = &worker.config;
+        let pending = take(
+            host,
+            &worker.keys.signals(),
+            config.max_batch_signals,
+            config.cas_retries,
+        );
+        if pending.signals.is_empty() {
+            return;
+        }
+        let n = pending.signals.len() as u64;
+        let mut batch = SignalBatch::new(config.source.clone(), now, pending.signals);
+        batch.dropped = pending.dropped;
+        let body = batch.encode();
+        let mut headers = Self::gateway_headers(worker, "POST", "/v1/signals");
+        headers.push(("content-type", "application/json"));
+        if !self.call(
+            host,
+            worker,
+            &headers,
+            Some(&body),
+            Call::Batch { signals: n },
+        ) {
+            host.count(Metric::SignalsDropped, n);
+        }
+    }
+
+    /// Claims this tick's poll for this worker: at most about one poll per tick in all.
+    fn claim_poll<H: Host + ?Sized>(host: &H, worker: &Worker, now: u64) -> bool {
+        let half_tick = worker.config.tick_period_ms / 2;
+        update(
+            host,
+            &worker.keys.poll(),
+            worker.config.cas_retries,
+            |bytes| {
+                let last = read_u64(bytes, 0).unwrap_or(0);
+                if now.saturating_sub(last) >= half_tick || last > now {
+                    (Some(now.to_le_bytes().to_vec()), true)
+                } else {
+                    (None, false)
+                }
+            },
+        )
+        .unwrap_or(false)
+    }
+
+    fn poll_table<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker, now: u64) {
+        if self.in_flight(|c| *c == Call::Table) || !Self::claim_poll(host, worker, now) {
+            return;
+        }
+        let etag = TableStamp::read(host, &worker.keys).map(|s| format!("\"{}\"", s.generation));
+        let mut headers = Self::gateway_headers(worker, "GET", "/v1/routing");
+        if let Some(etag) = etag.as_deref() {
+            headers.push(("if-none-match", etag));
+        }
+        if self.call(host, worker, &headers, None, Call::Table) {
+            host.count(Metric::TableFetches, 1);
+        }
+    }
+
+    /// A reply to one of this root's calls (or a synthesized 503/504 when it failed).
+    pub fn on_call_response<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        token: u32,
+        body_size: usize,
+    ) {
+        let Some(call) = self.calls.remove(&token) else {
+            return;
+        };
+        let status = host.call_response_status();
+        let ok = status.is_some_and(|s| (200..300).contains(&s));
+        match call {
+            Call::Batch { signals } => {
+                if ok {
+                    host.count(Metric::BatchesSent, 1);
+                    host.count(Metric::SignalsSent, signals);
+                } else {
+                    host.count(Metric::DispatchFailures, 1);
+                    host.count(Metric::SignalsDropped, signals);
+                    host.log(
+                        Level::Debug,
+                        &format!("prewarm: signal batch refused: {status:?}"),
+                    );
+                }
+            }
+            Call::Table => self.on_table(host, worker, status, body_size),
+        }
+    }
+
+    fn on_table<H: Host + ?Sized>(
+        &self,
+        host: &H,
+        worker: &Worker,
+        status: Option<u16>,
+        size: usize,
+    ) {
+        let now = host.now_ms();
+        let keys = &worker.keys;
+        match status {
+            Some(304) => {
+                host.count(Metric::TableUnchanged, 1);
+                if let Some(mut stamp) = TableStamp::read(host, keys) {
+                    stamp.fetched_at_ms = now;
+                    let _ = host.shared_set(&keys.generation(), &stamp.to_bytes(), None);
+                }
+            }
+            Some(200) if size <= MAX_TABLE_BYTES => {
+                let body = host.call_response_body(size).unwrap_or_default();
+                match RoutingTable::decode(&body) {
+                    Ok(table) => {
+                        let stamp = TableStamp {
+                            generation: table.generation,
+                            fetched_at_ms: now,
+                        };
+                        // the table first: a worker seeing the new generation finds its table
+                        let _ = host.shared_set(&keys.table(), &body, None);
+                        let _ = host.shared_set(&keys.generation(), &stamp.to_bytes(), None);
+                        host.count(Metric::TableUpdates, 1);
+                        host.gauge(Metric::TableGeneration, table.generation);
+                        worker.table.install(table.generation, table);
+                    }
+                    Err(e) => {
+                        host.count(Metric::TableFetchFailures, 1);
+                        host.log(Level::Warn, &format!("prewarm: routing table refused: {e}"));
+                    }
+                }
+            }
+            _ => {
+                host.count(Metric::TableFetchFailures, 1);
+                host.log(
+                    Level::Debug,
+                    &format!("prewarm: routing table fetch: {status:?}"),
+                );
+            }
+        }
+    }
+}

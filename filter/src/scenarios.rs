@@ -1,0 +1,451 @@
+//! Native scenario tests: whole requests and ticks through the glue, against the host double.
+
+use prewarm_core::wire::{PatternState, RoutedPod, RoutingTable, Signal, SignalBatch};
+use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
+
+use crate::config::FilterConfig;
+use crate::fake_host::FakeHost;
+use crate::host::Metric;
+use crate::request::{RequestFlow, Verdict};
+use crate::root::RootTasks;
+use crate::worker::Worker;
+
+fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "model": model,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+    }))
+    .unwrap()
+}
+
+fn template() -> String {
+    (0..300)
+        .map(|i| format!("rule {i} of the support handbook says be kind."))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Sends one request through the flow the way Envoy does (headers, then the body in two
+/// chunks); returns the verdicts.
+fn send(
+    host: &FakeHost,
+    worker: &Worker,
+    path: &str,
+    extra: &[(&str, &[u8])],
+    body: &[u8],
+) -> Vec<Verdict> {
+    let len = body.len().to_string();
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        (":method", b"POST"),
+        (":path", path.as_bytes()),
+        ("content-length", len.as_bytes()),
+    ];
+    headers.extend_from_slice(extra);
+    host.set_request(&headers, body);
+    let mut flow = RequestFlow::default();
+    let mut verdicts = vec![flow.on_headers(host, worker, false)];
+    let half = body.len() / 2;
+    verdicts.push(flow.on_body(host, worker, half, false));
+    verdicts.push(flow.on_body(host, worker, body.len(), true));
+    verdicts
+}
+
+fn queued(host: &FakeHost) -> Vec<Signal> {
+    let bytes = host.shared_value("prewarm/signals").unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    serde_json::from_value(v["signals"].clone()).unwrap_or_default()
+}
+
+#[test]
+fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        base_models: vec!["base".into()],
+        ..FilterConfig::default()
+    });
+    let t = template();
+    for (i, q) in ["first question?", "second question?", "third question?"]
+        .iter()
+        .enumerate()
+    {
+        let v = send(
+            &host,
+            &worker,
+            "/v1/chat/completions",
+            &[("x-prewarm-user", b"alice")],
+            &chat_body("base", &t, q),
+        );
+        assert_eq!(v, vec![Verdict::Pause, Verdict::Pause, Verdict::Continue]);
+        assert_eq!(queued(&host).len(), usize::from(i == 2), "after prompt {i}");
+    }
+    let signals = queued(&host);
+    let Signal::Prefill(p) = &signals[0] else {
+        panic!("prefill expected: {signals:?}")
+    };
+    let fp = FingerprintConfig::default();
+    let canonical = format!("<|system|>\n{t}\n<|user|>\n");
+    let whole = BlockChain::of("base", canonical.as_bytes(), &fp);
+    assert_eq!(p.prefix, whole.blocks, "the shared template's full blocks");
+    assert_eq!(p.prefix_tokens, p.prefix.len() * 64);
+    assert_eq!(p.prefix_text.len(), p.prefix_tokens * 4);
+    assert!(canonical.starts_with(&p.prefix_text));
+    assert_eq!(p.state, PatternState::New);
+    // a fourth prompt of the hot template: adopted feedback, no second prefill
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[("x-prewarm-user", b"alice")],
+        &chat_body("base", &t, "fourth?"),
+    );
+    let signals = queued(&host);
+    assert_eq!(signals.len(), 2);
+    assert!(matches!(&signals[1], Signal::Feedback(f) if f.prefix == *p.prefix.last().unwrap()));
+    assert_eq!(host.metric(Metric::RequestsInspected), 4);
+}
+
+#[test]
+fn body_user_is_the_fallback_and_users_are_kept_apart() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        base_models: vec!["m".into()],
+        ..FilterConfig::default()
+    });
+    let t = template();
+    for (user, q) in [("a", "q1"), ("b", "q2"), ("a", "q3"), ("b", "q4")] {
+        let body = serde_json::to_vec(
+            &serde_json::json!({"model":"m","user":user,"prompt": format!("{t} {q}")}),
+        )
+        .unwrap();
+        send(&host, &worker, "/v1/completions", &[], &body);
+    }
+    assert!(
+        queued(&host).is_empty(),
+        "two prompts each: no streak complete"
+    );
+    let body = serde_json::to_vec(
+        &serde_json::json!({"model":"m","user":"a","prompt": format!("{t} q5")}),
+    )
+    .unwrap();
+    send(&host, &worker, "/v1/completions", &[], &body);
+    assert_eq!(queued(&host).len(), 1);
+}
+
+#[test]
+fn adapter_pins_once_per_crossing() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    for i in 0..8 {
+        host.set_now(1_000_000 + i * 1000);
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[],
+            &chat_like("sql-lora", i),
+        );
+    }
+    let pins: Vec<_> = queued(&host)
+        .into_iter()
+        .filter(|s| matches!(s, Signal::Pin(_)))
+        .collect();
+    assert_eq!(pins.len(), 1, "{pins:?}");
+    let Signal::Pin(p) = &pins[0] else {
+        unreachable!()
+    };
+    assert_eq!(p.adapter, "sql-lora");
+    assert!(p.rate_per_minute >= 5.0);
+    // the rate falls below the threshold, then crosses again: a second pin
+    host.set_now(1_000_000 + 10 * 60_000);
+    for i in 0..5 {
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[],
+            &chat_like("sql-lora", 100 + i),
+        );
+    }
+    let pins = queued(&host)
+        .into_iter()
+        .filter(|s| matches!(s, Signal::Pin(_)))
+        .count();
+    assert_eq!(pins, 2);
+}
+
+fn chat_like(model: &str, i: u64) -> Vec<u8> {
+    serde_json::to_vec(
+        &serde_json::json!({"model": model, "prompt": format!("unrelated prompt number {i}")}),
+    )
+    .unwrap()
+}
+
+fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
+    RoutingTable {
+        version: "1.0".into(),
+        generation: 7,
+        generated_at_ms: 0,
+        block_tokens: 64,
+        load_factor: None,
+        pods: pods
+            .iter()
+            .map(|(id, address, adapters)| RoutedPod {
+                id: id.to_string(),
+                address: address.to_string(),
+                weight: 1.0,
+                adapters: adapters.iter().map(|a| a.to_string()).collect(),
+                load: None,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn client_endpoint_header_is_removed_and_the_table_routes() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let body = chat_body("m", &template(), "q");
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[("x-gateway-destination-endpoint", b"10.9.9.9:1")],
+        &body,
+    );
+    assert_eq!(host.header("x-gateway-destination-endpoint"), None);
+    assert_eq!(host.metric(Metric::UnroutedNoTable), 1);
+
+    let t = table(&[
+        ("p1", "127.0.0.1:1001", &[]),
+        ("p2", "127.0.0.1:1002", &[]),
+        ("p3", "127.0.0.1:1003", &[]),
+    ]);
+    worker.table.install(7, t.clone());
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[("x-gateway-destination-endpoint", b"10.9.9.9:1")],
+        &body,
+    );
+    let fp = FingerprintConfig::default();
+    let canonical = format!("<|system|>\n{}\n<|user|>\nq\n", template());
+    let key = BlockChain::of("m", canonical.as_bytes(), &fp)
+        .routing_key(&fp)
+        .unwrap();
+    let ids: Vec<_> = t
+        .pods
+        .iter()
+        .map(|p| PlacementCandidate::new(&p.id, 1.0))
+        .collect();
+    let want = &t.pods[prewarm_core::place(key.0, &ids).unwrap()];
+    assert_eq!(
+        host.header("x-gateway-destination-endpoint"),
+        Some(want.address.clone().into_bytes())
+    );
+    assert_eq!(host.metric(Metric::Routed), 1);
+}
+
+#[test]
+fn skips_leave_the_request_untouched() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        max_body_bytes: 1000,
+        ..FilterConfig::default()
+    });
+    // no content-length
+    host.set_request(
+        &[
+            (":method", b"POST"),
+            (":path", b"/v1/completions"),
+            ("x-gateway-destination-endpoint", b"x"),
+        ],
+        b"{}",
+    );
+    let mut flow = RequestFlow::default();
+    assert_eq!(flow.on_headers(&host, &worker, false), Verdict::Continue);
+    assert_eq!(flow.on_body(&host, &worker, 2, true), Verdict::Continue);
+    assert_eq!(host.header("x-gateway-destination-endpoint"), None);
+    assert_eq!(host.metric(Metric::SkippedNoContentLength), 1);
+    // too large
+    let big = vec![b' '; 2000];
+    assert_eq!(
+        send(&host, &worker, "/v1/completions", &[], &big)[0],
+        Verdict::Continue
+    );
+    assert_eq!(host.metric(Metric::SkippedTooLarge), 1);
+    // content-length lies low: stop at the limit
+    host.set_request(
+        &[
+            (":method", b"POST"),
+            (":path", b"/v1/completions"),
+            ("content-length", b"10"),
+        ],
+        &big,
+    );
+    let mut flow = RequestFlow::default();
+    assert_eq!(flow.on_headers(&host, &worker, false), Verdict::Pause);
+    assert_eq!(flow.on_body(&host, &worker, 2000, false), Verdict::Continue);
+    assert_eq!(host.metric(Metric::SkippedTooLarge), 2);
+    // malformed JSON, non-UTF-8 headers
+    send(
+        &host,
+        &worker,
+        "/v1/completions",
+        &[("x-prewarm-user", b"\xff\xfe")],
+        b"{\"model\":",
+    );
+    assert_eq!(host.metric(Metric::SkippedMalformed), 1);
+    // not an inference path, or not a POST
+    send(&host, &worker, "/v1/models", &[], b"{}");
+    host.set_request(&[(":method", b"GET"), (":path", b"/v1/completions")], b"");
+    assert_eq!(
+        RequestFlow::default().on_headers(&host, &worker, true),
+        Verdict::Continue
+    );
+    assert_eq!(host.metric(Metric::SkippedNotInference), 2);
+    assert!(host.shared_keys().is_empty(), "{:?}", host.shared_keys());
+}
+
+#[test]
+fn tick_sends_one_batch_and_counts_the_reply() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        gateway_token: Some("s3cret".into()),
+        ..FilterConfig::default()
+    });
+    for i in 0..6 {
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[],
+            &chat_like("lora-a", i),
+        );
+    }
+    let mut root = RootTasks::default();
+    root.on_tick(&host, &worker);
+    let calls = host.take_calls();
+    let post = calls
+        .iter()
+        .find(|c| c.headers.contains(&(":path".into(), "/v1/signals".into())))
+        .unwrap();
+    assert_eq!(post.cluster, "prewarm-gateway");
+    assert!(post
+        .headers
+        .contains(&("authorization".into(), "Bearer s3cret".into())));
+    assert!(post.timeout.as_millis() == 500);
+    let batch = SignalBatch::decode(&post.body).unwrap();
+    assert_eq!(batch.signals.len(), 1);
+    host.set_reply(Some(200), b"{}");
+    root.on_call_response(&host, &worker, post.token, 2);
+    assert_eq!(host.metric(Metric::SignalsSent), 1);
+    // a failed batch is counted and dropped; unknown tokens are ignored
+    host.set_now(1_000_000 + 61_000 * 10);
+    for i in 0..6 {
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[],
+            &chat_like("lora-a", i),
+        );
+    }
+    root.on_tick(&host, &worker);
+    let post = host
+        .take_calls()
+        .into_iter()
+        .find(|c| c.headers.contains(&(":path".into(), "/v1/signals".into())))
+        .unwrap();
+    host.set_reply(Some(504), b"");
+    root.on_call_response(&host, &worker, post.token, 0);
+    root.on_call_response(&host, &worker, 999_999, 0);
+    assert_eq!(host.metric(Metric::DispatchFailures), 1);
+    assert_eq!(host.metric(Metric::SignalsDropped), 1);
+}
+
+#[test]
+fn table_is_polled_conditionally_and_published_to_other_workers() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut root = RootTasks::default();
+    root.on_tick(&host, &worker);
+    let get = host.take_calls().pop().unwrap();
+    assert!(get
+        .headers
+        .contains(&(":path".into(), "/v1/routing".into())));
+    assert!(!get.headers.iter().any(|(k, _)| k == "if-none-match"));
+    let t = table(&[("p1", "127.0.0.1:1", &[])]);
+    let body = t.encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(&host, &worker, get.token, body.len());
+    assert_eq!(worker.table.generation(), Some(7));
+    // another worker adopts it on its tick, without polling (the lease is taken)
+    let other_host = host.sibling();
+    let other = Worker::new(FilterConfig::default());
+    RootTasks::default().on_tick(&other_host, &other);
+    assert_eq!(other.table.generation(), Some(7));
+    assert!(other_host.calls().is_empty());
+    // the next poll is conditional; 304 keeps the table
+    host.set_now(1_002_000);
+    root.on_tick(&host, &worker);
+    let get = host.take_calls().pop().unwrap();
+    assert!(get
+        .headers
+        .contains(&("if-none-match".into(), "\"7\"".into())));
+    host.set_reply(Some(304), b"");
+    root.on_call_response(&host, &worker, get.token, 0);
+    assert_eq!(host.metric(Metric::TableUnchanged), 1);
+    // garbage and another major version are refused and counted; the table stays
+    for (status, body) in [
+        (200, b"garbage".to_vec()),
+        (200, br#"{"version":"2.0"}"#.to_vec()),
+        (500, vec![]),
+    ] {
+        host.set_now(host_now(&host) + 2_000);
+        root.on_tick(&host, &worker);
+        let get = host.take_calls().pop().unwrap();
+        host.set_reply(Some(status), &body);
+        root.on_call_response(&host, &worker, get.token, body.len());
+    }
+    assert_eq!(host.metric(Metric::TableFetchFailures), 3);
+    assert_eq!(worker.table.generation(), Some(7));
+}
+
+fn host_now(h: &FakeHost) -> u64 {
+    use crate::host::Host;
+    h.now_ms()
+}
+
+#[test]
+fn refused_dispatch_is_counted() {
+    let host = FakeHost::new();
+    host.refuse_calls(true);
+    let worker = Worker::new(FilterConfig::default());
+    RootTasks::default().on_tick(&host, &worker);
+    assert_eq!(host.metric(Metric::DispatchFailures), 1);
+}
+
+#[test]
+fn shared_key_space_is_bounded_by_the_slots() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        user_slots: 4,
+        adapter_slots: 2,
+        pattern_slots: 2,
+        ..FilterConfig::default()
+    });
+    for i in 0..50 {
+        let user = format!("user-{i}");
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[("x-prewarm-user", user.as_bytes())],
+            &chat_like(&format!("lora-{i}"), i),
+        );
+    }
+    let keys = host.shared_keys();
+    assert!(keys.len() <= 4 + 2 + 2 + 1, "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("prewarm/")));
+}

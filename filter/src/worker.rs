@@ -1,0 +1,27 @@
+//! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
+//! configuration, its shared-data keys, and its copy of the routing table.
+
+use prewarm_core::FingerprintConfig;
+
+use crate::config::FilterConfig;
+use crate::routing::TableCache;
+use crate::shared::Keys;
+
+#[derive(Debug)]
+pub struct Worker {
+    pub config: FilterConfig,
+    pub fingerprint: FingerprintConfig,
+    pub keys: Keys,
+    pub table: TableCache,
+}
+
+impl Worker {
+    pub fn new(config: FilterConfig) -> Self {
+        Self {
+            fingerprint: config.fingerprint(),
+            keys: Keys::new(&config.shared_prefix),
+            table: TableCache::default(),
+            config,
+        }
+    }
+}
