@@ -1,1 +1,3 @@
 //! prewarm-gateway (under construction).
+
+pub mod policy;

@@ -30,6 +30,7 @@
 //! ```
 
 pub mod adapters;
+pub mod cli;
 pub mod config;
 pub mod lru;
 pub mod pod;

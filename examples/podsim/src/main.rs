@@ -1,2 +1,78 @@
-//! podsim binary (under construction).
-fn main() {}
+//! `podsim`: read and validate flags (exit 64 listing every bad one), register adapters, bind,
+//! print `podsim listening on http://ADDR`, serve until SIGTERM or Ctrl-C, drain, exit.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use podsim::cli::{runtime_lora_allowed, Args};
+use podsim::server::run::start;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let allow = runtime_lora_allowed(
+        std::env::var("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+            .ok()
+            .as_deref(),
+    );
+    let config = match args.server_config(allow) {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in problems {
+                eprintln!("podsim: {p}");
+            }
+            return ExitCode::from(64);
+        }
+    };
+    let modules = args.lora_modules().unwrap_or_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("podsim: tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let server = match start(config, &modules, &addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("podsim: {e}");
+                return ExitCode::from(64);
+            }
+        };
+        println!("podsim listening on http://{}", server.addr);
+        wait_for_signal().await;
+        eprintln!("podsim: shutting down");
+        server
+            .stop(Duration::from_secs_f64(args.shutdown_grace_seconds))
+            .await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,1 +1,169 @@
-//! HTTP shell (under construction).
+//! The HTTP shell around one [`Pod`]: an OpenAI-compatible server that behaves like
+//! `vllm serve` (or SGLang with `--engine sglang`).
+//!
+//! Endpoints:
+//! - `POST /v1/completions`, `POST /v1/chat/completions` (JSON or server-sent events)
+//! - `GET /v1/models`, `GET /health`, `GET /metrics`
+//! - vLLM: `POST /v1/load_lora_adapter`, `POST /v1/unload_lora_adapter`, only with
+//!   `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING` in {1, true}
+//! - SGLang: `POST /load_lora_adapter`, `POST /unload_lora_adapter` with `--enable-lora`
+//! - anything else: 404 `{"detail": "Not Found"}`
+//!
+//! Requests are admitted by the pure model at the current model time; the shell then only
+//! waits (real time = model time / `--time-scale`) and writes what the model decided.
+
+pub mod adapter_dir;
+pub mod clock;
+pub mod errors;
+pub mod inference;
+pub mod lora;
+pub mod metrics;
+pub mod models;
+pub mod run;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::config::Engine;
+use crate::pod::Pod;
+use crate::PodConfig;
+use clock::ModelClock;
+use errors::{ApiError, ErrorFormat};
+use metrics::PodExporter;
+
+/// The server's settings beyond the pod model's.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub pod: PodConfig,
+    /// Model seconds per real second (default 1); waits are divided by it.
+    pub time_scale: f64,
+    /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING` is 1 or true.
+    pub allow_runtime_lora_updating: bool,
+    pub error_format: ErrorFormat,
+    /// `--enable-prompt-tokens-details`: report `usage.prompt_tokens_details.cached_tokens`.
+    pub enable_prompt_tokens_details: bool,
+    /// Largest request body in bytes (default 8 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl ServerConfig {
+    pub fn new(pod: PodConfig) -> Self {
+        Self {
+            pod,
+            time_scale: 1.0,
+            allow_runtime_lora_updating: false,
+            error_format: ErrorFormat::Nested,
+            enable_prompt_tokens_details: false,
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+/// Shared state of the handlers.
+pub struct AppState {
+    pub config: ServerConfig,
+    pub clock: ModelClock,
+    pub exporter: PodExporter,
+    /// Unix seconds at start (`created` of the model cards).
+    pub created: u64,
+    pod: Mutex<Pod>,
+}
+
+impl AppState {
+    /// The state around `pod`, with the model clock starting now.
+    pub fn new(config: ServerConfig, pod: Pod) -> Arc<Self> {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Arc::new(Self {
+            clock: ModelClock::new(config.time_scale),
+            exporter: PodExporter::new(&config.pod),
+            created,
+            pod: Mutex::new(pod),
+            config,
+        })
+    }
+
+    /// The pod, locked. A panic elsewhere never makes the pod unusable.
+    pub fn lock_pod(&self) -> MutexGuard<'_, Pod> {
+        self.pod.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn error(&self, e: impl Into<ApiError>) -> Response {
+        e.into().into_reply(self.config.error_format)
+    }
+}
+
+/// The body of a JSON POST, or the error reply vLLM gives for a wrong content type or an
+/// unreadable (e.g. oversized) body.
+pub fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    if !is_json {
+        return Err(ApiError::bad_request(
+            "Unsupported Media Type: Only 'application/json' is allowed",
+        ));
+    }
+    body.map_err(|e| ApiError::bad_request(format!("body: {e}")))
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    {
+        let mut pod = state.lock_pod();
+        let snapshot = pod.metrics(state.clock.now());
+        state.exporter.sync(&snapshot);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.exporter.encode(),
+    )
+        .into_response()
+}
+
+/// The routes of one pod.
+pub fn router(state: Arc<AppState>) -> Router {
+    let config = &state.config;
+    let mut router = Router::new()
+        .route("/v1/completions", post(inference::completions))
+        .route("/v1/chat/completions", post(inference::chat_completions))
+        .route("/v1/models", get(models::list_models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics));
+    match config.pod.engine {
+        Engine::Vllm if config.pod.enable_lora && config.allow_runtime_lora_updating => {
+            router = router
+                .route("/v1/load_lora_adapter", post(lora::vllm_load))
+                .route("/v1/unload_lora_adapter", post(lora::vllm_unload));
+        }
+        Engine::Sglang if config.pod.enable_lora => {
+            router = router
+                .route("/load_lora_adapter", post(lora::sglang_load))
+                .route("/unload_lora_adapter", post(lora::sglang_unload));
+        }
+        _ => {}
+    }
+    router
+        .fallback(errors::route_not_found)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(state)
+}

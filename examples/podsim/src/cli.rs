@@ -1,0 +1,235 @@
+//! The command line, in the style of `vllm serve`, and its translation into a
+//! [`ServerConfig`]. Every flag is documented in docs/podsim.md.
+
+use clap::Parser;
+
+use crate::config::{Engine, PodConfig};
+use crate::profile::LatencyProfile;
+use crate::server::errors::ErrorFormat;
+use crate::server::ServerConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    Vllm,
+    Sglang,
+}
+
+/// podsim: a simulated vLLM (or SGLang) inference pod with a prefix cache, LoRA slots and a
+/// latency model. All reported latencies are model time; `--time-scale` only shortens waits.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "podsim", version)]
+pub struct Args {
+    /// The model path (`root` of the base model card).
+    #[arg(default_value = "meta-llama/Llama-3.1-8B-Instruct")]
+    pub model: String,
+    /// The name clients use in `model`; defaults to MODEL.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind; 0 picks a free one (printed in the readiness line).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Which server to imitate: routes, reply shapes, adapter naming, metric names.
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub engine: EngineArg,
+    /// Latency profile: llama-8b-h100 or llama-70b-8xh100.
+    #[arg(long, default_value = "llama-8b-h100")]
+    pub profile: String,
+    /// Override the profile's fixed first-token cost, milliseconds.
+    #[arg(long)]
+    pub prefill_overhead_ms: Option<f64>,
+    /// Override the profile's cost per uncached prompt token, microseconds.
+    #[arg(long)]
+    pub per_token_us: Option<f64>,
+    /// Override the profile's time between output tokens, milliseconds.
+    #[arg(long)]
+    pub inter_token_ms: Option<f64>,
+    /// Override the fixed part of an adapter's disk load (host-cache miss), milliseconds.
+    #[arg(long)]
+    pub adapter_load_ms: Option<f64>,
+    /// Override the fixed part of an adapter's host→GPU copy (slot miss), milliseconds.
+    #[arg(long)]
+    pub adapter_activation_ms: Option<f64>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV blocks on the GPU (including the reserved null block).
+    #[arg(long, alias = "num-gpu-blocks-override", default_value_t = 16_384)]
+    pub num_gpu_blocks: usize,
+    /// Turn the prefix cache off.
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    /// Context window: prompt plus max_tokens, in tokens.
+    #[arg(long, default_value_t = 8192)]
+    pub max_model_len: u64,
+    /// Most requests in the running batch; more wait.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Output tokens when a request gives no max_tokens.
+    #[arg(long, default_value_t = 16)]
+    pub default_max_tokens: u64,
+    /// Serve LoRA adapters.
+    #[arg(long)]
+    pub enable_lora: bool,
+    /// GPU adapter slots.
+    #[arg(long, default_value_t = 1)]
+    pub max_loras: usize,
+    /// Host-memory adapter cache; defaults to --max-loras.
+    #[arg(long)]
+    pub max_cpu_loras: Option<usize>,
+    /// Highest adapter rank accepted.
+    #[arg(long, default_value_t = 16)]
+    pub max_lora_rank: u32,
+    /// Cap on registered adapters (SGLang's --max-loaded-loras); unbounded when absent.
+    #[arg(long)]
+    pub max_loaded_loras: Option<usize>,
+    /// Adapters registered at start, as NAME=PATH (PATH holds adapter_config.json).
+    #[arg(long, num_args = 1..)]
+    pub lora_modules: Vec<String>,
+    /// Return usage.prompt_tokens_details.cached_tokens.
+    #[arg(long)]
+    pub enable_prompt_tokens_details: bool,
+    /// Error body format: nested (vLLM ≥ 0.10.1) or flat (older).
+    #[arg(long, value_enum, default_value = "nested")]
+    pub error_format: ErrorFormat,
+    /// Model seconds per real second: waits are divided by it, reported figures are not.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Relative noise on prefill and decode times, in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
+    pub noise: f64,
+    /// Seed of the noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Largest request body, bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_body_bytes: usize,
+    /// Seconds to let in-flight replies finish after SIGTERM.
+    #[arg(long, default_value_t = 5.0)]
+    pub shutdown_grace_seconds: f64,
+}
+
+/// An adapter named on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoraModule {
+    pub name: String,
+    pub path: String,
+}
+
+impl Args {
+    /// The server configuration, or every problem as `flag: value: rule`.
+    pub fn server_config(&self, allow_runtime_lora: bool) -> Result<ServerConfig, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut latency = LatencyProfile::named(&self.profile).unwrap_or_else(|| {
+            problems.push(format!(
+                "--profile: {}: must be one of {}",
+                self.profile,
+                LatencyProfile::NAMES.join(", ")
+            ));
+            LatencyProfile::default()
+        });
+        let overrides = [
+            (
+                self.prefill_overhead_ms,
+                1e-3,
+                &mut latency.prefill_overhead,
+            ),
+            (self.per_token_us, 1e-6, &mut latency.per_uncached_token),
+            (self.inter_token_ms, 1e-3, &mut latency.inter_token),
+            (self.adapter_load_ms, 1e-3, &mut latency.adapter_load_base),
+            (
+                self.adapter_activation_ms,
+                1e-3,
+                &mut latency.adapter_activation_base,
+            ),
+        ];
+        for (value, unit, field) in overrides {
+            if let Some(v) = value {
+                *field = v * unit;
+            }
+        }
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0 && self.time_scale <= 1e6) {
+            problems.push(format!(
+                "--time-scale: {}: must be in (0, 1000000]",
+                self.time_scale
+            ));
+        }
+        if !(self.shutdown_grace_seconds.is_finite() && self.shutdown_grace_seconds >= 0.0) {
+            problems.push(format!(
+                "--shutdown-grace-seconds: {}: must be ≥ 0",
+                self.shutdown_grace_seconds
+            ));
+        }
+        if self.max_body_bytes == 0 || self.max_body_bytes > 1 << 30 {
+            problems.push(format!(
+                "--max-body-bytes: {}: must be between 1 and 1073741824",
+                self.max_body_bytes
+            ));
+        }
+        if let Err(e) = self.lora_modules() {
+            problems.push(e);
+        }
+        let pod = PodConfig {
+            served_model_name: self
+                .served_model_name
+                .clone()
+                .unwrap_or_else(|| self.model.clone()),
+            model_path: self.model.clone(),
+            engine: match self.engine {
+                EngineArg::Vllm => Engine::Vllm,
+                EngineArg::Sglang => Engine::Sglang,
+            },
+            max_model_len: self.max_model_len,
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+            enable_prefix_caching: !self.no_enable_prefix_caching,
+            max_num_seqs: self.max_num_seqs,
+            default_max_tokens: self.default_max_tokens,
+            enable_lora: self.enable_lora,
+            max_loras: self.max_loras,
+            max_cpu_loras: self.max_cpu_loras.unwrap_or(self.max_loras),
+            max_lora_rank: self.max_lora_rank,
+            max_loaded_loras: self.max_loaded_loras,
+            latency,
+            noise: self.noise,
+            seed: self.seed,
+        };
+        problems.extend(
+            pod.validate()
+                .into_iter()
+                .map(|p| format!("--{}", p.replace('_', "-"))),
+        );
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(ServerConfig {
+            pod,
+            time_scale: self.time_scale,
+            allow_runtime_lora_updating: allow_runtime_lora,
+            error_format: self.error_format,
+            enable_prompt_tokens_details: self.enable_prompt_tokens_details,
+            max_body_bytes: self.max_body_bytes,
+        })
+    }
+
+    /// `--lora-modules` parsed.
+    pub fn lora_modules(&self) -> Result<Vec<LoraModule>, String> {
+        self.lora_modules
+            .iter()
+            .map(|m| match m.split_once('=') {
+                Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok(LoraModule {
+                    name: name.to_string(),
+                    path: path.to_string(),
+                }),
+                _ => Err(format!("--lora-modules: {m}: must be NAME=PATH")),
+            })
+            .collect()
+    }
+}
+
+/// vLLM's reading of `VLLM_ALLOW_RUNTIME_LORA_UPDATING`: "1" or "true", any case.
+pub fn runtime_lora_allowed(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+}

@@ -1,0 +1,839 @@
+//! The prompt pool: which prompt prefixes are hot, how hot, and which to warm next.
+//!
+//! Entries are keyed by [`PrefixKey`] and hold the bounded canonical prefix text, model,
+//! tenant, endpoint, tags (templates), the prefix's block hashes and a hotness.
+//! - *Static* entries are operator templates ([`PromptPool::add_template`]); their chain is
+//!   computed from the text with core's `BlockChain::of`, so it matches what the filter
+//!   fingerprints. They are never evicted and never decay below `template_hotness`.
+//! - *Dynamic* entries come from the filter's prefill signals; each signal adds
+//!   `signal_boost × (1 + priority/100)`.
+//! - Feedback adds `adoption_boost` (0.3) or `success_boost` (0.5) per request it stands for.
+//! - Every hotness is multiplied by `decay_factor` (0.95) once per `decay_period_ms`; dynamic
+//!   entries that fall below `retire_below` are retired.
+//! - At `max_entries` dynamic entries, a new one evicts the coldest dynamic entry.
+//!
+//! Decay is lazy: an entry stores `hotness × g^e` with `g = 1/decay_factor` and `e` the decay
+//! periods elapsed since a base epoch, so decaying everything costs nothing and the order of
+//! entries (a `BTreeSet` of dynamic entries by stored score) never changes with time; the base is
+//! moved forward (one O(n) pass) every 512 periods, long before `g^e` could overflow.
+//! Reads (`get`, `top`, `sample`) see the pool as of the last mutation or [`PromptPool::tick`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use prewarm_core::fingerprint::{
+    blocks_to_tokens, routing_key, BlockChain, BlockHash, FingerprintConfig,
+};
+use prewarm_core::request::Endpoint;
+use prewarm_core::tokens::BYTES_PER_TOKEN;
+use prewarm_core::wire::{
+    FeedbackOutcome, FeedbackSignal, PinSignal, PrefillSignal, Signal, SignalBatch,
+};
+use serde::{Deserialize, Serialize};
+
+use super::interner::{Interner, NameId};
+use super::{HotPrefix, PrefixKey};
+
+/// The `[hotness]` configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HotnessConfig {
+    /// Multiplier applied to every hotness once per period (default 0.95; in (0, 1]).
+    pub decay_factor: f64,
+    /// Decay period in milliseconds (default 60,000).
+    pub decay_period_ms: u64,
+    /// Hotness added per adopted request (default 0.3).
+    pub adoption_boost: f64,
+    /// Hotness added per successful response (default 0.5).
+    pub success_boost: f64,
+    /// Hotness a prefill signal adds, scaled by `1 + priority/100` (default 1.0).
+    pub signal_boost: f64,
+    /// Initial hotness of a template and the floor it never decays below (default 1.0).
+    pub template_hotness: f64,
+    /// Dynamic entries colder than this are retired (default 0.05).
+    pub retire_below: f64,
+    /// Maximum dynamic entries; the coldest is evicted beyond (default 100,000).
+    pub max_entries: usize,
+    /// Maximum templates (default 1,000).
+    pub max_templates: usize,
+    /// Maximum bytes of prefix text per entry (default 65,536 = 16,384 tokens).
+    pub max_prefix_bytes: usize,
+    /// Maximum distinct model and tenant names held (default 10,000).
+    pub max_names: usize,
+    /// Maximum tags per template (default 16), each at most 64 bytes.
+    pub max_tags: usize,
+}
+
+impl Default for HotnessConfig {
+    fn default() -> Self {
+        Self {
+            decay_factor: 0.95,
+            decay_period_ms: 60_000,
+            adoption_boost: 0.3,
+            success_boost: 0.5,
+            signal_boost: 1.0,
+            template_hotness: 1.0,
+            retire_below: 0.05,
+            max_entries: 100_000,
+            max_templates: 1_000,
+            max_prefix_bytes: 65_536,
+            max_names: 10_000,
+            max_tags: 16,
+        }
+    }
+}
+
+/// Maximum bytes of one tag.
+pub const MAX_TAG_BYTES: usize = 64;
+
+/// Periods after which the lazy-decay base is moved (0.95^-512 ≈ 2.5e11: far from overflow).
+const REBASE_PERIODS: u64 = 512;
+
+impl HotnessConfig {
+    /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
+    pub fn validate(&self, prefix: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        if !(self.decay_factor > 0.0 && self.decay_factor <= 1.0) {
+            p.push(format!(
+                "{prefix}decay_factor: {}: must be in (0, 1]",
+                self.decay_factor
+            ));
+        }
+        if self.decay_period_ms < 1_000 {
+            p.push(format!(
+                "{prefix}decay_period_ms: {}: must be at least 1000",
+                self.decay_period_ms
+            ));
+        }
+        for (name, v) in [
+            ("adoption_boost", self.adoption_boost),
+            ("success_boost", self.success_boost),
+            ("signal_boost", self.signal_boost),
+            ("template_hotness", self.template_hotness),
+        ] {
+            if !(v > 0.0 && v <= 1e6) {
+                p.push(format!("{prefix}{name}: {v}: must be in (0, 1000000]"));
+            }
+        }
+        if !(self.retire_below >= 0.0 && self.retire_below < self.signal_boost) {
+            p.push(format!(
+                "{prefix}retire_below: {}: must be at least 0 and below signal_boost",
+                self.retire_below
+            ));
+        }
+        for (name, v, max) in [
+            ("max_entries", self.max_entries, 10_000_000),
+            ("max_templates", self.max_templates, 100_000),
+            ("max_prefix_bytes", self.max_prefix_bytes, 4 << 20),
+            ("max_names", self.max_names, 1_000_000),
+            ("max_tags", self.max_tags, 256),
+        ] {
+            if v == 0 || v > max {
+                p.push(format!("{prefix}{name}: {v}: must be between 1 and {max}"));
+            }
+        }
+        p
+    }
+}
+
+/// Where an entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// An operator template: never evicted, never below `template_hotness`.
+    Static,
+    /// From the filter's signals.
+    Dynamic,
+}
+
+/// An operator template, as the admin API takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Template {
+    /// Base model or adapter name: the chain's seed.
+    pub model: String,
+    /// Canonical prompt text (core's `canonical_prompt` rendering).
+    pub text: String,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default = "default_endpoint")]
+    pub endpoint: Endpoint,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+fn default_endpoint() -> Endpoint {
+    Endpoint::ChatCompletions
+}
+
+/// Why the pool refused an input. Messages read `field: value: rule`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("prefix: empty: must hold at least one block")]
+    EmptyPrefix,
+    #[error("text: {0} bytes: shorter than one block")]
+    ShorterThanABlock(usize),
+    #[error("text: {bytes} bytes: must be at most {max}")]
+    TextTooLong { bytes: usize, max: usize },
+    #[error("prefix: {blocks} blocks: more than the text can cover")]
+    TooManyBlocks { blocks: usize },
+    #[error("model: empty: must be a model or adapter name")]
+    EmptyModel,
+    #[error("model: {0:?}: too many distinct model and tenant names")]
+    TooManyNames(String),
+    #[error("templates: {0}: the maximum is reached")]
+    TooManyTemplates(usize),
+    #[error("tags: {0}: too many or too long (max {1} tags of {MAX_TAG_BYTES} bytes)")]
+    BadTags(usize, usize),
+}
+
+/// What [`PromptPool::ingest`] did with a batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IngestReport {
+    /// Prefill signals applied (new entries and re-signals).
+    pub prefills: usize,
+    /// Feedback signals applied to a known entry.
+    pub feedback: usize,
+    /// Feedback for prefixes not in the pool (ignored).
+    pub feedback_unknown: usize,
+    /// Signals refused, with the first few reasons (at most 8) for a log line.
+    pub rejected: usize,
+    pub reasons: Vec<PoolError>,
+    /// Pin signals, not the pool's business: for the LoRA policy.
+    pub pins: Vec<PinSignal>,
+}
+
+/// Counters since the pool was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PoolStats {
+    /// Dynamic entries evicted to make room.
+    pub evicted: u64,
+    /// Dynamic entries retired by decay.
+    pub retired: u64,
+}
+
+/// A read-only view of one entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptView<'a> {
+    pub key: PrefixKey,
+    pub text: &'a str,
+    pub model: &'a str,
+    pub tenant: Option<&'a str>,
+    pub endpoint: Endpoint,
+    pub tags: &'a [String],
+    pub blocks: &'a [BlockHash],
+    pub hotness: f64,
+    pub origin: Origin,
+    pub adoptions: u32,
+    pub successes: u32,
+    pub last_signal_ms: u64,
+}
+
+/// An entry as snapshots store it ([`PromptPool::export`], [`PromptPool::restore`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptRecord {
+    pub model: String,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    pub endpoint: Endpoint,
+    pub text: String,
+    pub blocks: Vec<BlockHash>,
+    pub hotness: f64,
+    pub origin: Origin,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub adoptions: u32,
+    #[serde(default)]
+    pub successes: u32,
+    #[serde(default)]
+    pub last_signal_ms: u64,
+}
+
+const NO_NAME: NameId = NameId::MAX;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    text: Box<str>,
+    blocks: Box<[BlockHash]>,
+    /// hotness × growth^(epoch − base_epoch).
+    score: f64,
+    last_signal_ms: u64,
+    model: NameId,
+    tenant: NameId,
+    adoptions: u32,
+    successes: u32,
+    endpoint: Endpoint,
+    origin: Origin,
+}
+
+/// The prompt pool. See the module docs.
+#[derive(Debug, Clone)]
+pub struct PromptPool {
+    config: HotnessConfig,
+    entries: HashMap<PrefixKey, Entry>,
+    /// Dynamic entries by stored score (non-negative floats order like their bits).
+    order: BTreeSet<(u64, PrefixKey)>,
+    tags: HashMap<PrefixKey, Box<[String]>>,
+    templates: usize,
+    names: Interner,
+    origin_ms: u64,
+    base_epoch: u64,
+    epoch: u64,
+    /// growth^(epoch − base_epoch).
+    factor: f64,
+    last_now_ms: u64,
+    stats: PoolStats,
+}
+
+impl PromptPool {
+    /// An empty pool whose decay periods start at `now_ms`. `config` should be valid
+    /// ([`HotnessConfig::validate`]); out-of-range values are clamped to something usable.
+    pub fn new(config: HotnessConfig, now_ms: u64) -> Self {
+        Self {
+            config,
+            entries: HashMap::new(),
+            order: BTreeSet::new(),
+            tags: HashMap::new(),
+            templates: 0,
+            names: Interner::default(),
+            origin_ms: now_ms,
+            base_epoch: 0,
+            epoch: 0,
+            factor: 1.0,
+            last_now_ms: now_ms,
+            stats: PoolStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &HotnessConfig {
+        &self.config
+    }
+
+    /// Entries held, static and dynamic.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Templates held.
+    pub fn templates(&self) -> usize {
+        self.templates
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        self.stats
+    }
+
+    /// Advances decay to `now_ms` and retires dynamic entries that fell below `retire_below`.
+    /// Time never goes backwards: an earlier `now_ms` counts as the latest seen.
+    pub fn tick(&mut self, now_ms: u64) {
+        let now = now_ms.max(self.last_now_ms);
+        self.last_now_ms = now;
+        let period = self.config.decay_period_ms.max(1);
+        let epoch = now.saturating_sub(self.origin_ms) / period;
+        if epoch == self.epoch {
+            return;
+        }
+        self.epoch = epoch;
+        if epoch.saturating_sub(self.base_epoch) >= REBASE_PERIODS {
+            self.rebase();
+        } else {
+            let n = i32::try_from(epoch.saturating_sub(self.base_epoch)).unwrap_or(i32::MAX);
+            self.factor = self.growth().powi(n);
+        }
+        self.retire();
+    }
+
+    fn growth(&self) -> f64 {
+        let d = self.config.decay_factor;
+        if d > 0.0 && d <= 1.0 {
+            1.0 / d
+        } else {
+            1.0
+        }
+    }
+
+    /// Moves the lazy-decay base to the current epoch: every stored score becomes the hotness.
+    fn rebase(&mut self) {
+        let n = i32::try_from(self.epoch.saturating_sub(self.base_epoch)).unwrap_or(i32::MAX);
+        let decay = self.growth().recip().powi(n);
+        for e in self.entries.values_mut() {
+            e.score *= decay;
+        }
+        self.base_epoch = self.epoch;
+        self.factor = 1.0;
+        self.order = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.origin == Origin::Dynamic)
+            .map(|(k, e)| (e.score.to_bits(), *k))
+            .collect();
+    }
+
+    fn retire(&mut self) {
+        let floor = self.config.retire_below * self.factor;
+        while let Some(&(bits, key)) = self.order.first() {
+            if f64::from_bits(bits) >= floor {
+                break;
+            }
+            self.remove_entry(&key);
+            self.stats.retired += 1;
+        }
+    }
+
+    fn hotness_of(&self, e: &Entry) -> f64 {
+        let h = e.score / self.factor;
+        match e.origin {
+            Origin::Static => h.max(self.config.template_hotness),
+            Origin::Dynamic => h,
+        }
+    }
+
+    /// Current hotness of `key`.
+    pub fn hotness(&self, key: &PrefixKey) -> Option<f64> {
+        self.entries.get(key).map(|e| self.hotness_of(e))
+    }
+
+    /// Adds `amount` of current-epoch hotness to `key`'s entry.
+    fn boost(&mut self, key: &PrefixKey, amount: f64) {
+        let factor = self.factor;
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        let old = e.score;
+        let new = (old + amount * factor).min(f64::MAX);
+        e.score = new;
+        if e.origin == Origin::Dynamic {
+            self.order.remove(&(old.to_bits(), *key));
+            self.order.insert((new.to_bits(), *key));
+        }
+    }
+
+    fn remove_entry(&mut self, key: &PrefixKey) -> Option<Entry> {
+        let e = self.entries.remove(key)?;
+        match e.origin {
+            Origin::Dynamic => {
+                self.order.remove(&(e.score.to_bits(), *key));
+            }
+            Origin::Static => {
+                self.templates = self.templates.saturating_sub(1);
+                self.tags.remove(key);
+            }
+        }
+        self.names.release(e.model);
+        if e.tenant != NO_NAME {
+            self.names.release(e.tenant);
+        }
+        Some(e)
+    }
+
+    fn dynamic_len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn acquire_names(
+        &mut self,
+        model: &str,
+        tenant: Option<&str>,
+    ) -> Result<(NameId, NameId), PoolError> {
+        if model.is_empty() {
+            return Err(PoolError::EmptyModel);
+        }
+        let limit = self.config.max_names;
+        let m = self
+            .names
+            .acquire(model, limit)
+            .ok_or_else(|| PoolError::TooManyNames(model.chars().take(64).collect()))?;
+        let t = match tenant {
+            None => NO_NAME,
+            Some(t) => match self.names.acquire(t, limit) {
+                Some(t) => t,
+                None => {
+                    self.names.release(m);
+                    return Err(PoolError::TooManyNames(t.chars().take(64).collect()));
+                }
+            },
+        };
+        Ok((m, t))
+    }
+
+    fn check_prefix(&self, text: &str, blocks: usize) -> Result<(), PoolError> {
+        if blocks == 0 {
+            return Err(PoolError::EmptyPrefix);
+        }
+        if text.len() > self.config.max_prefix_bytes {
+            return Err(PoolError::TextTooLong {
+                bytes: text.len(),
+                max: self.config.max_prefix_bytes,
+            });
+        }
+        // A block covers at least one token; the filter cuts text back to a character
+        // boundary, so the text may be a few bytes short of its last block.
+        if blocks > text.len() / BYTES_PER_TOKEN + 1 {
+            return Err(PoolError::TooManyBlocks { blocks });
+        }
+        Ok(())
+    }
+
+    /// Applies a prefill signal: a new dynamic entry (evicting the coldest at `max_entries`),
+    /// or more hotness for a known one. Returns the entry's key.
+    pub fn apply_prefill(
+        &mut self,
+        signal: PrefillSignal,
+        now_ms: u64,
+    ) -> Result<PrefixKey, PoolError> {
+        self.tick(now_ms);
+        let last = *signal.prefix.last().ok_or(PoolError::EmptyPrefix)?;
+        let key = PrefixKey::new(&signal.model, last);
+        let boost = self.config.signal_boost * (1.0 + f64::from(signal.priority.min(99)) / 100.0);
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.last_signal_ms = self.last_now_ms;
+            self.boost(&key, boost);
+            return Ok(key);
+        }
+        self.check_prefix(&signal.prefix_text, signal.prefix.len())?;
+        while self.dynamic_len() >= self.config.max_entries.max(1) {
+            let Some(&(_, coldest)) = self.order.first() else {
+                break;
+            };
+            self.remove_entry(&coldest);
+            self.stats.evicted += 1;
+        }
+        let (model, tenant) = self.acquire_names(&signal.model, signal.tenant.as_deref())?;
+        let score = boost * self.factor;
+        self.entries.insert(
+            key,
+            Entry {
+                text: signal.prefix_text.into_boxed_str(),
+                blocks: signal.prefix.into_boxed_slice(),
+                score,
+                last_signal_ms: self.last_now_ms,
+                model,
+                tenant,
+                adoptions: 0,
+                successes: 0,
+                endpoint: signal.endpoint,
+                origin: Origin::Dynamic,
+            },
+        );
+        self.order.insert((score.to_bits(), key));
+        Ok(key)
+    }
+
+    /// Applies feedback: `adoption_boost` or `success_boost` per request it stands for.
+    /// Returns whether the prefix was in the pool.
+    pub fn apply_feedback(&mut self, signal: &FeedbackSignal, now_ms: u64) -> bool {
+        self.tick(now_ms);
+        let key = PrefixKey::new(&signal.model, signal.prefix);
+        let count = signal.count.clamp(1, 1_000_000);
+        let Some(e) = self.entries.get_mut(&key) else {
+            return false;
+        };
+        let per = match signal.outcome {
+            FeedbackOutcome::Adopted => {
+                e.adoptions = e.adoptions.saturating_add(count);
+                self.config.adoption_boost
+            }
+            FeedbackOutcome::Succeeded => {
+                e.successes = e.successes.saturating_add(count);
+                self.config.success_boost
+            }
+        };
+        self.boost(&key, per * f64::from(count));
+        true
+    }
+
+    /// Applies every prefill and feedback signal of a decoded batch; pins are handed back.
+    pub fn ingest(&mut self, batch: SignalBatch, now_ms: u64) -> IngestReport {
+        let mut report = IngestReport::default();
+        for signal in batch.signals {
+            match signal {
+                Signal::Prefill(p) => match self.apply_prefill(p, now_ms) {
+                    Ok(_) => report.prefills += 1,
+                    Err(e) => {
+                        report.rejected += 1;
+                        if report.reasons.len() < 8 {
+                            report.reasons.push(e);
+                        }
+                    }
+                },
+                Signal::Feedback(f) => {
+                    if self.apply_feedback(&f, now_ms) {
+                        report.feedback += 1;
+                    } else {
+                        report.feedback_unknown += 1;
+                    }
+                }
+                Signal::Pin(p) => report.pins.push(p),
+            }
+        }
+        report
+    }
+
+    /// Registers an operator template (or re-registers it with new tags). Its chain is
+    /// `BlockChain::of(model, text, fingerprint)`; a dynamic entry with the same key becomes
+    /// static and keeps its hotness.
+    pub fn add_template(
+        &mut self,
+        template: Template,
+        fingerprint: &FingerprintConfig,
+        now_ms: u64,
+    ) -> Result<PrefixKey, PoolError> {
+        self.tick(now_ms);
+        if template.model.is_empty() {
+            return Err(PoolError::EmptyModel);
+        }
+        let max_tags = self.config.max_tags;
+        if template.tags.len() > max_tags || template.tags.iter().any(|t| t.len() > MAX_TAG_BYTES) {
+            return Err(PoolError::BadTags(template.tags.len(), max_tags));
+        }
+        let chain = BlockChain::of(&template.model, template.text.as_bytes(), fingerprint);
+        let last = chain
+            .prefix_fingerprint()
+            .ok_or(PoolError::ShorterThanABlock(template.text.len()))?;
+        self.check_prefix(&template.text, chain.blocks.len())?;
+        let key = PrefixKey::new(&template.model, last);
+        let existing = self.entries.get(&key).map(|e| e.origin);
+        if existing != Some(Origin::Static) && self.templates >= self.config.max_templates {
+            return Err(PoolError::TooManyTemplates(self.config.max_templates));
+        }
+        let floor = self.config.template_hotness * self.factor;
+        match existing {
+            Some(Origin::Static) => {}
+            Some(Origin::Dynamic) => {
+                if let Some(e) = self.entries.get_mut(&key) {
+                    self.order.remove(&(e.score.to_bits(), key));
+                    e.origin = Origin::Static;
+                    e.score = e.score.max(floor);
+                    self.templates += 1;
+                }
+            }
+            None => {
+                let (model, tenant) =
+                    self.acquire_names(&template.model, template.tenant.as_deref())?;
+                self.entries.insert(
+                    key,
+                    Entry {
+                        text: template.text.into_boxed_str(),
+                        blocks: chain.blocks.into_boxed_slice(),
+                        score: floor,
+                        last_signal_ms: self.last_now_ms,
+                        model,
+                        tenant,
+                        adoptions: 0,
+                        successes: 0,
+                        endpoint: template.endpoint,
+                        origin: Origin::Static,
+                    },
+                );
+                self.templates += 1;
+            }
+        }
+        self.tags.insert(key, template.tags.into_boxed_slice());
+        Ok(key)
+    }
+
+    /// Removes a template; returns whether `key` was one. Dynamic entries are not removed.
+    pub fn remove_template(&mut self, key: &PrefixKey) -> bool {
+        if self.entries.get(key).map(|e| e.origin) != Some(Origin::Static) {
+            return false;
+        }
+        self.remove_entry(key).is_some()
+    }
+
+    fn view<'a>(&'a self, key: &PrefixKey, e: &'a Entry) -> PromptView<'a> {
+        PromptView {
+            key: *key,
+            text: &e.text,
+            model: self.names.get(e.model),
+            tenant: (e.tenant != NO_NAME).then(|| self.names.get(e.tenant)),
+            endpoint: e.endpoint,
+            tags: self.tags.get(key).map(|t| &t[..]).unwrap_or(&[]),
+            blocks: &e.blocks,
+            hotness: self.hotness_of(e),
+            origin: e.origin,
+            adoptions: e.adoptions,
+            successes: e.successes,
+            last_signal_ms: e.last_signal_ms,
+        }
+    }
+
+    /// The entry of `key`.
+    pub fn get(&self, key: &PrefixKey) -> Option<PromptView<'_>> {
+        self.entries.get(key).map(|e| self.view(key, e))
+    }
+
+    /// Keys of every entry hottest first (ties by key), templates included.
+    fn hottest_keys(&self, k: usize) -> Vec<(f64, PrefixKey)> {
+        let mut out: Vec<(f64, PrefixKey)> = self
+            .order
+            .iter()
+            .rev()
+            .take(k)
+            .map(|&(bits, key)| (f64::from_bits(bits) / self.factor, key))
+            .collect();
+        if self.templates > 0 {
+            out.extend(
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| e.origin == Origin::Static)
+                    .map(|(key, e)| (self.hotness_of(e), *key)),
+            );
+            out.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            out.truncate(k);
+        }
+        out
+    }
+
+    /// The `k` hottest entries, hottest first.
+    pub fn top(&self, k: usize) -> Vec<PromptView<'_>> {
+        self.hottest_keys(k)
+            .into_iter()
+            .filter_map(|(_, key)| self.get(&key))
+            .collect()
+    }
+
+    /// The `limit` hottest prefixes with their routing keys, for warm-up planning.
+    pub fn hot_prefixes(&self, limit: usize, fingerprint: &FingerprintConfig) -> Vec<HotPrefix> {
+        self.hottest_keys(limit)
+            .into_iter()
+            .filter_map(|(hotness, key)| {
+                let e = self.entries.get(&key)?;
+                Some(HotPrefix {
+                    key,
+                    routing_key: routing_key(&e.blocks, fingerprint)?,
+                    tokens: blocks_to_tokens(e.blocks.len(), fingerprint),
+                    hotness,
+                })
+            })
+            .collect()
+    }
+
+    /// Roulette-wheel sampling: up to `count` distinct keys, each draw picking an entry with
+    /// probability proportional to its hotness. `unit` returns uniform draws in [0, 1) (the
+    /// caller's random source; values outside are clamped). At most `4 × count` draws are made,
+    /// so fewer keys come back when a few entries dominate.
+    pub fn sample(&self, count: usize, unit: &mut dyn FnMut() -> f64) -> Vec<PrefixKey> {
+        let mut wheel: Vec<(f64, PrefixKey)> = Vec::with_capacity(self.entries.len());
+        let mut total = 0.0;
+        for (key, e) in &self.entries {
+            let h = self.hotness_of(e);
+            if h > 0.0 && h.is_finite() {
+                total += h;
+                wheel.push((total, *key));
+            }
+        }
+        let mut picked: Vec<PrefixKey> = Vec::with_capacity(count.min(wheel.len()));
+        let want = count.min(wheel.len());
+        let mut draws = 0usize;
+        while picked.len() < want && draws < count.saturating_mul(4) {
+            draws += 1;
+            let u = unit();
+            let u = if u.is_finite() {
+                u.clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let target = u * total;
+            let i = wheel
+                .partition_point(|(cum, _)| *cum <= target)
+                .min(wheel.len() - 1);
+            if let Some(&(_, key)) = wheel.get(i) {
+                if !picked.contains(&key) {
+                    picked.push(key);
+                }
+            }
+        }
+        picked
+    }
+
+    /// Every entry as a snapshot record, hottest first.
+    pub fn export(&self) -> Vec<PromptRecord> {
+        self.hottest_keys(usize::MAX)
+            .into_iter()
+            .filter_map(|(_, key)| {
+                let v = self.get(&key)?;
+                Some(PromptRecord {
+                    model: v.model.to_string(),
+                    tenant: v.tenant.map(str::to_string),
+                    endpoint: v.endpoint,
+                    text: v.text.to_string(),
+                    blocks: v.blocks.to_vec(),
+                    hotness: v.hotness,
+                    origin: v.origin,
+                    tags: v.tags.to_vec(),
+                    adoptions: v.adoptions,
+                    successes: v.successes,
+                    last_signal_ms: v.last_signal_ms,
+                })
+            })
+            .collect()
+    }
+
+    /// Loads snapshot records into the pool (after what it holds), with the limits of a live
+    /// signal; returns the records refused with why. Templates keep their recorded blocks.
+    pub fn restore(&mut self, records: Vec<PromptRecord>, now_ms: u64) -> Vec<PoolError> {
+        self.tick(now_ms);
+        let mut refused = Vec::new();
+        for r in records {
+            if let Err(e) = self.restore_one(r) {
+                refused.push(e);
+            }
+        }
+        refused
+    }
+
+    fn restore_one(&mut self, r: PromptRecord) -> Result<(), PoolError> {
+        let last = *r.blocks.last().ok_or(PoolError::EmptyPrefix)?;
+        self.check_prefix(&r.text, r.blocks.len())?;
+        let key = PrefixKey::new(&r.model, last);
+        if self.entries.contains_key(&key) {
+            return Ok(());
+        }
+        match r.origin {
+            Origin::Static if self.templates >= self.config.max_templates => {
+                return Err(PoolError::TooManyTemplates(self.config.max_templates));
+            }
+            Origin::Static if r.tags.len() > self.config.max_tags => {
+                return Err(PoolError::BadTags(r.tags.len(), self.config.max_tags));
+            }
+            Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
+            _ => {}
+        }
+        let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
+        let hotness = if r.hotness.is_finite() {
+            r.hotness.clamp(0.0, 1e12)
+        } else {
+            0.0
+        };
+        let score = hotness * self.factor;
+        self.entries.insert(
+            key,
+            Entry {
+                text: r.text.into_boxed_str(),
+                blocks: r.blocks.into_boxed_slice(),
+                score,
+                last_signal_ms: r.last_signal_ms,
+                model,
+                tenant,
+                adoptions: r.adoptions,
+                successes: r.successes,
+                endpoint: r.endpoint,
+                origin: r.origin,
+            },
+        );
+        match r.origin {
+            Origin::Dynamic => {
+                self.order.insert((score.to_bits(), key));
+            }
+            Origin::Static => {
+                self.templates += 1;
+                self.tags.insert(key, r.tags.into_boxed_slice());
+            }
+        }
+        Ok(())
+    }
+}

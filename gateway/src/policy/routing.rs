@@ -1,0 +1,162 @@
+//! The routing table builder: which pods the filters may route to, with their adapters, as
+//! core's [`RoutingTable`], whose `generation` increases only when the content changes.
+//!
+//! A pod is in the table only when it is `routable` (its first warm-up tier is done or its
+//! warm-up deadline passed: [`WarmupProgress::routable`](super::WarmupProgress::routable)).
+//! Pods are listed by id, adapters sorted and deduplicated, loads rounded to `load_step` so a
+//! load that jitters between scrapes does not churn the table. An unchanged input costs no
+//! allocation: the builder compares it with the table it holds before building anything.
+
+use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
+use serde::{Deserialize, Serialize};
+
+/// The `[routing]` configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoutingConfig {
+    /// Bounded-load factor (≥ 1) published to filters; absent: plain rendezvous (default none).
+    pub load_factor: Option<f64>,
+    /// Loads are rounded to multiples of this (default 0.05; in (0, 1]).
+    pub load_step: f64,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        Self {
+            load_factor: None,
+            load_step: 0.05,
+        }
+    }
+}
+
+impl RoutingConfig {
+    /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
+    pub fn validate(&self, prefix: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        if let Some(f) = self.load_factor {
+            if !(1.0..=100.0).contains(&f) {
+                p.push(format!(
+                    "{prefix}load_factor: {f}: must be between 1 and 100"
+                ));
+            }
+        }
+        if !(self.load_step > 0.0 && self.load_step <= 1.0) {
+            p.push(format!(
+                "{prefix}load_step: {}: must be in (0, 1]",
+                self.load_step
+            ));
+        }
+        p
+    }
+}
+
+/// One pod as the builder sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodRoute<'a> {
+    pub id: &'a str,
+    /// `host:port` for the endpoint header.
+    pub address: &'a str,
+    /// Placement weight (> 0; pods with another weight are left out).
+    pub weight: f64,
+    /// Utilisation in [0, 1], when known.
+    pub load: Option<f64>,
+    /// Adapters the pod serves (any order, duplicates allowed).
+    pub adapters: Vec<&'a str>,
+    /// Whether the pod may take traffic (warm-up first tier done or deadline passed, healthy).
+    pub routable: bool,
+}
+
+/// Builds [`RoutingTable`]s, keeping the last one and its generation.
+#[derive(Debug, Clone)]
+pub struct RoutingTableBuilder {
+    config: RoutingConfig,
+    table: RoutingTable,
+    built: bool,
+}
+
+impl RoutingTableBuilder {
+    /// A builder whose first table will have generation `last_generation + 1` (pass the
+    /// generation of a restored snapshot so filters never see it go backwards).
+    pub fn new(block_tokens: usize, config: RoutingConfig, last_generation: u64) -> Self {
+        Self {
+            table: RoutingTable {
+                version: WIRE_VERSION.to_string(),
+                generation: last_generation,
+                generated_at_ms: 0,
+                block_tokens,
+                load_factor: config.load_factor,
+                pods: Vec::new(),
+            },
+            config,
+            built: false,
+        }
+    }
+
+    /// The current table (generation 0 before the first build with a fresh builder).
+    pub fn table(&self) -> &RoutingTable {
+        &self.table
+    }
+
+    fn rounded_load(&self, load: Option<f64>) -> Option<f64> {
+        let step = if self.config.load_step > 0.0 {
+            self.config.load_step
+        } else {
+            0.05
+        };
+        load.filter(|l| l.is_finite())
+            .map(|l| ((l.clamp(0.0, 1.0) / step).round() * step).clamp(0.0, 1.0))
+    }
+
+    /// Builds the table for `pods` at `now_ms`. Returns whether its content changed (and the
+    /// generation with it). The very first build always counts as a change.
+    pub fn build(&mut self, pods: &[PodRoute<'_>], now_ms: u64) -> bool {
+        let mut included: Vec<&PodRoute<'_>> = pods
+            .iter()
+            .filter(|p| p.routable && p.weight > 0.0 && p.weight.is_finite())
+            .collect();
+        included.sort_by(|a, b| a.id.cmp(b.id));
+        included.dedup_by(|a, b| a.id == b.id);
+        let adapters: Vec<Vec<&str>> = included
+            .iter()
+            .map(|p| {
+                let mut a = p.adapters.clone();
+                a.sort_unstable();
+                a.dedup();
+                a
+            })
+            .collect();
+        let unchanged = self.built
+            && self.table.pods.len() == included.len()
+            && self
+                .table
+                .pods
+                .iter()
+                .zip(included.iter().zip(&adapters))
+                .all(|(t, (p, a))| {
+                    t.id == p.id
+                        && t.address == p.address
+                        && t.weight == p.weight
+                        && t.load == self.rounded_load(p.load)
+                        && t.adapters.len() == a.len()
+                        && t.adapters.iter().zip(a).all(|(x, y)| x == y)
+                });
+        if unchanged {
+            return false;
+        }
+        self.table.pods = included
+            .iter()
+            .zip(adapters)
+            .map(|(p, a)| RoutedPod {
+                id: p.id.to_string(),
+                address: p.address.to_string(),
+                weight: p.weight,
+                adapters: a.into_iter().map(str::to_string).collect(),
+                load: self.rounded_load(p.load),
+            })
+            .collect();
+        self.table.generation = self.table.generation.saturating_add(1);
+        self.table.generated_at_ms = now_ms;
+        self.built = true;
+        true
+    }
+}

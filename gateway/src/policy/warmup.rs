@@ -1,0 +1,563 @@
+//! Warm-up of a joining or restarted pod: the plan, and the state machine that paces it.
+//!
+//! [`plan_warmup`]: the pod's adapters first; then, of the hot prefixes (hottest first), those
+//! whose placement — core's `placement::place` over the candidate pods *with the new pod
+//! included*, keyed by the prefix's routing key — is the new pod: exactly the keys that move to
+//! it. The first `first_tier` (100) of them form the first tier, the next up to `second_tier`
+//! (1,000) the second, the rest are left to be warmed lazily (by traffic and keep-warm).
+//!
+//! [`WarmupProgress`] is the progress of one plan: phases adapters → first tier → second tier
+//! (released in batches of `batch_size`; the next batch starts when the previous one finished) →
+//! done. [`WarmupProgress::next_actions`] returns what to start now given the in-flight work and
+//! the pod's pressure: concurrency halves when the pod has `waiting_high` or more waiting
+//! requests (quarters at twice that) and halves again when its KV usage reaches
+//! `kv_usage_high`, never below 1. A failed action is retried up to `max_attempts` times, then
+//! counted as failed. The pod may enter the routing table ([`WarmupProgress::routable`]) once
+//! the first tier is finished (every adapter and first-tier prefix done or finally failed) or
+//! the deadline passed. A pod that dies mid-warm-up is [`pod_lost`](WarmupProgress::pod_lost);
+//! when it returns, its cache is cold, so the shell makes a new plan and
+//! [`restarted`](WarmupProgress::restarted) starts it as the next attempt.
+
+use std::collections::HashMap;
+
+use prewarm_core::placement::{place, PlacementCandidate};
+use serde::{Deserialize, Serialize};
+
+use super::{HotPrefix, PrefixKey};
+
+/// The `[warmup]` configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarmupConfig {
+    /// Prefixes in the first tier (default 100).
+    pub first_tier: usize,
+    /// Prefixes in the second tier (default 1,000).
+    pub second_tier: usize,
+    /// Second-tier batch size (default 50).
+    pub batch_size: usize,
+    /// Adapter loads at once (default 2).
+    pub adapter_concurrency: usize,
+    /// First-tier prefills at once (default 8).
+    pub first_tier_concurrency: usize,
+    /// Second-tier prefills at once (default 4).
+    pub second_tier_concurrency: usize,
+    /// After this long (ms) the pod enters the routing table even if its first tier is not done
+    /// (default 120,000).
+    pub deadline_ms: u64,
+    /// Attempts per action before it counts as failed (default 2).
+    pub max_attempts: u32,
+    /// Waiting requests on the pod at which concurrency halves (default 4).
+    pub waiting_high: u64,
+    /// KV usage (0..1) at which concurrency halves (default 0.85).
+    pub kv_usage_high: f64,
+    /// Hot prefixes considered when planning (default 100,000).
+    pub max_candidates: usize,
+}
+
+impl Default for WarmupConfig {
+    fn default() -> Self {
+        Self {
+            first_tier: 100,
+            second_tier: 1_000,
+            batch_size: 50,
+            adapter_concurrency: 2,
+            first_tier_concurrency: 8,
+            second_tier_concurrency: 4,
+            deadline_ms: 120_000,
+            max_attempts: 2,
+            waiting_high: 4,
+            kv_usage_high: 0.85,
+            max_candidates: 100_000,
+        }
+    }
+}
+
+impl WarmupConfig {
+    /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
+    pub fn validate(&self, prefix: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        for (name, v, min, max) in [
+            ("first_tier", self.first_tier, 0, 100_000),
+            ("second_tier", self.second_tier, 0, 1_000_000),
+            ("batch_size", self.batch_size, 1, 100_000),
+            ("adapter_concurrency", self.adapter_concurrency, 1, 1_024),
+            (
+                "first_tier_concurrency",
+                self.first_tier_concurrency,
+                1,
+                1_024,
+            ),
+            (
+                "second_tier_concurrency",
+                self.second_tier_concurrency,
+                1,
+                1_024,
+            ),
+            ("max_candidates", self.max_candidates, 1, 10_000_000),
+        ] {
+            if !(min..=max).contains(&v) {
+                p.push(format!(
+                    "{prefix}{name}: {v}: must be between {min} and {max}"
+                ));
+            }
+        }
+        if !(1_000..=86_400_000).contains(&self.deadline_ms) {
+            p.push(format!(
+                "{prefix}deadline_ms: {}: must be between 1000 and 86400000",
+                self.deadline_ms
+            ));
+        }
+        if !(1..=100).contains(&self.max_attempts) {
+            p.push(format!(
+                "{prefix}max_attempts: {}: must be between 1 and 100",
+                self.max_attempts
+            ));
+        }
+        if self.waiting_high == 0 {
+            p.push(format!("{prefix}waiting_high: 0: must be at least 1"));
+        }
+        if !(self.kv_usage_high > 0.0 && self.kv_usage_high <= 1.0) {
+            p.push(format!(
+                "{prefix}kv_usage_high: {}: must be in (0, 1]",
+                self.kv_usage_high
+            ));
+        }
+        p
+    }
+}
+
+/// What a joining pod must warm.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarmupPlan {
+    pub pod: String,
+    /// Adapters to load first.
+    pub adapters: Vec<String>,
+    /// Hottest prefixes that move to the pod, warmed before it takes traffic.
+    pub first_tier: Vec<PrefixKey>,
+    /// The next ones, warmed in batches after it.
+    pub second_tier: Vec<PrefixKey>,
+    /// The rest that move to it, left to traffic and keep-warm.
+    pub lazy: Vec<PrefixKey>,
+    /// Hot prefixes examined.
+    pub considered: usize,
+}
+
+/// Plans the warm-up of `pod`; see the module docs. `candidates` are the routable pods with
+/// `pod` included; `hot` is hottest first (only the first `max_candidates` are examined).
+pub fn plan_warmup(
+    pod: &str,
+    candidates: &[PlacementCandidate<'_>],
+    adapters: &[String],
+    hot: &[HotPrefix],
+    config: &WarmupConfig,
+) -> WarmupPlan {
+    let mut plan = WarmupPlan {
+        pod: pod.to_string(),
+        adapters: adapters.to_vec(),
+        first_tier: Vec::new(),
+        second_tier: Vec::new(),
+        lazy: Vec::new(),
+        considered: 0,
+    };
+    let Some(me) = candidates.iter().position(|c| c.id == pod) else {
+        return plan;
+    };
+    for h in hot.iter().take(config.max_candidates) {
+        plan.considered += 1;
+        if place(h.routing_key.0, candidates) != Some(me) {
+            continue;
+        }
+        if plan.first_tier.len() < config.first_tier {
+            plan.first_tier.push(h.key);
+        } else if plan.second_tier.len() < config.second_tier {
+            plan.second_tier.push(h.key);
+        } else {
+            plan.lazy.push(h.key);
+        }
+    }
+    plan
+}
+
+/// One step of a warm-up for the shell to execute.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "action", content = "target", rename_all = "snake_case")]
+pub enum WarmupAction {
+    LoadAdapter(String),
+    Prefill(PrefixKey),
+}
+
+/// Where a warm-up is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarmupPhase {
+    Adapters,
+    FirstTier,
+    SecondTier,
+    Done,
+    /// The pod died mid-warm-up; a new plan is needed when it returns.
+    Interrupted,
+}
+
+/// The pod's load as its metrics report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PodPressure {
+    /// `vllm:num_requests_waiting`.
+    pub waiting: u64,
+    /// `vllm:kv_cache_usage_perc` (0..1).
+    pub kv_usage: f64,
+}
+
+/// Counts of one tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierStatus {
+    pub total: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub in_flight: usize,
+}
+
+/// Progress of a warm-up, for the admin API and metrics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarmupStatus {
+    pub pod: String,
+    pub phase: WarmupPhase,
+    pub routable: bool,
+    /// 1 for the first plan, +1 for each re-plan after the pod returned.
+    pub attempt: u32,
+    pub started_ms: u64,
+    pub deadline_ms: u64,
+    /// When the first tier finished (the warm-up duration the histogram records).
+    pub first_tier_done_ms: Option<u64>,
+    pub adapters: TierStatus,
+    pub first_tier: TierStatus,
+    pub second_tier: TierStatus,
+    pub lazy: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ItemState {
+    Pending,
+    InFlight,
+    Done,
+    Failed,
+    Skipped,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    state: ItemState,
+    attempts: u32,
+}
+
+impl Item {
+    fn finished(&self) -> bool {
+        matches!(
+            self.state,
+            ItemState::Done | ItemState::Failed | ItemState::Skipped
+        )
+    }
+}
+
+const ADAPTERS: usize = 0;
+const FIRST: usize = 1;
+const SECOND: usize = 2;
+
+/// The progress state machine of one plan. See the module docs.
+#[derive(Debug, Clone)]
+pub struct WarmupProgress {
+    config: WarmupConfig,
+    plan: WarmupPlan,
+    /// Items of the adapters, first tier and second tier, in plan order.
+    items: [Vec<Item>; 3],
+    index: HashMap<WarmupAction, (usize, usize)>,
+    /// End (exclusive) of the second-tier batch released so far.
+    batch_end: usize,
+    started_ms: u64,
+    attempt: u32,
+    interrupted: bool,
+    first_tier_done_ms: Option<u64>,
+}
+
+impl WarmupProgress {
+    /// Starts `plan` at `now_ms` (attempt 1).
+    pub fn start(plan: WarmupPlan, config: WarmupConfig, now_ms: u64) -> Self {
+        let fresh = |n: usize| {
+            vec![
+                Item {
+                    state: ItemState::Pending,
+                    attempts: 0,
+                };
+                n
+            ]
+        };
+        let mut index = HashMap::new();
+        for (i, a) in plan.adapters.iter().enumerate() {
+            index
+                .entry(WarmupAction::LoadAdapter(a.clone()))
+                .or_insert((ADAPTERS, i));
+        }
+        for (tier, keys) in [(FIRST, &plan.first_tier), (SECOND, &plan.second_tier)] {
+            for (i, k) in keys.iter().enumerate() {
+                index.entry(WarmupAction::Prefill(*k)).or_insert((tier, i));
+            }
+        }
+        let items = [
+            fresh(plan.adapters.len()),
+            fresh(plan.first_tier.len()),
+            fresh(plan.second_tier.len()),
+        ];
+        let mut progress = Self {
+            batch_end: config.batch_size.max(1).min(plan.second_tier.len()),
+            config,
+            plan,
+            items,
+            index,
+            started_ms: now_ms,
+            attempt: 1,
+            interrupted: false,
+            first_tier_done_ms: None,
+        };
+        progress.note_first_tier(now_ms);
+        progress
+    }
+
+    /// The next attempt after the pod returned: `plan` (made anew, the pod's cache is cold)
+    /// started at `now_ms`.
+    pub fn restarted(&self, plan: WarmupPlan, now_ms: u64) -> Self {
+        let mut next = Self::start(plan, self.config.clone(), now_ms);
+        next.attempt = self.attempt.saturating_add(1);
+        next
+    }
+
+    pub fn plan(&self) -> &WarmupPlan {
+        &self.plan
+    }
+
+    fn tier_finished(&self, tier: usize) -> bool {
+        self.items
+            .get(tier)
+            .is_none_or(|v| v.iter().all(Item::finished))
+    }
+
+    pub fn phase(&self) -> WarmupPhase {
+        if self.interrupted {
+            WarmupPhase::Interrupted
+        } else if !self.tier_finished(ADAPTERS) {
+            WarmupPhase::Adapters
+        } else if !self.tier_finished(FIRST) {
+            WarmupPhase::FirstTier
+        } else if !self.tier_finished(SECOND) {
+            WarmupPhase::SecondTier
+        } else {
+            WarmupPhase::Done
+        }
+    }
+
+    /// The deadline, ms.
+    pub fn deadline_ms(&self) -> u64 {
+        self.started_ms.saturating_add(self.config.deadline_ms)
+    }
+
+    /// Whether the pod may be in the routing table: first tier finished or deadline passed, and
+    /// not interrupted.
+    pub fn routable(&self, now_ms: u64) -> bool {
+        !self.interrupted && (self.first_tier_done_ms.is_some() || now_ms >= self.deadline_ms())
+    }
+
+    /// Actions in flight.
+    pub fn in_flight(&self) -> usize {
+        self.items
+            .iter()
+            .flatten()
+            .filter(|i| i.state == ItemState::InFlight)
+            .count()
+    }
+
+    fn concurrency(&self, base: usize, pressure: PodPressure) -> usize {
+        let high = self.config.waiting_high.max(1);
+        let mut c = base;
+        if pressure.waiting >= high.saturating_mul(2) {
+            c /= 4;
+        } else if pressure.waiting >= high {
+            c /= 2;
+        }
+        if pressure.kv_usage >= self.config.kv_usage_high {
+            c /= 2;
+        }
+        c.max(1)
+    }
+
+    /// What to start now; the returned actions are in flight until reported.
+    pub fn next_actions(&mut self, pressure: PodPressure, now_ms: u64) -> Vec<WarmupAction> {
+        let (tier, base, window) = match self.phase() {
+            WarmupPhase::Adapters => (ADAPTERS, self.config.adapter_concurrency, usize::MAX),
+            WarmupPhase::FirstTier => (FIRST, self.config.first_tier_concurrency, usize::MAX),
+            WarmupPhase::SecondTier => {
+                self.advance_batch();
+                (SECOND, self.config.second_tier_concurrency, self.batch_end)
+            }
+            WarmupPhase::Done | WarmupPhase::Interrupted => return Vec::new(),
+        };
+        let _ = now_ms;
+        let limit = self.concurrency(base, pressure);
+        let running = self.items.get(tier).map_or(0, |v| {
+            v.iter().filter(|i| i.state == ItemState::InFlight).count()
+        });
+        let mut room = limit.saturating_sub(running);
+        let mut out = Vec::new();
+        let Some(items) = self.items.get_mut(tier) else {
+            return out;
+        };
+        for (i, item) in items.iter_mut().enumerate().take(window) {
+            if room == 0 {
+                break;
+            }
+            if item.state != ItemState::Pending {
+                continue;
+            }
+            let action = match tier {
+                ADAPTERS => self
+                    .plan
+                    .adapters
+                    .get(i)
+                    .cloned()
+                    .map(WarmupAction::LoadAdapter),
+                FIRST => self
+                    .plan
+                    .first_tier
+                    .get(i)
+                    .copied()
+                    .map(WarmupAction::Prefill),
+                _ => self
+                    .plan
+                    .second_tier
+                    .get(i)
+                    .copied()
+                    .map(WarmupAction::Prefill),
+            };
+            if let Some(action) = action {
+                item.state = ItemState::InFlight;
+                item.attempts = item.attempts.saturating_add(1);
+                room -= 1;
+                out.push(action);
+            }
+        }
+        out
+    }
+
+    fn advance_batch(&mut self) {
+        let batch = self.config.batch_size.max(1);
+        let Some(second) = self.items.get(SECOND) else {
+            return;
+        };
+        while self.batch_end < second.len()
+            && second.iter().take(self.batch_end).all(Item::finished)
+        {
+            self.batch_end = self.batch_end.saturating_add(batch).min(second.len());
+        }
+    }
+
+    fn item_mut(&mut self, action: &WarmupAction) -> Option<&mut Item> {
+        let &(tier, i) = self.index.get(action)?;
+        self.items.get_mut(tier)?.get_mut(i)
+    }
+
+    fn note_first_tier(&mut self, now_ms: u64) {
+        if self.first_tier_done_ms.is_none()
+            && !self.interrupted
+            && self.tier_finished(ADAPTERS)
+            && self.tier_finished(FIRST)
+        {
+            self.first_tier_done_ms = Some(now_ms);
+        }
+    }
+
+    fn finish(&mut self, action: &WarmupAction, state: ItemState, now_ms: u64) {
+        if self.interrupted {
+            return;
+        }
+        if let Some(item) = self.item_mut(action) {
+            if item.state == ItemState::InFlight {
+                item.state = state;
+            }
+        }
+        self.note_first_tier(now_ms);
+    }
+
+    /// `action` succeeded.
+    pub fn completed(&mut self, action: &WarmupAction, now_ms: u64) {
+        self.finish(action, ItemState::Done, now_ms);
+    }
+
+    /// `action` failed: pending again until `max_attempts`, then failed. Returns whether it
+    /// failed for good (a warm-up key error).
+    pub fn failed(&mut self, action: &WarmupAction, now_ms: u64) -> bool {
+        let max = self.config.max_attempts.max(1);
+        let state = match self.item_mut(action) {
+            Some(item) if item.state == ItemState::InFlight => {
+                if item.attempts >= max {
+                    ItemState::Failed
+                } else {
+                    ItemState::Pending
+                }
+            }
+            _ => return false,
+        };
+        if state == ItemState::Pending {
+            if let Some(item) = self.item_mut(action) {
+                item.state = ItemState::Pending;
+            }
+            return false;
+        }
+        self.finish(action, ItemState::Failed, now_ms);
+        true
+    }
+
+    /// `action` could not be attempted (e.g. the prefix left the pool): it is dropped without
+    /// counting as an error.
+    pub fn skipped(&mut self, action: &WarmupAction, now_ms: u64) {
+        self.finish(action, ItemState::Skipped, now_ms);
+    }
+
+    /// The pod died: nothing more is started, in-flight results are ignored, it is not routable.
+    pub fn pod_lost(&mut self) {
+        self.interrupted = true;
+        for item in self.items.iter_mut().flatten() {
+            if item.state == ItemState::InFlight {
+                item.state = ItemState::Pending;
+            }
+        }
+    }
+
+    /// Counts and phase at `now_ms`.
+    pub fn status(&self, now_ms: u64) -> WarmupStatus {
+        let count = |tier: usize| {
+            let mut s = TierStatus::default();
+            for i in self.items.get(tier).map(|v| &v[..]).unwrap_or(&[]) {
+                s.total += 1;
+                match i.state {
+                    ItemState::Done => s.done += 1,
+                    ItemState::Failed => s.failed += 1,
+                    ItemState::Skipped => s.skipped += 1,
+                    ItemState::InFlight => s.in_flight += 1,
+                    ItemState::Pending => {}
+                }
+            }
+            s
+        };
+        WarmupStatus {
+            pod: self.plan.pod.clone(),
+            phase: self.phase(),
+            routable: self.routable(now_ms),
+            attempt: self.attempt,
+            started_ms: self.started_ms,
+            deadline_ms: self.deadline_ms(),
+            first_tier_done_ms: self.first_tier_done_ms,
+            adapters: count(ADAPTERS),
+            first_tier: count(FIRST),
+            second_tier: count(SECOND),
+            lazy: self.plan.lazy.len(),
+        }
+    }
+}
