@@ -94,6 +94,7 @@ metrics! {
     TableFetches => "prewarm.table.fetches", false;
     TableUpdates => "prewarm.table.updates", false;
     TableUnchanged => "prewarm.table.unchanged", false;
+    TableAdopted => "prewarm.table.adopted", false;
     TableFetchFailures => "prewarm.table.fetch_failures", false;
     Routed => "prewarm.routed", false;
     UnroutedDisabled => "prewarm.unrouted.disabled", false;

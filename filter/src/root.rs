@@ -214,6 +214,7 @@ impl RootTasks {
                         host.count(Metric::TableUpdates, 1);
                         host.gauge(Metric::TableGeneration, table.generation);
                         worker.table.install(table.generation, table);
+                        host.count(Metric::TableAdopted, 1);
                     }
                     Err(e) => {
                         host.count(Metric::TableFetchFailures, 1);

@@ -123,6 +123,7 @@ impl TableCache {
             if let Some(table) = body.and_then(|b| RoutingTable::decode(&b).ok()) {
                 if table.generation == stamp.generation {
                     self.install(stamp.generation, table);
+                    host.count(Metric::TableAdopted, 1);
                 }
             }
         }

@@ -1,0 +1,36 @@
+//! `choose_pod TABLE.json PATH BODY_FILE`: prints the address the filter (default
+//! configuration) routes that request to with that routing table, or `unrouted: <reason>`.
+//! The end-to-end tests use it to know which upstream must receive a request: the answer comes
+//! from the filter's own code and core's placement, not from a reimplementation.
+
+use prewarm_core::wire::RoutingTable;
+use prewarm_core::{canonical_prompt, parse_request, BlockChain};
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::routing::choose_pod;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, table, path, body] = args.as_slice() else {
+        return Err("usage: choose_pod TABLE.json PATH BODY_FILE".into());
+    };
+    let config = FilterConfig::default();
+    let table = std::fs::read(table).map_err(|e| format!("{table}: {e}"))?;
+    let table = RoutingTable::decode(&table).map_err(|e| e.to_string())?;
+    let body = std::fs::read(body).map_err(|e| format!("{body}: {e}"))?;
+    let endpoint = config
+        .endpoint_of(path)
+        .ok_or_else(|| format!("{path}: not an inference path"))?;
+    let request =
+        parse_request(endpoint, &body, config.max_body_bytes).map_err(|e| e.to_string())?;
+    let fingerprint = config.fingerprint();
+    let chain = BlockChain::of(
+        &request.model,
+        canonical_prompt(&request).as_bytes(),
+        &fingerprint,
+    );
+    match choose_pod(Some(&table), &request.model, &chain, &fingerprint) {
+        Ok(pod) => println!("{}", pod.address),
+        Err(why) => println!("unrouted: {why:?}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,245 @@
+"""Recording HTTP servers for tests: stand-ins for the prewarm gateway and for inference pods.
+
+Each server is a threaded HTTP/1.1 server on 127.0.0.1 port 0 that records every request it
+receives (method, path, lower-cased headers, body; chunked request bodies are decoded) and
+answers through a replaceable `responder`. Ready-made responders cover what the tests need:
+fast echo, slow, 500, garbage, server-sent events.
+
+    upstream = FakeUpstream("pod-a").start()
+    gateway = FakeGateway().start(); gateway.table = {...}    # served on GET /v1/routing
+    ...
+    upstream.requests   # [Recorded(...)], gateway.batches  # decoded SignalBatch JSON
+    upstream.stop()
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Iterable, Optional
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict
+    body: bytes
+    at: float = field(default_factory=time.monotonic)
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    headers: dict = field(default_factory=dict)
+    delay: float = 0.0
+    # When set, the body is sent as these chunks (chunked encoding) with `chunk_delay` between.
+    chunks: Optional[Iterable[bytes]] = None
+    chunk_delay: float = 0.0
+
+
+Responder = Callable[[Recorded], Reply]
+
+
+def json_reply(obj, status: int = 200) -> Reply:
+    return Reply(status, json.dumps(obj).encode(), {"content-type": "application/json"})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self):
+        rec = Recorded(
+            self.command,
+            self.path,
+            {k.lower(): v for k, v in self.headers.items()},
+            self._read_body(),
+        )
+        owner = self.server.owner
+        if rec.path != "/health":
+            with owner.lock:
+                owner.requests.append(rec)
+        reply = owner.respond(rec)
+        if reply.delay:
+            time.sleep(reply.delay)
+        try:
+            self.send_response(reply.status)
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            if reply.chunks is None:
+                self.send_header("content-length", str(len(reply.body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply.body)
+            else:
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for chunk in reply.chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    if reply.chunk_delay:
+                        time.sleep(reply.chunk_delay)
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, owner: "RecordingServer"):
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class RecordingServer:
+    """A threaded HTTP server recording what it receives; `responder` decides the replies
+    (`/health` always answers 200 unless `healthy` is False)."""
+
+    def __init__(self, name: str = "server", responder: Optional[Responder] = None):
+        self.name = name
+        self.lock = threading.Lock()
+        self.requests: list[Recorded] = []
+        self.responder: Optional[Responder] = responder
+        self.healthy = True
+        self._server: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "RecordingServer":
+        self._server = _Server(self)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    @property
+    def address(self) -> str:
+        """`127.0.0.1:PORT`, the form the routing table and Envoy's endpoints use."""
+        return f"127.0.0.1:{self.port}"
+
+    def respond(self, rec: Recorded) -> Reply:
+        if rec.path == "/health":
+            return Reply(200 if self.healthy else 503, b"ok")
+        if self.responder is not None:
+            return self.responder(rec)
+        return self.default_reply(rec)
+
+    def default_reply(self, rec: Recorded) -> Reply:
+        return Reply(404, b"not found")
+
+    def received(self, path: Optional[str] = None) -> list[Recorded]:
+        with self.lock:
+            return [r for r in self.requests if path is None or r.path.split("?")[0] == path]
+
+    def clear(self):
+        with self.lock:
+            self.requests.clear()
+
+
+def sse_events(n: int = 3) -> list[bytes]:
+    """`n` OpenAI-style stream chunks and the final `[DONE]`."""
+    events = [
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": f"tok{i}"}}]}).encode() + b"\n\n"
+        for i in range(n)
+    ]
+    return events + [b"data: [DONE]\n\n"]
+
+
+class FakeUpstream(RecordingServer):
+    """An inference pod: answers every request with a deterministic JSON echo of what it got
+    (path, method, body length and SHA-256) — or, when the body asks `"stream": true`, with
+    server-sent events — so two Envoys can be compared byte for byte."""
+
+    def default_reply(self, rec: Recorded) -> Reply:
+        try:
+            streaming = json.loads(rec.body).get("stream") is True
+        except (ValueError, AttributeError):
+            streaming = False
+        if streaming:
+            return Reply(200, headers={"content-type": "text/event-stream"}, chunks=sse_events(), chunk_delay=0.01)
+        return json_reply(
+            {
+                "method": rec.method,
+                "path": rec.path,
+                "body_len": len(rec.body),
+                "body_sha256": hashlib.sha256(rec.body).hexdigest(),
+            }
+        )
+
+
+class FakeGateway(RecordingServer):
+    """The prewarm gateway's filter-facing API: records `POST /v1/signals` batches and serves
+    `GET /v1/routing` with `table` (304 when the request's `if-none-match` names its
+    generation; 404 while `table` is None). `mode` turns it bad: "slow" (answers after
+    `slow_seconds`), "500", "garbage"."""
+
+    def __init__(self, name: str = "gateway"):
+        super().__init__(name)
+        self.table: Optional[dict] = None
+        self.mode = "ok"
+        self.slow_seconds = 3.0
+
+    @property
+    def batches(self) -> list[dict]:
+        return [r.json() for r in self.received("/v1/signals") if r.method == "POST"]
+
+    def signals(self, kind: Optional[str] = None) -> list[dict]:
+        return [s for b in self.batches for s in b.get("signals", []) if kind is None or s.get("kind") == kind]
+
+    def default_reply(self, rec: Recorded) -> Reply:
+        if self.mode == "slow":
+            return Reply(200, b"{}", delay=self.slow_seconds)
+        if self.mode == "500":
+            return Reply(500, b"internal error")
+        if self.mode == "garbage":
+            return Reply(200, b"\x00\xffnot json at all{{{", {"content-type": "application/json"})
+        path = rec.path.split("?")[0]
+        if rec.method == "POST" and path == "/v1/signals":
+            return json_reply({"accepted": len(json.loads(rec.body).get("signals", []))})
+        if rec.method == "GET" and path == "/v1/routing":
+            table = self.table
+            if table is None:
+                return Reply(404, b"no table yet")
+            if rec.headers.get("if-none-match") == f'"{table["generation"]}"':
+                return Reply(304, b"")
+            return json_reply(table)
+        return Reply(404, b"not found")

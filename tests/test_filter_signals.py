@@ -1,0 +1,124 @@
+"""The filter's signals, end to end: a real Envoy with the prewarm filter, a recording fake
+gateway, a fake pod. Similar prompts of one user make one prefill signal carrying their common
+prefix; a busy adapter makes one pin signal; signals travel batched; the bearer token is sent."""
+import json
+
+import pytest
+
+from harness import wait_until
+from harness.envoy import EnvoyFleet
+from harness.fake_servers import FakeGateway, FakeUpstream
+
+BLOCK_BYTES = 64 * 4  # default block_tokens × 4 bytes a token
+TEMPLATE = " ".join(f"Policy {i}: answer politely and cite the handbook section." for i in range(60))
+
+
+@pytest.fixture
+def servers():
+    gateway, pod = FakeGateway().start(), FakeUpstream("pod").start()
+    yield gateway, pod
+    gateway.stop()
+    pod.stop()
+
+
+@pytest.fixture
+def envoys(tmp_path):
+    fleet = EnvoyFleet(tmp_path)
+    yield fleet
+    fleet.close()
+
+
+def start(envoys, servers, **filter_config):
+    gateway, pod = servers
+    config = {"tick_period_ms": 200, "base_models": ["base-model"], **filter_config}
+    return envoys.start(pods=[pod.address], gateway=gateway.address, filter_config=config)
+
+
+def chat(question, model="base-model", system=TEMPLATE):
+    return {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}]}
+
+
+def drained(envoy):
+    """Everything enqueued has been sent (or dropped)."""
+    return envoy.metric("prewarm.signals.enqueued") == envoy.metric("prewarm.signals.sent") + envoy.metric(
+        "prewarm.signals.dropped"
+    )
+
+
+def test_three_similar_prompts_make_exactly_one_prefill_with_the_common_prefix(envoys, servers):
+    gateway, pod = servers
+    envoy = start(envoys, servers)
+    headers = {"x-prewarm-user": "alice", "x-prewarm-tenant": "acme"}
+    questions = ["Alpha: where is my order?", "Bravo: can I get a refund?", "Charlie: change my address."]
+    for i, q in enumerate(questions):
+        status, _, _ = envoy.post("/v1/chat/completions", chat(q), headers)
+        assert status == 200
+        # observation happens before the request is forwarded: the count is exact here
+        assert envoy.metric("prewarm.signals.enqueued") == (1 if i == 2 else 0)
+    wait_until(lambda: gateway.signals("prefill"), 10, what="prefill signal at the gateway")
+    wait_until(lambda: drained(envoy), 10, what="queue drained")
+    prefills = gateway.signals("prefill")
+    assert len(prefills) == 1, prefills
+    p = prefills[0]
+    common = f"<|system|>\n{TEMPLATE}\n<|user|>\n"  # the questions differ from their first byte
+    assert p["model"] == "base-model" and p["tenant"] == "acme" and p["endpoint"] == "chat_completions"
+    assert p["state"] == "new"
+    assert len(p["prefix"]) == len(common) // BLOCK_BYTES > 0
+    assert all(len(h) == 16 for h in p["prefix"])
+    assert p["prefix_tokens"] == len(p["prefix"]) * 64
+    assert p["prefix_text"] == common[: len(p["prefix"]) * BLOCK_BYTES]
+    assert 0 <= p["priority"] < 100
+    assert gateway.signals("pin") == [], "a base model is never pinned"
+    # a fourth prompt of the now-hot template: adopted feedback for that prefix, no new prefill
+    envoy.post("/v1/chat/completions", chat("Delta: cancel it."), headers)
+    wait_until(lambda: gateway.signals("feedback"), 10, what="feedback signal")
+    f = gateway.signals("feedback")[0]
+    assert f["prefix"] == p["prefix"][-1] and f["outcome"] == "adopted" and f["count"] == 1
+    assert len(gateway.signals("prefill")) == 1
+
+
+def test_body_user_counts_when_no_header_and_dissimilar_prompts_do_not_trigger(envoys, servers):
+    gateway, _ = servers
+    envoy = start(envoys, servers)
+    for i in range(3):
+        body = {"model": "base-model", "user": "bob", "prompt": f"{i} " + " ".join(f"word{i}x{j}" for j in range(200))}
+        assert envoy.post("/v1/completions", body)[0] == 200
+    assert envoy.metric("prewarm.signals.enqueued") == 0
+    for q in ["One?", "Two?", "Three?"]:
+        envoy.post("/v1/completions", {"model": "base-model", "user": "bob", "prompt": TEMPLATE + q})
+    assert envoy.metric("prewarm.signals.enqueued") == 1
+    wait_until(lambda: len(gateway.signals("prefill")) == 1, 10, what="prefill from the body's user")
+
+
+def test_adapter_crossing_the_pin_rate_makes_one_pin_signal(envoys, servers):
+    gateway, _ = servers
+    envoy = start(envoys, servers)
+    for i in range(8):
+        body = {"model": "sql-lora", "prompt": f"select {i} from somewhere"}
+        assert envoy.post("/v1/completions", body, {"x-prewarm-tenant": "gold-co"})[0] == 200
+    wait_until(lambda: gateway.signals("pin"), 10, what="pin signal")
+    wait_until(lambda: drained(envoy), 10, what="queue drained")
+    pins = gateway.signals("pin")
+    assert len(pins) == 1, pins
+    assert pins[0]["adapter"] == "sql-lora" and pins[0]["tenant"] == "gold-co"
+    assert pins[0]["rate_per_minute"] >= 5
+
+
+def test_signals_arrive_batched_with_version_source_and_token(envoys, servers):
+    gateway, _ = servers
+    envoy = start(envoys, servers, tick_period_ms=1000, gateway_token="t0ken-123", source="edge-1")
+    users = [f"user{u}" for u in range(4)]
+    for q in ["Alpha?", "Bravo?", "Charlie?"]:
+        for u in users:
+            envoy.post("/v1/chat/completions", chat(q), {"x-prewarm-user": u})
+    assert envoy.metric("prewarm.signals.enqueued") == 4
+    wait_until(lambda: len(gateway.signals("prefill")) == 4, 10, what="4 prefill signals")
+    batches = gateway.batches
+    assert len(batches) < 4, "signals travel in batches, not one POST each"
+    assert all(b["version"] == "1.0" and b["source"] == "edge-1" and b["dropped"] == 0 for b in batches)
+    posts = gateway.received("/v1/signals")
+    assert all(r.headers.get("authorization") == "Bearer t0ken-123" for r in posts)
+    assert all(r.headers.get("content-type") == "application/json" for r in posts)
+    gets = gateway.received("/v1/routing")
+    assert gets and all(r.headers.get("authorization") == "Bearer t0ken-123" for r in gets)
+    assert all(json.loads(r.body)["signals"] for r in posts)
