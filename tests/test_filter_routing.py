@@ -1,0 +1,157 @@
+"""Routing through the filter in a real Envoy: with a table served by the fake gateway, each
+request reaches the pod that the filter's own code and core's placement choose (asked of the
+`choose_pod` example, so the test does not reimplement placement); adapter holders are
+preferred; a client-sent endpoint header never steers a request; a table cut with another block
+size is not used; a newer table replaces the old within ticks."""
+import json
+import subprocess
+
+import pytest
+
+from harness import REPO, wait_until
+from harness.envoy import EnvoyFleet
+from harness.fake_servers import FakeGateway, FakeUpstream
+
+ENDPOINT_HEADER = "x-gateway-destination-endpoint"
+
+
+@pytest.fixture(scope="module")
+def choose_pod_binary():
+    subprocess.run(
+        ["cargo", "build", "-q", "-p", "prewarm-filter", "--example", "choose_pod"],
+        cwd=REPO, check=True, timeout=600,
+    )
+    return REPO / "target" / "debug" / "examples" / "choose_pod"
+
+
+@pytest.fixture
+def pods():
+    servers = [FakeUpstream(f"pod{i}").start() for i in range(3)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def gateway():
+    g = FakeGateway().start()
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def envoys(tmp_path):
+    fleet = EnvoyFleet(tmp_path)
+    yield fleet
+    fleet.close()
+
+
+def table(pods, generation=1, adapters=None, block_tokens=64):
+    adapters = adapters or {}
+    return {
+        "version": "1.0",
+        "generation": generation,
+        "block_tokens": block_tokens,
+        "pods": [{"id": f"pod-{i}", "address": p.address, "adapters": adapters.get(i, [])} for i, p in enumerate(pods)],
+    }
+
+
+def expected_address(binary, tmp_path, tbl, path, body) -> str:
+    t, b = tmp_path / "table.json", tmp_path / "body.json"
+    t.write_text(json.dumps(tbl))
+    b.write_bytes(json.dumps(body).encode())
+    out = subprocess.run([binary, t, path, b], check=True, capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def receiver(pods, before):
+    """The pod whose request count grew since `before`."""
+    grown = [p for p, n in zip(pods, before) if len(p.received()) > n]
+    assert len(grown) == 1, [p.name for p in grown]
+    return grown[0]
+
+
+def prompt(i):
+    return {"model": "base", "prompt": f"Template {i % 4}: " + "lorem ipsum dolor sit amet " * 40 + f"#{i}"}
+
+
+def test_requests_reach_the_pod_placement_chooses(envoys, pods, gateway, choose_pod_binary, tmp_path):
+    tbl = table(pods, adapters={2: ["sql-lora"]})
+    gateway.table = tbl
+    envoy = envoys.start(pods=[p.address for p in pods], gateway=gateway.address,
+                         filter_config={"tick_period_ms": 200})
+    envoys.wait_table(envoy, 1)
+    chosen = set()
+    for i in range(12):
+        body = prompt(i)
+        want = expected_address(choose_pod_binary, tmp_path, tbl, "/v1/completions", body)
+        before = [len(p.received()) for p in pods]
+        assert envoy.post("/v1/completions", body)[0] == 200
+        got = receiver(pods, before)
+        assert got.address == want, f"request {i}"
+        assert got.received()[-1].headers[ENDPOINT_HEADER] == want
+        chosen.add(want)
+    assert len(chosen) >= 2, "four templates spread over more than one pod"
+    # the adapter's requests go to the pod holding it, whatever the prompt
+    for i in range(4):
+        before = [len(p.received()) for p in pods]
+        envoy.post("/v1/completions", {**prompt(i), "model": "sql-lora"})
+        assert receiver(pods, before) is pods[2]
+    assert envoy.metric("prewarm.routed") == 16
+    assert envoy.metric("prewarm.unrouted.no_table") == 0
+
+
+def test_client_endpoint_header_never_steers(envoys, pods, gateway, choose_pod_binary, tmp_path):
+    tbl = table(pods)
+    gateway.table = tbl
+    envoy = envoys.start(pods=[p.address for p in pods], gateway=gateway.address,
+                         filter_config={"tick_period_ms": 200})
+    envoys.wait_table(envoy, 1)
+    outside = "127.0.0.1:1"  # not a host of the pool
+    body = prompt(1)
+    want = expected_address(choose_pod_binary, tmp_path, tbl, "/v1/completions", body)
+    other = next(p for p in pods if p.address != want)
+    for forged in [outside, other.address]:
+        before = [len(p.received()) for p in pods]
+        status, _, _ = envoy.post("/v1/completions", body, {ENDPOINT_HEADER: forged})
+        assert status == 200
+        assert receiver(pods, before).address == want
+    # not inspected (not an inference path, or no content-length): the header is still removed
+    for method, path, data in [("GET", "/v1/models", None), ("POST", "/v1/other", b"{}")]:
+        before = [len(p.received()) for p in pods]
+        status, _, _ = envoy.request(method, path, data, {ENDPOINT_HEADER: other.address})
+        assert status == 200
+        rec = receiver(pods, before).received()[-1]
+        assert ENDPOINT_HEADER not in rec.headers
+
+
+def test_table_with_another_block_size_is_not_used(envoys, pods, gateway):
+    gateway.table = table(pods, block_tokens=16)
+    envoy = envoys.start(pods=[p.address for p in pods], gateway=gateway.address,
+                         filter_config={"tick_period_ms": 200})
+    envoys.wait_table(envoy, 1)
+    for i in range(3):
+        assert envoy.post("/v1/completions", prompt(i))[0] == 200
+    assert envoy.metric("prewarm.unrouted.block_tokens_mismatch") == 3
+    assert envoy.metric("prewarm.routed") == 0
+
+
+def test_a_new_generation_replaces_the_table(envoys, pods, gateway):
+    gateway.table = table(pods[:1])
+    envoy = envoys.start(pods=[p.address for p in pods], gateway=gateway.address,
+                         filter_config={"tick_period_ms": 200})
+    envoys.wait_table(envoy, 1)
+    wait_until(lambda: envoy.metric("prewarm.table.unchanged") >= 2, 10, what="304s for an unchanged table")
+    for i in range(4):
+        before = [len(p.received()) for p in pods]
+        envoy.post("/v1/completions", prompt(i))
+        assert receiver(pods, before) is pods[0]
+    adopted = envoy.metric("prewarm.table.adopted")
+    gateway.table = {**table(pods[1:2]), "generation": 2}
+    envoys.wait_table(envoy, 2, adopted_before=adopted)
+    for i in range(4):
+        before = [len(p.received()) for p in pods]
+        envoy.post("/v1/completions", prompt(i))
+        assert receiver(pods, before) is pods[1]
+    routing_gets = gateway.received("/v1/routing")
+    assert any(r.headers.get("if-none-match") == '"1"' for r in routing_gets)
