@@ -1,17 +1,19 @@
 //! Prompt similarity: a bottom-k MinHash sketch of word 3-shingles that estimates the Jaccard
 //! similarity of two prompts in O(k) time and 8·k bytes, and the exact Jaccard for tests.
 //!
-//! Each shingle (three consecutive whitespace-separated words; the whole text when it has fewer)
-//! is hashed once with XXH3; the sketch keeps the `k` smallest distinct hashes. For two sketches,
+//! Each shingle (three consecutive words split on ASCII whitespace; all the words when there are
+//! fewer) is hashed once (FNV-1a per word, combined and finalised with SplitMix64); the sketch keeps the `k` smallest distinct hashes. For two sketches,
 //! the `k` smallest hashes of their union are a uniform sample of the union of the shingle sets,
 //! and the fraction of them present in both sketches estimates the Jaccard similarity with a
 //! standard error of about `sqrt(J(1−J)/k)` (≤ 0.0625 at the default k = 64). When a prompt has
 //! fewer than `k` shingles the sketch holds them all and the estimate is exact.
 
-use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
-
 /// Hashes kept by a sketch by default.
 pub const DEFAULT_SKETCH_SIZE: usize = 64;
+
+/// Only the leading this-many tokens of a prompt are sketched: templates lead their prompts, and
+/// the bound keeps a long prompt's cost on the request path fixed (~8 KiB of text).
+pub const SKETCH_MAX_TOKENS: usize = 2048;
 
 /// Words in a shingle.
 pub const SHINGLE_WORDS: usize = 3;
@@ -23,43 +25,102 @@ pub struct Sketch {
     k: usize,
 }
 
-fn shingle_hashes(text: &str) -> impl Iterator<Item = u64> + '_ {
-    let words: Vec<u64> = text
-        .split_whitespace()
-        .map(|w| xxh3_64(w.as_bytes()))
-        .collect();
-    let n = words.len();
-    let windows = if n == 0 {
-        0
-    } else {
-        n.saturating_sub(SHINGLE_WORDS).saturating_add(1)
-    };
-    (0..windows).map(move |i| {
-        let mut buf = [0u8; 8 * SHINGLE_WORDS];
-        let end = i.saturating_add(SHINGLE_WORDS).min(n);
-        let shingle = words.get(i..end).unwrap_or(&[]);
-        for (slot, w) in buf.chunks_exact_mut(8).zip(shingle) {
-            slot.copy_from_slice(&w.to_le_bytes());
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// The SplitMix64 finaliser: spreads a combined value over all 64 bits.
+fn finalise(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Order-sensitive combination of up to [`SHINGLE_WORDS`] word hashes.
+fn shingle_hash(words: &[u64]) -> u64 {
+    let combined = words
+        .iter()
+        .enumerate()
+        .fold(words.len() as u64, |acc, (i, w)| {
+            acc ^ w.rotate_left((i as u32).wrapping_mul(21))
+        });
+    finalise(combined)
+}
+
+/// The last [`SHINGLE_WORDS`] word hashes seen.
+struct ShingleWindow {
+    ring: [u64; SHINGLE_WORDS],
+    seen: usize,
+}
+
+impl ShingleWindow {
+    /// Adds a word; returns the hash of the full window it completes.
+    fn push(&mut self, word: u64) -> Option<u64> {
+        self.ring.rotate_left(1);
+        if let Some(last) = self.ring.last_mut() {
+            *last = word;
         }
-        let used = shingle.len().saturating_mul(8);
-        xxh3_64_with_seed(buf.get(..used).unwrap_or(&[]), SHINGLE_WORDS as u64)
-    })
+        self.seen = self.seen.saturating_add(1);
+        (self.seen >= SHINGLE_WORDS).then(|| shingle_hash(&self.ring))
+    }
+
+    /// The one shingle of a text with fewer than [`SHINGLE_WORDS`] words.
+    fn short_text(&self) -> Option<u64> {
+        let start = SHINGLE_WORDS
+            .checked_sub(self.seen)
+            .filter(|s| (1..SHINGLE_WORDS).contains(s))?;
+        Some(shingle_hash(self.ring.get(start..).unwrap_or(&[])))
+    }
+}
+
+/// Calls `emit` with the hash of every shingle of `text`: windows of [`SHINGLE_WORDS`] words
+/// split on ASCII whitespace (never inside a UTF-8 character), or one shingle of all the words
+/// when there are fewer. One pass over the bytes: each word is hashed with FNV-1a as it is read.
+fn for_each_shingle(text: &str, mut emit: impl FnMut(u64)) {
+    let mut window = ShingleWindow {
+        ring: [0; SHINGLE_WORDS],
+        seen: 0,
+    };
+    let mut word = FNV_OFFSET;
+    let mut in_word = false;
+    for &b in text.as_bytes() {
+        if b.is_ascii_whitespace() {
+            if in_word {
+                if let Some(h) = window.push(word) {
+                    emit(h);
+                }
+                word = FNV_OFFSET;
+                in_word = false;
+            }
+        } else {
+            word = (word ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+            in_word = true;
+        }
+    }
+    if in_word {
+        if let Some(h) = window.push(word) {
+            emit(h);
+        }
+    }
+    if let Some(h) = window.short_text() {
+        emit(h);
+    }
 }
 
 impl Sketch {
-    /// Sketches `text` keeping `k` hashes (at least 1).
+    /// Sketches the first [`SKETCH_MAX_TOKENS`] tokens of `text` keeping `k` hashes (at least 1).
     pub fn of(text: &str, k: usize) -> Self {
         let k = k.max(1);
+        let text = crate::tokens::truncate_to_tokens(text, SKETCH_MAX_TOKENS);
         let mut mins: Vec<u64> = Vec::with_capacity(k.saturating_add(1));
-        for h in shingle_hashes(text) {
+        for_each_shingle(text, |h| {
             if mins.len() == k && mins.last().is_some_and(|&max| h >= max) {
-                continue;
+                return;
             }
             if let Err(pos) = mins.binary_search(&h) {
                 mins.insert(pos, h);
                 mins.truncate(k);
             }
-        }
+        });
         Self { mins, k }
     }
 
@@ -125,11 +186,20 @@ impl Sketch {
     }
 }
 
-/// The exact Jaccard similarity of the two texts' shingle sets (for tests and evaluation).
+/// The exact Jaccard similarity of the two texts' shingle sets over the same leading
+/// [`SKETCH_MAX_TOKENS`] tokens the sketch sees (for tests and evaluation).
 pub fn exact_jaccard(a: &str, b: &str) -> f64 {
+    let a = crate::tokens::truncate_to_tokens(a, SKETCH_MAX_TOKENS);
+    let b = crate::tokens::truncate_to_tokens(b, SKETCH_MAX_TOKENS);
     use std::collections::BTreeSet;
-    let sa: BTreeSet<u64> = shingle_hashes(a).collect();
-    let sb: BTreeSet<u64> = shingle_hashes(b).collect();
+    let set = |text: &str| {
+        let mut set = BTreeSet::new();
+        for_each_shingle(text, |h| {
+            set.insert(h);
+        });
+        set
+    };
+    let (sa, sb) = (set(a), set(b));
     let union = sa.union(&sb).count();
     if union == 0 {
         return 0.0;

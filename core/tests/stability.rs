@@ -127,10 +127,10 @@ const COMPLETION_BLOCKS_16: &[&str] = &[
     "dc09ba18bf7c5159",
 ];
 const SKETCH_4: &[&str] = &[
-    "081b6826be0a30e1",
-    "0e24bfd28de8a099",
-    "1cc1bf200c52c32d",
-    "1f1bc2bb9301300d",
+    "00efa749a36edec3",
+    "183c566c04c52b42",
+    "1e0f0c54a951a786",
+    "20f406cdc0c646a7",
 ];
 const PLACEMENT_24: &[usize] = &[
     1, 0, 0, 4, 4, 3, 1, 0, 0, 2, 2, 2, 2, 2, 2, 2, 1, 3, 2, 2, 2, 0, 3, 0,
