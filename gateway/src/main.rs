@@ -1,1 +1,148 @@
-fn main() {}
+//! `prewarm-gateway`: `serve`, `check-config` and `plan`. See `docs/gateway-config.md`.
+//!
+//! Exit codes: 0 success; 64 invalid configuration (every problem printed); 1 runtime failure;
+//! 2 bad command-line usage.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use prewarm_gateway::config::{ConfigError, GatewayConfig};
+use prewarm_gateway::server::{serve, shutdown_requested};
+use prewarm_gateway::service::planning::{plan_for, Candidates};
+use prewarm_gateway::service::Gateway;
+
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "prewarm-gateway",
+    version,
+    about = "prewarm's gateway: warm caches on inference pods before traffic needs them"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// The TOML configuration.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a configuration: prints every problem and exits 64 when there is one.
+    CheckConfig {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print (JSON) the warm-up plan a pod would get now, from the snapshot; no pod is contacted.
+    Plan {
+        #[arg(long)]
+        config: PathBuf,
+        /// The pod's id (from `pods.static`).
+        #[arg(long)]
+        pod: String,
+    },
+}
+
+fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
+    GatewayConfig::load(path).map_err(|e| {
+        match &e {
+            ConfigError::Invalid(problems) => {
+                eprintln!(
+                    "prewarm-gateway: {}: {} problem(s):",
+                    path.display(),
+                    problems.len()
+                );
+                for p in problems {
+                    eprintln!("  {p}");
+                }
+            }
+            other => eprintln!("prewarm-gateway: {other}"),
+        }
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PREWARM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(%info, "panic");
+    }));
+    match cli.command {
+        Command::CheckConfig { config } => match load(&config) {
+            Ok(_) => {
+                println!("{}: ok", config.display());
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Command::Plan { config, pod } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("prewarm-gateway: runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(async move {
+                let gateway = Gateway::new(config);
+                gateway.restore();
+                let state = gateway.state();
+                match plan_for(&gateway, &state, &pod, Candidates::All) {
+                    Some(plan) => {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&plan).unwrap_or_default()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    None => {
+                        eprintln!("prewarm-gateway: pod: {pod:?}: not in pods.static");
+                        ExitCode::from(2)
+                    }
+                }
+            })
+        }
+        Command::Serve { config } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("prewarm-gateway: runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let code = runtime.block_on(serve(config, shutdown_requested()));
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The filters' endpoints: `POST /v1/signals` and `GET /v1/routing` (with ETag/304).
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use prewarm_core::wire::{SignalBatch, WireError};
+
+use super::error::ApiError;
+use super::input::require_signal_token;
+use super::AppState;
+
+/// Signals a batch may carry at most.
+pub const MAX_SIGNALS_PER_BATCH: usize = 10_000;
+
+pub async fn post_signals(
+    State(gateway): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_signal_token(&headers, &gateway.config.server.signal_token)?;
+    let batch = SignalBatch::decode(&body).map_err(|e| match e {
+        WireError::IncompatibleVersion { .. } => ApiError::BadRequest(e.to_string()),
+        WireError::Malformed(m) => ApiError::BadRequest(m),
+    })?;
+    if batch.signals.len() > MAX_SIGNALS_PER_BATCH {
+        return Err(ApiError::BadRequest(format!(
+            "signals: {}: at most {MAX_SIGNALS_PER_BATCH} per batch",
+            batch.signals.len()
+        )));
+    }
+    let accepted = gateway.ingest_signals(batch);
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+pub async fn get_routing(
+    State(gateway): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    require_signal_token(&headers, &gateway.config.server.signal_token)?;
+    let table = gateway.published_table();
+    let etag = table.etag();
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    if unchanged {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::ETAG, etag),
+            (header::CACHE_CONTROL, "no-cache".to_string()),
+        ],
+        table.json.to_vec(),
+    )
+        .into_response())
+}

@@ -1,0 +1,69 @@
+//! Probes and metrics: `/healthz`, `/readyz`, `/metrics`, the per-pod readiness gate
+//! `GET /v1/pods/{id}/ready`, and `POST /admin/snapshot`.
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::input::require_admin;
+use super::AppState;
+use crate::service::now_ms;
+
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+pub async fn readyz(State(gateway): State<AppState>) -> Response {
+    if gateway.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "snapshot not loaded\n").into_response()
+    }
+}
+
+pub async fn metrics(State(gateway): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gateway.telemetry.render(),
+    )
+        .into_response()
+}
+
+pub async fn pod_ready(
+    State(gateway): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    let state = gateway.state();
+    let pod = state
+        .pods
+        .get(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("pod {id:?}: not in the pool")))?;
+    let ready = pod.routable(now);
+    let body = Json(json!({"pod": id, "ready": ready, "health": pod.health}));
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Ok((status, body).into_response())
+}
+
+pub async fn snapshot(
+    State(gateway): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    require_admin(&headers, &gateway.config.server.admin_token)?;
+    let g = gateway.clone();
+    let written = tokio::task::spawn_blocking(move || g.write_snapshot())
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(|e| ApiError::Unavailable(format!("snapshot: {e}")))?;
+    Ok(Json(written).into_response())
+}

@@ -1,0 +1,118 @@
+//! Prompt endpoints: the top-K of the prompt pool, adding and removing operator templates.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::input::{json_body, require_admin};
+use super::AppState;
+use crate::policy::hotness::{Origin, Template};
+use crate::policy::PrefixKey;
+use crate::service::now_ms;
+
+/// Largest `k` of `GET /admin/prompts`.
+pub const MAX_TOP_K: usize = 1000;
+/// Characters of prefix text shown per prompt.
+const PREVIEW_CHARS: usize = 120;
+
+#[derive(Deserialize)]
+pub struct TopQuery {
+    k: Option<String>,
+}
+
+/// One prompt in `GET /admin/prompts`.
+#[derive(Debug, Serialize)]
+pub struct PromptSummary {
+    /// `PrefixKey` display form: `<model seed hex>-<last block hex>`.
+    pub key: String,
+    pub model: String,
+    pub tenant: Option<String>,
+    pub origin: Origin,
+    pub hotness: f64,
+    pub blocks: usize,
+    pub text_bytes: usize,
+    /// The first 120 characters of the canonical prefix text.
+    pub preview: String,
+    pub tags: Vec<String>,
+    pub adoptions: u32,
+    pub successes: u32,
+    pub last_signal_ms: u64,
+}
+
+pub async fn top(
+    State(gateway): State<AppState>,
+    Query(q): Query<TopQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let k = match q.k {
+        None => 50,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|k| (1..=MAX_TOP_K).contains(k))
+            .ok_or_else(|| ApiError::BadRequest(format!("k: {s:?}: must be 1..{MAX_TOP_K}")))?,
+    };
+    let state = gateway.state();
+    let prompts: Vec<PromptSummary> = state
+        .pool
+        .top(k)
+        .into_iter()
+        .map(|v| PromptSummary {
+            key: v.key.to_string(),
+            model: v.model.to_string(),
+            tenant: v.tenant.map(str::to_string),
+            origin: v.origin,
+            hotness: v.hotness,
+            blocks: v.blocks.len(),
+            text_bytes: v.text.len(),
+            preview: v.text.chars().take(PREVIEW_CHARS).collect(),
+            tags: v.tags.to_vec(),
+            adoptions: v.adoptions,
+            successes: v.successes,
+            last_signal_ms: v.last_signal_ms,
+        })
+        .collect();
+    Ok(Json(json!({
+        "total": state.pool.len(),
+        "templates": state.pool.templates(),
+        "prompts": prompts,
+    })))
+}
+
+pub async fn add(
+    State(gateway): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_admin(&headers, &gateway.config.server.admin_token)?;
+    let template: Template = json_body(&body)?;
+    let fingerprint = gateway.config.fingerprint.core();
+    let key = gateway
+        .state()
+        .pool
+        .add_template(template, &fingerprint, now_ms())
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok((StatusCode::CREATED, Json(json!({"key": key.to_string()}))).into_response())
+}
+
+pub async fn remove(
+    State(gateway): State<AppState>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&headers, &gateway.config.server.admin_token)?;
+    let parsed = key
+        .parse::<PrefixKey>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if gateway.state().pool.remove_template(&parsed) {
+        Ok(Json(json!({"removed": key})).into_response())
+    } else {
+        Err(ApiError::NotFound(format!(
+            "key: {key:?}: no such template"
+        )))
+    }
+}

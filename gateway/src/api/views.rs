@@ -1,0 +1,90 @@
+//! The read endpoints' JSON shapes (stable: the dashboard and the status CLI read them).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::{EngineKind, PodSpec};
+use crate::engine::PodLoad;
+use crate::policy::lora::AdapterResidency;
+use crate::policy::warmup::WarmupStatus;
+use crate::service::pods::{LoadedAdapter, PodEntry, PodHealth, PodSource};
+
+/// One pod in `GET /admin/pods`.
+#[derive(Debug, Serialize)]
+pub struct PodSummary {
+    pub id: String,
+    pub address: String,
+    pub engine: EngineKind,
+    pub source: PodSource,
+    pub health: PodHealth,
+    /// In the routing table (first warm-up tier done or deadline passed, and up).
+    pub routable: bool,
+    pub epoch: u64,
+    /// The warm-up phase (`adapters`, `first_tier`, `second_tier`, `done`, `interrupted`), or
+    /// null before the first warm-up.
+    pub warmup_phase: Option<crate::policy::warmup::WarmupPhase>,
+    pub waiting: u64,
+    pub running: u64,
+    pub kv_usage: f64,
+    /// Adapters the LoRA model believes registered on the pod.
+    pub adapters: Vec<String>,
+}
+
+/// `GET /admin/pods/{id}`.
+#[derive(Debug, Serialize)]
+pub struct PodDetail {
+    #[serde(flatten)]
+    pub summary: PodSummary,
+    pub spec: PodSpec,
+    pub last_ok_ms: u64,
+    pub consecutive_failures: u32,
+    pub load: PodLoad,
+    /// `/v1/models` at the last reconciliation: base model and (name, path) pairs.
+    pub served: crate::engine::ServedModels,
+    pub lora: Vec<AdapterResidency>,
+    /// Versions the gateway loaded, by adapter name.
+    pub versions: BTreeMap<String, LoadedAdapter>,
+    /// Prefixes the KV model keeps warm on the pod.
+    pub warm_prefixes: usize,
+    pub resident_shards: usize,
+    pub modelled_hit_ratio: Option<f64>,
+    pub warmup: Option<WarmupStatus>,
+    /// Recent errors, oldest first, each prefixed by its time in ms.
+    pub errors: Vec<String>,
+}
+
+pub fn summary(pod: &PodEntry, now_ms: u64) -> PodSummary {
+    PodSummary {
+        id: pod.spec.id.clone(),
+        address: pod.spec.address.clone(),
+        engine: pod.spec.engine,
+        source: pod.source,
+        health: pod.health,
+        routable: pod.routable(now_ms),
+        epoch: pod.epoch,
+        warmup_phase: pod.warmup.progress.as_ref().map(|p| p.phase()),
+        waiting: pod.load.waiting,
+        running: pod.load.running,
+        kv_usage: pod.load.kv_usage,
+        adapters: pod.lora.served().map(str::to_string).collect(),
+    }
+}
+
+pub fn detail(pod: &PodEntry, now_ms: u64) -> PodDetail {
+    PodDetail {
+        summary: summary(pod, now_ms),
+        spec: pod.spec.clone(),
+        last_ok_ms: pod.last_ok_ms,
+        consecutive_failures: pod.consecutive_failures,
+        load: pod.load.clone(),
+        served: pod.served.clone(),
+        lora: pod.lora.adapters(),
+        versions: pod.versions.clone(),
+        warm_prefixes: pod.kv.warm_prefixes(now_ms).len(),
+        resident_shards: pod.kv.resident_shards(),
+        modelled_hit_ratio: pod.kv.hit_ratio(),
+        warmup: pod.warmup.status(now_ms),
+        errors: pod.errors.iter().cloned().collect(),
+    }
+}

@@ -1,0 +1,228 @@
+//! The gateway's configuration: TOML (`prewarm.toml`) into typed structs with documented
+//! defaults and `deny_unknown_fields`, environment overrides for secrets, and [`validate`] that
+//! lists every problem as `field: value: rule` before any port is bound.
+//!
+//! The reference for every field is `docs/gateway-config.md`.
+
+mod pods;
+mod validate;
+
+pub use pods::{DnsDiscovery, EngineKind, PodSpec, PodsConfig};
+pub use validate::validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use prewarm_core::FingerprintConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::policy;
+
+/// Environment variable that overrides `server.admin_token`.
+pub const ADMIN_TOKEN_ENV: &str = "PREWARM_ADMIN_TOKEN";
+/// Environment variable that overrides `server.signal_token`.
+pub const SIGNAL_TOKEN_ENV: &str = "PREWARM_SIGNAL_TOKEN";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    pub server: ServerConfig,
+    pub state: StateConfig,
+    pub fingerprint: FingerprintSection,
+    pub pods: PodsConfig,
+    pub registry: RegistryConfig,
+    /// The policies' sections, defined (with defaults and validation) in `policy`.
+    pub hotness: policy::HotnessConfig,
+    pub kv: policy::KvConfig,
+    pub lora: policy::LoraConfig,
+    pub warmup: policy::WarmupConfig,
+    pub routing: policy::RoutingConfig,
+}
+
+/// `[server]`: listener, secrets, limits, shutdown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address the HTTP API binds (default `127.0.0.1:9100`; port 0 picks a free port).
+    pub listen: String,
+    /// Bearer token of the mutating admin endpoints (default empty: every mutating admin call is
+    /// refused with 401). Overridden by `PREWARM_ADMIN_TOKEN`.
+    pub admin_token: String,
+    /// Bearer token filters present on `/v1/signals` and `/v1/routing` (default empty: no token
+    /// required). Overridden by `PREWARM_SIGNAL_TOKEN`.
+    pub signal_token: String,
+    /// Largest accepted request body on admin endpoints, bytes (default 65,536).
+    pub max_body_bytes: usize,
+    /// Largest accepted `POST /v1/signals` body, bytes (default 4,194,304).
+    pub max_signal_body_bytes: usize,
+    /// Grace period for draining at shutdown, seconds (default 10).
+    pub drain_seconds: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9100".into(),
+            admin_token: String::new(),
+            signal_token: String::new(),
+            max_body_bytes: 64 * 1024,
+            max_signal_body_bytes: 4 * 1024 * 1024,
+            drain_seconds: 10,
+        }
+    }
+}
+
+/// `[state]`: where snapshots live and how often they are written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateConfig {
+    /// Directory of `snapshot.json` and `snapshot.prev.json` (default `prewarm-state`; created
+    /// when missing).
+    pub dir: PathBuf,
+    /// Seconds between periodic snapshots (default 30; 0 disables periodic snapshots, the one at
+    /// shutdown is still written).
+    pub snapshot_interval_seconds: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("prewarm-state"),
+            snapshot_interval_seconds: 30,
+        }
+    }
+}
+
+/// `[fingerprint]`: must match the filters' configuration (the routing table carries
+/// `block_tokens`; a filter configured otherwise does not route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FingerprintSection {
+    /// Tokens per block (default 64; a divisor of 512).
+    pub block_tokens: usize,
+    /// Leading tokens fingerprinted (default 32,768).
+    pub max_prefix_tokens: usize,
+}
+
+impl Default for FingerprintSection {
+    fn default() -> Self {
+        let d = FingerprintConfig::default();
+        Self {
+            block_tokens: d.block_tokens,
+            max_prefix_tokens: d.max_prefix_tokens,
+        }
+    }
+}
+
+impl FingerprintSection {
+    pub fn core(&self) -> FingerprintConfig {
+        FingerprintConfig {
+            block_tokens: self.block_tokens,
+            max_prefix_tokens: self.max_prefix_tokens,
+        }
+    }
+}
+
+/// `[registry]`: adapter registration limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Largest file count in an adapter directory's manifest (default 1,000).
+    pub max_manifest_files: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            max_manifest_files: 1000,
+        }
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{} problem(s):\n  {}", .0.len(), .0.join("\n  "))]
+    Invalid(Vec<String>),
+}
+
+impl GatewayConfig {
+    /// Parses TOML text (no environment overrides, no validation).
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Reads `path`, applies the environment overrides, and validates: every problem is listed.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut config = Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        config.apply_env(|k| std::env::var(k).ok());
+        let problems = validate(&config);
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// Secrets from the environment win over the file (an empty variable counts as unset).
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(t) = var(ADMIN_TOKEN_ENV).filter(|t| !t.is_empty()) {
+            self.server.admin_token = t;
+        }
+        if let Some(t) = var(SIGNAL_TOKEN_ENV).filter(|t| !t.is_empty()) {
+            self.server.signal_token = t;
+        }
+    }
+
+    /// The listen address (validated by [`validate`]).
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        self.server
+            .listen
+            .parse()
+            .map_err(|e| format!("server.listen: {:?}: {e}", self.server.listen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_documented_defaults() {
+        let c = GatewayConfig::from_toml("").unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:9100");
+        assert_eq!(c.registry.max_manifest_files, 1000);
+        assert_eq!(c.fingerprint.block_tokens, 64);
+        assert!(validate(&c).is_empty());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = GatewayConfig::from_toml("[server]\nlisten_on = 1\n").unwrap_err();
+        assert!(e.contains("listen_on"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_secrets() {
+        let mut c = GatewayConfig::from_toml("[server]\nadmin_token = \"file\"\n").unwrap();
+        c.apply_env(|k| (k == ADMIN_TOKEN_ENV).then(|| "env".to_string()));
+        assert_eq!(c.server.admin_token, "env");
+        c.apply_env(|k| (k == SIGNAL_TOKEN_ENV).then(String::new));
+        assert_eq!(c.server.signal_token, "");
+    }
+}

@@ -1,0 +1,176 @@
+//! Validation of a parsed [`GatewayConfig`]: every problem as `field: value: rule`, so
+//! `check-config` and `serve` can list them all and exit 64 before binding anything.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+use super::GatewayConfig;
+
+/// Every problem with `config` (empty when it is usable).
+pub fn validate(config: &GatewayConfig) -> Vec<String> {
+    let mut p = Vec::new();
+    let s = &config.server;
+    if s.listen.parse::<SocketAddr>().is_err() {
+        p.push(format!(
+            "server.listen: {:?}: must be ip:port (port 0 picks a free port)",
+            s.listen
+        ));
+    }
+    if !(64..=64 * 1024 * 1024).contains(&s.max_body_bytes) {
+        p.push(format!(
+            "server.max_body_bytes: {}: must be 64..67108864",
+            s.max_body_bytes
+        ));
+    }
+    if !(1024..=256 * 1024 * 1024).contains(&s.max_signal_body_bytes) {
+        p.push(format!(
+            "server.max_signal_body_bytes: {}: must be 1024..268435456",
+            s.max_signal_body_bytes
+        ));
+    }
+    if s.drain_seconds > 600 {
+        p.push(format!(
+            "server.drain_seconds: {}: must be at most 600",
+            s.drain_seconds
+        ));
+    }
+    for (field, token) in [
+        ("server.admin_token", &s.admin_token),
+        ("server.signal_token", &s.signal_token),
+    ] {
+        if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            p.push(format!(
+                "{field}: (hidden): must not contain spaces or control characters"
+            ));
+        }
+    }
+    if config.state.dir.as_os_str().is_empty() {
+        p.push("state.dir: \"\": must not be empty".into());
+    }
+    for problem in config.fingerprint.core().validate() {
+        p.push(format!("fingerprint.{problem}"));
+    }
+    pods_problems(config, &mut p);
+    let r = &config.registry;
+    if r.max_manifest_files == 0 || r.max_manifest_files > 100_000 {
+        p.push(format!(
+            "registry.max_manifest_files: {}: must be 1..100000",
+            r.max_manifest_files
+        ));
+    }
+    p.extend(config.hotness.validate("hotness."));
+    p.extend(config.kv.validate("kv."));
+    p.extend(config.lora.validate("lora."));
+    p.extend(config.warmup.validate("warmup."));
+    p.extend(config.routing.validate("routing."));
+    p
+}
+
+fn pods_problems(config: &GatewayConfig, p: &mut Vec<String>) {
+    let pods = &config.pods;
+    if pods.base_model.is_empty() {
+        p.push("pods.base_model: \"\": must not be empty".into());
+    }
+    let mut seen = HashSet::new();
+    for (i, pod) in pods.static_pods.iter().enumerate() {
+        let at = format!("pods.static[{i}]");
+        p.extend(pod.problems(&at));
+        if !seen.insert(pod.id.as_str()) {
+            p.push(format!("{at}.id: {:?}: duplicate pod id", pod.id));
+        }
+    }
+    if let Some(dns) = &pods.dns {
+        if dns.name.is_empty() || dns.name.contains(char::is_whitespace) {
+            p.push(format!(
+                "pods.dns.name: {:?}: must be a host name",
+                dns.name
+            ));
+        }
+        if dns.port == 0 {
+            p.push("pods.dns.port: 0: must be > 0".into());
+        }
+        if dns.interval_seconds == 0 {
+            p.push("pods.dns.interval_seconds: 0: must be > 0".into());
+        }
+        if dns.max_loras == 0 || dns.max_loras > 1024 {
+            p.push(format!(
+                "pods.dns.max_loras: {}: must be 1..1024",
+                dns.max_loras
+            ));
+        }
+    }
+    if !(50..=600_000).contains(&pods.health_interval_ms) {
+        p.push(format!(
+            "pods.health_interval_ms: {}: must be 50..600000",
+            pods.health_interval_ms
+        ));
+    }
+    if pods.unhealthy_after == 0 {
+        p.push("pods.unhealthy_after: 0: must be > 0".into());
+    }
+    if !(10..=600_000).contains(&pods.request_timeout_ms) {
+        p.push(format!(
+            "pods.request_timeout_ms: {}: must be 10..600000",
+            pods.request_timeout_ms
+        ));
+    }
+    if !(10..=60_000).contains(&pods.connect_timeout_ms) {
+        p.push(format!(
+            "pods.connect_timeout_ms: {}: must be 10..60000",
+            pods.connect_timeout_ms
+        ));
+    }
+    if pods.retries > 10 {
+        p.push(format!(
+            "pods.retries: {}: must be at most 10",
+            pods.retries
+        ));
+    }
+    if pods.retry_backoff_ms > 60_000 {
+        p.push(format!(
+            "pods.retry_backoff_ms: {}: must be at most 60000",
+            pods.retry_backoff_ms
+        ));
+    }
+    if pods.adapter_replicas == 0 || pods.adapter_replicas > 64 {
+        p.push(format!(
+            "pods.adapter_replicas: {}: must be 1..64",
+            pods.adapter_replicas
+        ));
+    }
+    if pods.max_in_flight_per_pod == 0 || pods.max_in_flight_per_pod > 1024 {
+        p.push(format!(
+            "pods.max_in_flight_per_pod: {}: must be 1..1024",
+            pods.max_in_flight_per_pod
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{GatewayConfig, PodSpec};
+
+    #[test]
+    fn every_problem_is_listed_with_its_field() {
+        let mut c = GatewayConfig::default();
+        c.server.listen = "nowhere".into();
+        c.registry.max_manifest_files = 0;
+        c.hotness.decay_factor = 1.5;
+        c.pods.static_pods = vec![PodSpec::new("a", "h:1"), PodSpec::new("a", "h:2")];
+        let problems = super::validate(&c);
+        let fields: Vec<&str> = problems
+            .iter()
+            .map(|p| p.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "server.listen",
+                "pods.static[1].id",
+                "registry.max_manifest_files",
+                "hotness.decay_factor"
+            ],
+            "{problems:?}"
+        );
+    }
+}

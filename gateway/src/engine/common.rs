@@ -1,0 +1,68 @@
+//! Calls both dialects make the same way: a `max_tokens: 1` completion, `GET /health`,
+//! `GET /v1/models` and `GET /metrics`.
+
+use serde_json::json;
+
+use super::http::HttpPod;
+use super::metrics_text::{parse_pod_load, PodLoad};
+use super::models::{parse_models, ServedModels};
+use super::reply::error_reply;
+use super::{prefill_prompt, EngineError};
+
+/// A rejected reply as an error naming the pod and URL.
+pub fn rejected(pod: &HttpPod, path: &str, status: u16, body: &[u8]) -> EngineError {
+    let e = error_reply(body);
+    EngineError::Rejected {
+        pod: pod.pod_id.clone(),
+        url: pod.url(path),
+        status,
+        kind: e.kind,
+        message: e.message,
+    }
+}
+
+/// A completion of the prefix plus one token with `max_tokens: 1`: fills the prefix cache.
+pub async fn prefill(pod: &HttpPod, model: &str, prefix_text: &str) -> Result<(), EngineError> {
+    let path = "/v1/completions";
+    let body = json!({
+        "model": model,
+        "prompt": prefill_prompt(prefix_text),
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": false,
+    });
+    let reply = pod.post_json(path, &body, true).await?;
+    if reply.status == 200 {
+        Ok(())
+    } else {
+        Err(rejected(pod, path, reply.status, &reply.body))
+    }
+}
+
+pub async fn health(pod: &HttpPod) -> Result<(), EngineError> {
+    let reply = pod.get("/health").await?;
+    if reply.status == 200 {
+        Ok(())
+    } else {
+        Err(rejected(pod, "/health", reply.status, &reply.body))
+    }
+}
+
+pub async fn models(pod: &HttpPod) -> Result<ServedModels, EngineError> {
+    let path = "/v1/models";
+    let reply = pod.get(path).await?;
+    if reply.status != 200 {
+        return Err(rejected(pod, path, reply.status, &reply.body));
+    }
+    parse_models(&reply.body).map_err(|m| pod.bad_reply(path, m))
+}
+
+pub async fn load(pod: &HttpPod) -> Result<PodLoad, EngineError> {
+    let path = "/metrics";
+    let reply = pod.get(path).await?;
+    if reply.status != 200 {
+        return Err(rejected(pod, path, reply.status, &reply.body));
+    }
+    let text = std::str::from_utf8(&reply.body).map_err(|_| pod.bad_reply(path, "not UTF-8"))?;
+    Ok(parse_pod_load(text))
+}

@@ -1,0 +1,117 @@
+//! Snapshots of the service: [`Gateway::restore`] at start (never fails: a corrupt or truncated
+//! current generation falls back to the previous one, with a log line and
+//! `prewarm_snapshot_fallbacks_total`), [`Gateway::write_snapshot`] periodically, on demand
+//! (`POST /admin/snapshot`) and at shutdown.
+
+use serde::Serialize;
+
+use super::{now_ms, Gateway};
+use crate::policy::RoutingTableBuilder;
+use crate::state::snapshot_file::{self, Generation};
+use crate::state::Snapshot;
+use crate::telemetry::Telemetry;
+
+/// What a restore found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Restored {
+    pub generation: Generation,
+    pub prompts: usize,
+    pub adapters: usize,
+    pub problems: Vec<String>,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Written {
+    pub bytes: u64,
+    pub prompts: usize,
+    pub adapters: usize,
+}
+
+impl Gateway {
+    /// The current state as a snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.state();
+        Snapshot {
+            written_at_ms: now_ms(),
+            prompts: state.pool.export(),
+            registry: state.registry.clone(),
+            table_generation: state.routing.table().generation,
+        }
+    }
+
+    /// Loads the newest usable snapshot generation into the state and marks the gateway ready.
+    pub fn restore(&self) -> Restored {
+        let loaded = snapshot_file::load::<Snapshot>(&self.config.state.dir);
+        for problem in &loaded.problems {
+            tracing::warn!(%problem, "snapshot generation unusable");
+        }
+        match loaded.generation {
+            Generation::Previous => {
+                tracing::warn!(
+                    "snapshot: the current generation is unusable, using the previous one"
+                );
+                Telemetry::count(
+                    &self.telemetry.snapshot_fallbacks,
+                    &[("reason", "previous_generation")],
+                );
+            }
+            Generation::None if !loaded.problems.is_empty() => {
+                tracing::error!("snapshot: no usable generation, starting empty");
+                Telemetry::count(
+                    &self.telemetry.snapshot_fallbacks,
+                    &[("reason", "none_usable")],
+                );
+            }
+            _ => {}
+        }
+        let mut restored = Restored {
+            generation: loaded.generation,
+            prompts: 0,
+            adapters: 0,
+            problems: loaded.problems,
+        };
+        if let Some(snapshot) = loaded.value {
+            let mut state = self.state();
+            let refused = state.pool.restore(snapshot.prompts, now_ms());
+            restored
+                .problems
+                .extend(refused.iter().map(|e| format!("prompt refused: {e}")));
+            restored.prompts = state.pool.len();
+            restored.adapters = snapshot.registry.len();
+            state.registry = snapshot.registry;
+            state.routing = RoutingTableBuilder::new(
+                self.config.fingerprint.block_tokens,
+                self.config.routing.clone(),
+                snapshot.table_generation,
+            );
+        }
+        tracing::info!(generation = ?restored.generation, prompts = restored.prompts, adapters = restored.adapters, "snapshot loaded");
+        self.republish_table();
+        self.set_ready();
+        restored
+    }
+
+    /// Writes a snapshot now (blocking file I/O: call from `spawn_blocking` on the runtime).
+    pub fn write_snapshot(&self) -> std::io::Result<Written> {
+        let snapshot = self.snapshot();
+        let prompts = snapshot.prompts.len();
+        let adapters = snapshot.registry.len();
+        match snapshot_file::write(&self.config.state.dir, &snapshot) {
+            Ok(bytes) => {
+                Telemetry::count(&self.telemetry.snapshots_written, &[("outcome", "ok")]);
+                tracing::info!(bytes, prompts, adapters, "snapshot written");
+                Ok(Written {
+                    bytes,
+                    prompts,
+                    adapters,
+                })
+            }
+            Err(e) => {
+                Telemetry::count(&self.telemetry.snapshots_written, &[("outcome", "error")]);
+                tracing::error!(error = %e, dir = %self.config.state.dir.display(), "snapshot write failed");
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Planning a pod's warm-up from the current state: the candidates are the routable pods plus
+//! the pod itself, the adapters those placed on it (pinned first, then by tier), the hot prefixes
+//! the pool's hottest. Used by the executor, `GET /admin/pods/{id}/plan` and the `plan` command.
+
+use prewarm_core::PlacementCandidate;
+
+use super::adapters::placed_pods_among;
+use super::{now_ms, Gateway, State};
+use crate::policy::{plan_warmup, WarmupPlan};
+
+/// Which pods count as placement candidates besides the planned one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidates {
+    /// Pods in the routing table now (the live service).
+    Routable,
+    /// Every pod in the pool (the `plan` command, which checks no pod).
+    All,
+}
+
+/// The plan `pod_id` would get now; `None` when it is not in the pool.
+pub fn plan_for(
+    gateway: &Gateway,
+    state: &State,
+    pod_id: &str,
+    which: Candidates,
+) -> Option<WarmupPlan> {
+    state.pods.get(pod_id)?;
+    let now = now_ms();
+    let members: Vec<(&str, f64)> = state
+        .pods
+        .values()
+        .filter(|p| {
+            p.spec.id == pod_id
+                || match which {
+                    Candidates::All => true,
+                    Candidates::Routable => p.routable(now),
+                }
+        })
+        .map(|p| (p.spec.id.as_str(), p.spec.weight))
+        .collect();
+    let candidates: Vec<PlacementCandidate<'_>> = members
+        .iter()
+        .map(|(id, w)| PlacementCandidate::new(id, *w))
+        .collect();
+    let replicas = gateway.config.pods.adapter_replicas;
+    let mut adapters: Vec<(bool, crate::policy::Tier, &str)> = state
+        .registry
+        .iter()
+        .filter(|r| {
+            placed_pods_among(&candidates, &r.name, replicas)
+                .iter()
+                .any(|p| p == pod_id)
+        })
+        .map(|r| (r.pinned, r.tier, r.name.as_str()))
+        .collect();
+    adapters.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
+    let adapters: Vec<String> = adapters
+        .into_iter()
+        .map(|(_, _, n)| n.to_string())
+        .collect();
+    let hot = state.pool.hot_prefixes(
+        gateway.config.warmup.max_candidates,
+        &gateway.config.fingerprint.core(),
+    );
+    Some(plan_warmup(
+        pod_id,
+        &candidates,
+        &adapters,
+        &hot,
+        &gateway.config.warmup,
+    ))
+}

@@ -1,0 +1,21 @@
+//! What survives a restart: the prompt pool (dynamic prefixes and operator templates), the adapter
+//! registry (with pins), and the routing table's last generation (so filters never see it go
+//! backwards). Written atomically with the previous generation kept ([`snapshot_file`]).
+
+pub mod snapshot_file;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::hotness::PromptRecord;
+use crate::registry::AdapterRegistry;
+
+/// One snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub written_at_ms: u64,
+    /// Hottest first; templates included (origin `static`).
+    pub prompts: Vec<PromptRecord>,
+    pub registry: AdapterRegistry,
+    #[serde(default)]
+    pub table_generation: u64,
+}

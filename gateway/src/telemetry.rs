@@ -1,0 +1,194 @@
+//! The gateway's Prometheus metrics (prometheus-client), served at `/metrics`:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `prewarm_warmup_duration_seconds` | histogram | — (from warm-up start to first tier done) |
+//! | `prewarm_warmup_key_errors_total` | counter | `pod` (prefills of a warm-up that failed) |
+//! | `prewarm_prefills_total` | counter | `pod`, `outcome` (ok / unreachable / timeout / rejected / bad_reply) |
+//! | `prewarm_adapter_loads_total` | counter | `pod`, `outcome` (ok / already / refused_manifest / error kinds) |
+//! | `prewarm_adapter_unloads_total` | counter | `pod`, `outcome` |
+//! | `prewarm_signals_ingested_total` | counter | `kind` (prefill / pin / feedback / rejected / dropped_by_filter) |
+//! | `prewarm_routing_table_generation` | gauge | — |
+//! | `prewarm_routing_table_pods` | gauge | — |
+//! | `prewarm_modelled_hit_ratio` | gauge | `pod` (hot prefixes placed on the pod believed resident) |
+//! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` |
+//! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
+//! | `prewarm_snapshots_written_total` | counter | `outcome` |
+//! | `prewarm_pods` | gauge | `state` (up / down / warming) |
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Every metric the gateway exports.
+pub struct Telemetry {
+    registry: Registry,
+    pub warmup_duration: Histogram,
+    pub warmup_key_errors: Family<Labels, Counter>,
+    pub prefills: Family<Labels, Counter>,
+    pub adapter_loads: Family<Labels, Counter>,
+    pub adapter_unloads: Family<Labels, Counter>,
+    pub signals: Family<Labels, Counter>,
+    pub table_generation: Gauge,
+    pub table_pods: Gauge,
+    pub hit_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub decisions: Family<Labels, Counter>,
+    pub snapshot_fallbacks: Family<Labels, Counter>,
+    pub snapshots_written: Family<Labels, Counter>,
+    pub pods: Family<Labels, Gauge>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Telemetry {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let warmup_duration = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        let t = Self {
+            warmup_duration,
+            warmup_key_errors: Family::default(),
+            prefills: Family::default(),
+            adapter_loads: Family::default(),
+            adapter_unloads: Family::default(),
+            signals: Family::default(),
+            table_generation: Gauge::default(),
+            table_pods: Gauge::default(),
+            hit_ratio: Family::default(),
+            decisions: Family::default(),
+            snapshot_fallbacks: Family::default(),
+            snapshots_written: Family::default(),
+            pods: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "prewarm_warmup_duration_seconds",
+            "Seconds from a pod's warm-up start to its first tier done",
+            t.warmup_duration.clone(),
+        );
+        registry.register(
+            "prewarm_warmup_key_errors",
+            "Warm-up prefills that failed",
+            t.warmup_key_errors.clone(),
+        );
+        registry.register(
+            "prewarm_prefills",
+            "Prefills sent to pods by outcome",
+            t.prefills.clone(),
+        );
+        registry.register(
+            "prewarm_adapter_loads",
+            "Adapter loads by outcome",
+            t.adapter_loads.clone(),
+        );
+        registry.register(
+            "prewarm_adapter_unloads",
+            "Adapter unloads by outcome",
+            t.adapter_unloads.clone(),
+        );
+        registry.register(
+            "prewarm_signals_ingested",
+            "Signals received from filters by kind",
+            t.signals.clone(),
+        );
+        registry.register(
+            "prewarm_routing_table_generation",
+            "Generation of the routing table served",
+            t.table_generation.clone(),
+        );
+        registry.register(
+            "prewarm_routing_table_pods",
+            "Pods in the routing table",
+            t.table_pods.clone(),
+        );
+        registry.register(
+            "prewarm_modelled_hit_ratio",
+            "Share of the hot prefixes placed on a pod that the KV model believes resident",
+            t.hit_ratio.clone(),
+        );
+        registry.register(
+            "prewarm_policy_decisions",
+            "Decisions returned by the policies",
+            t.decisions.clone(),
+        );
+        registry.register(
+            "prewarm_snapshot_fallbacks",
+            "Snapshot loads that could not use the current generation",
+            t.snapshot_fallbacks.clone(),
+        );
+        registry.register(
+            "prewarm_snapshots_written",
+            "Snapshot writes by outcome",
+            t.snapshots_written.clone(),
+        );
+        registry.register("prewarm_pods", "Pods by state", t.pods.clone());
+        Self { registry, ..t }
+    }
+
+    /// Counts one event in a labelled counter family.
+    pub fn count(family: &Family<Labels, Counter>, pairs: &[(&str, &str)]) {
+        family.get_or_create(&labels(pairs)).inc();
+    }
+
+    /// Adds `n` to a labelled counter.
+    pub fn add(family: &Family<Labels, Counter>, pairs: &[(&str, &str)], n: u64) {
+        family.get_or_create(&labels(pairs)).inc_by(n);
+    }
+
+    pub fn set_hit_ratio(&self, pod: &str, ratio: f64) {
+        self.hit_ratio
+            .get_or_create(&labels(&[("pod", pod)]))
+            .set(ratio);
+    }
+
+    pub fn set_pods(&self, state: &str, n: i64) {
+        self.pods.get_or_create(&labels(&[("state", state)])).set(n);
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_documented_names() {
+        let t = Telemetry::new();
+        Telemetry::count(&t.prefills, &[("pod", "a"), ("outcome", "ok")]);
+        Telemetry::count(&t.warmup_key_errors, &[("pod", "a")]);
+        t.warmup_duration.observe(0.3);
+        t.set_hit_ratio("a", 0.5);
+        let text = t.render();
+        for name in [
+            "prewarm_prefills_total{pod=\"a\",outcome=\"ok\"} 1",
+            "prewarm_warmup_key_errors_total{pod=\"a\"} 1",
+            "prewarm_warmup_duration_seconds_count 1",
+            "prewarm_modelled_hit_ratio{pod=\"a\"} 0.5",
+        ] {
+            assert!(text.contains(name), "{name} not in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+"""Helpers to run the real `prewarm-gateway` binary in end-to-end tests.
+
+- `start_gateway(tmp_path, config)` writes the configuration (a dict, rendered as TOML, or TOML
+  text) with `server.listen = 127.0.0.1:0` and a state directory under `tmp_path` unless given,
+  starts `target/debug/prewarm-gateway serve --config ...`, waits for its
+  `prewarm-gateway listening on http://127.0.0.1:PORT` line and returns a `Gateway` (process, base
+  URL, admin token, config path).
+- `Gateway.admin(method, path, json=...)` calls an admin endpoint with the bearer token.
+- `to_toml(dict)` renders the small TOML subset the gateway's configuration uses.
+
+The caller stops the process (`gw.proc.stop()`: SIGTERM, SIGKILL after a grace period).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import requests
+
+from . import LISTENING, ManagedProcess, bin_path
+
+ADMIN_TOKEN = "test-admin-token"
+_counter = itertools.count()
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(f"cannot render {v!r} as TOML")
+
+
+def to_toml(config: dict, prefix: str = "") -> str:
+    """Tables of scalars, nested tables and arrays of tables (lists of dicts)."""
+    lines: list[str] = []
+    nested: list[tuple[str, Any]] = []
+    for key, value in config.items():
+        if isinstance(value, dict) or (isinstance(value, list) and value and all(isinstance(x, dict) for x in value)):
+            nested.append((key, value))
+        else:
+            lines.append(f"{key} = {_value(value)}")
+    out = "\n".join(lines) + ("\n" if lines else "")
+    for key, value in nested:
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out += f"\n[{name}]\n" + to_toml(value, f"{name}.")
+        else:
+            for item in value:
+                out += f"\n[[{name}]]\n" + to_toml(item, f"{name}.")
+    return out
+
+
+@dataclass
+class Gateway:
+    proc: ManagedProcess
+    url: str
+    token: str
+    config_path: Path
+
+    def admin(self, method: str, path: str, **kwargs) -> requests.Response:
+        headers = kwargs.pop("headers", {})
+        headers["Authorization"] = f"Bearer {self.token}"
+        return requests.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kwargs)
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return requests.get(f"{self.url}{path}", timeout=30, **kwargs)
+
+
+def write_config(tmp_path: Path, config: Union[dict, str], name: str) -> Path:
+    path = Path(tmp_path) / f"{name}.toml"
+    if isinstance(config, str):
+        text = config
+    else:
+        config = json.loads(json.dumps(config))  # deep copy
+        server = config.setdefault("server", {})
+        server.setdefault("listen", "127.0.0.1:0")
+        server.setdefault("admin_token", ADMIN_TOKEN)
+        state = config.setdefault("state", {})
+        state.setdefault("dir", str(Path(tmp_path) / "gateway-state"))
+        text = to_toml(config)
+    path.write_text(text)
+    return path
+
+
+def start_gateway(
+    tmp_path: Path,
+    config: Union[dict, str, None] = None,
+    name: Optional[str] = None,
+    env: Optional[dict] = None,
+    timeout: float = 30.0,
+) -> Gateway:
+    """Starts the gateway with `config` (dict or TOML text); see the module docs."""
+    label = name or f"gateway-{next(_counter)}"
+    path = write_config(tmp_path, config if config is not None else {}, label)
+    full_env = {"PREWARM_LOG": "info"}
+    if env:
+        full_env.update(env)
+    proc = ManagedProcess(
+        [bin_path("prewarm-gateway"), "serve", "--config", path],
+        Path(tmp_path) / f"{label}.log",
+        ready=LISTENING,
+        env=full_env,
+        timeout=timeout,
+    )
+    assert proc.match is not None
+    return Gateway(proc, f"http://{proc.match.group('addr')}", ADMIN_TOKEN, path)
