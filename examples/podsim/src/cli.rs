@@ -17,7 +17,14 @@ pub enum EngineArg {
 /// podsim: a simulated vLLM (or SGLang) inference pod with a prefix cache, LoRA slots and a
 /// latency model. All reported latencies are model time; `--time-scale` only shortens waits.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "podsim", version)]
+#[command(
+    name = "podsim",
+    version,
+    after_help = "Environment:\n  VLLM_ALLOW_RUNTIME_LORA_UPDATING  1 or true: serve /v1/load_lora_adapter and \
+                  /v1/unload_lora_adapter (vLLM engine, with --enable-lora); otherwise they are 404.\n\n\
+                  Prints `podsim listening on http://ADDR` once bound; exits 64 on bad flags; \
+                  SIGTERM or Ctrl-C drains in-flight replies for --shutdown-grace-seconds."
+)]
 pub struct Args {
     /// The model path (`root` of the base model card).
     #[arg(default_value = "meta-llama/Llama-3.1-8B-Instruct")]
@@ -132,22 +139,42 @@ impl Args {
         });
         let overrides = [
             (
+                "--prefill-overhead-ms",
                 self.prefill_overhead_ms,
                 1e-3,
                 &mut latency.prefill_overhead,
             ),
-            (self.per_token_us, 1e-6, &mut latency.per_uncached_token),
-            (self.inter_token_ms, 1e-3, &mut latency.inter_token),
-            (self.adapter_load_ms, 1e-3, &mut latency.adapter_load_base),
             (
+                "--per-token-us",
+                self.per_token_us,
+                1e-6,
+                &mut latency.per_uncached_token,
+            ),
+            (
+                "--inter-token-ms",
+                self.inter_token_ms,
+                1e-3,
+                &mut latency.inter_token,
+            ),
+            (
+                "--adapter-load-ms",
+                self.adapter_load_ms,
+                1e-3,
+                &mut latency.adapter_load_base,
+            ),
+            (
+                "--adapter-activation-ms",
                 self.adapter_activation_ms,
                 1e-3,
                 &mut latency.adapter_activation_base,
             ),
         ];
-        for (value, unit, field) in overrides {
-            if let Some(v) = value {
+        for (flag, value, unit, field) in overrides {
+            let Some(v) = value else { continue };
+            if v.is_finite() && v >= 0.0 && v * unit <= 3600.0 {
                 *field = v * unit;
+            } else {
+                problems.push(format!("{flag}: {v}: must be between 0 and one hour"));
             }
         }
         if !(self.time_scale.is_finite() && self.time_scale > 0.0 && self.time_scale <= 1e6) {
@@ -196,11 +223,7 @@ impl Args {
             noise: self.noise,
             seed: self.seed,
         };
-        problems.extend(
-            pod.validate()
-                .into_iter()
-                .map(|p| format!("--{}", p.replace('_', "-"))),
-        );
+        problems.extend(pod.validate().into_iter().map(|p| flag_problem(&p)));
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -229,7 +252,64 @@ impl Args {
     }
 }
 
+/// A `PodConfig` problem (`field: value: rule`) named by its flag (`--field: value: rule`).
+fn flag_problem(problem: &str) -> String {
+    match problem.split_once(':') {
+        Some((field, rest)) => {
+            let field = field.strip_prefix("latency.").unwrap_or(field);
+            format!("--{}:{rest}", field.replace('_', "-"))
+        }
+        None => problem.to_string(),
+    }
+}
+
 /// vLLM's reading of `VLLM_ALLOW_RUNTIME_LORA_UPDATING`: "1" or "true", any case.
 pub fn runtime_lora_allowed(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_lora_flag_reads_like_vllm() {
+        for (v, want) in [
+            (Some("1"), true),
+            (Some("True"), true),
+            (Some(" true "), true),
+            (Some("0"), false),
+            (Some("yes"), false),
+            (None, false),
+        ] {
+            assert_eq!(runtime_lora_allowed(v), want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn flags_become_a_validated_config() {
+        let args = Args::parse_from([
+            "podsim",
+            "--served-model-name",
+            "m",
+            "--max-loras",
+            "2",
+            "--inter-token-ms",
+            "5",
+            "--lora-modules",
+            "a=/x",
+            "b=/y",
+        ]);
+        let c = args.server_config(true).unwrap();
+        assert_eq!(c.pod.served_model_name, "m");
+        assert_eq!(c.pod.max_cpu_loras, 2);
+        assert!((c.pod.latency.inter_token - 0.005).abs() < 1e-12);
+        assert_eq!(args.lora_modules().unwrap().len(), 2);
+        let bad = Args::parse_from(["podsim", "--lora-modules", "noequals", "--time-scale", "0"]);
+        let problems = bad.server_config(false).unwrap_err();
+        assert!(problems.iter().any(|p| p.starts_with("--time-scale: 0:")));
+        assert!(problems
+            .iter()
+            .any(|p| p.starts_with("--lora-modules: noequals:")));
+    }
 }
