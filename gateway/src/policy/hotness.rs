@@ -176,6 +176,8 @@ pub enum PoolError {
     TextTooLong { bytes: usize, max: usize },
     #[error("prefix: {blocks} blocks: more than the text can cover")]
     TooManyBlocks { blocks: usize },
+    #[error("prefix_tokens: {tokens}: must be the blocks' tokens, covered by the text ({text_bytes} bytes)")]
+    InconsistentLength { tokens: usize, text_bytes: usize },
     #[error("model: empty: must be a model or adapter name")]
     EmptyModel,
     #[error("model: {0:?}: too many distinct model and tenant names")]
@@ -250,6 +252,24 @@ pub struct PromptRecord {
 }
 
 const NO_NAME: NameId = NameId::MAX;
+
+/// A signal's `prefix_tokens` is `blocks × block_tokens` and its text covers them, less at most
+/// one partial character (the filter cuts the text back to a character boundary).
+fn check_signal_lengths(signal: &PrefillSignal) -> Result<(), PoolError> {
+    let blocks = signal.prefix.len().max(1);
+    let tokens = signal.prefix_tokens;
+    let covered = tokens.saturating_mul(BYTES_PER_TOKEN);
+    if tokens == 0
+        || !tokens.is_multiple_of(blocks)
+        || signal.prefix_text.len().saturating_add(3) < covered
+    {
+        return Err(PoolError::InconsistentLength {
+            tokens,
+            text_bytes: signal.prefix_text.len(),
+        });
+    }
+    Ok(())
+}
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -495,6 +515,7 @@ impl PromptPool {
             return Ok(key);
         }
         self.check_prefix(&signal.prefix_text, signal.prefix.len())?;
+        check_signal_lengths(&signal)?;
         while self.dynamic_len() >= self.config.max_entries.max(1) {
             let Some(&(_, coldest)) = self.order.first() else {
                 break;
@@ -837,3 +858,6 @@ impl PromptPool {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

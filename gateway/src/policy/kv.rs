@@ -516,3 +516,6 @@ impl KvResidency {
             .count()
     }
 }
+
+#[cfg(test)]
+mod tests;
