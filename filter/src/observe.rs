@@ -23,7 +23,9 @@ pub struct Observation<'a> {
     pub user: Option<&'a str>,
     pub canonical: &'a str,
     pub chain: &'a BlockChain,
-    pub sketch: Sketch,
+    /// The text to sketch (the canonical prompt cut to `max_prefix_tokens`): sketched only
+    /// when the request has a user, since only users' patterns compare sketches.
+    pub sketched: &'a str,
 }
 
 /// The signals one request causes (possibly none).
@@ -60,13 +62,14 @@ fn observe_user<H: Host + ?Sized>(
 ) -> Option<Signal> {
     let owner = Keys::owner_hash(user);
     let key = keys.user(owner, config.user_slots);
+    let sketch = Sketch::of(seen.sketched, config.sketch_size);
     let (state, decision) = update(host, &key, config.cas_retries, |bytes| {
         let previous = (read_u64(bytes, 0) == Some(owner))
             .then(|| UserPattern::from_bytes(bytes.get(8..).unwrap_or(&[]), config.sketch_size))
             .flatten();
         let (state, decision) = observe_prompt(
             previous.as_ref(),
-            seen.sketch.clone(),
+            sketch.clone(),
             &seen.chain.blocks,
             &config.triggers,
         );

@@ -5,7 +5,7 @@
 //! observe, enqueue the signals, route, and continue. Anything unexpected: count it and let the
 //! request through untouched.
 
-use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint, Sketch};
+use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
@@ -158,7 +158,7 @@ impl RequestFlow {
                 user,
                 canonical: &canonical,
                 chain: &chain,
-                sketch: Sketch::of(sketched, config.sketch_size),
+                sketched,
             },
         );
         enqueue(
