@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use prewarm_gateway::config::{ConfigError, GatewayConfig};
 use prewarm_gateway::server::{serve, shutdown_requested};
-use prewarm_gateway::service::planning::{plan_for, Candidates};
+use prewarm_gateway::service::planning::{plan_for, Candidates, PlanView};
 use prewarm_gateway::service::Gateway;
 
 const EXIT_CONFIG: u8 = 64;
@@ -114,7 +114,8 @@ fn main() -> ExitCode {
                     Some(plan) => {
                         println!(
                             "{}",
-                            serde_json::to_string_pretty(&plan).unwrap_or_default()
+                            serde_json::to_string_pretty(&PlanView::from(&plan))
+                                .unwrap_or_default()
                         );
                         ExitCode::SUCCESS
                     }

@@ -13,7 +13,7 @@ use super::views::{detail as pod_detail, summary, PodSummary};
 use super::AppState;
 use crate::config::PodSpec;
 use crate::service::now_ms;
-use crate::service::planning::{plan_for, Candidates};
+use crate::service::planning::{plan_for, Candidates, PlanView};
 use crate::service::pods::{PodHealth, PodSource};
 use crate::warmup::executor::start_warmup;
 
@@ -104,5 +104,5 @@ pub async fn plan(
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
     let plan = plan_for(&gateway, &state, &id, Candidates::Routable).ok_or_else(|| unknown(&id))?;
-    Ok(Json(plan).into_response())
+    Ok(Json(PlanView::from(&plan)).into_response())
 }

@@ -46,6 +46,10 @@ pub fn start_warmup(gateway: &Arc<Gateway>, pod_id: &str, epoch: u64) -> bool {
         Some(previous) => previous.restarted(plan, now),
         None => WarmupProgress::start(plan, gateway.config.warmup.clone(), now),
     };
+    if progress.status(now).first_tier_done_ms.is_some() {
+        // Nothing to warm before traffic: routable at once, a zero-length warm-up.
+        gateway.telemetry.warmup_duration.observe(0.0);
+    }
     pod.warmup.abort();
     pod.warmup.progress = Some(progress);
     let g = gateway.clone();

@@ -1,0 +1,338 @@
+"""The real prewarm-gateway binary against real podsim processes on loopback.
+
+Asserted outcomes: what the pods hold (prefix cache hits reported by podsim, adapters listed by
+its /v1/models), what the routing table contains and when, and what survives a restart.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from harness import bin_path, wait_until
+from harness.gateway import start_gateway, write_config
+from harness.podsim import make_adapter, start_podsim
+
+BASE = "meta-llama/Llama-3.1-8B-Instruct"
+SUFFIX = "\n>>>"  # the gateway's prefill suffix: one token
+
+
+def template_text(i: int) -> str:
+    # 6 blocks of 64 tokens (1,536 bytes) and a bit, distinct from the first byte.
+    line = f"Template {i:03d}: you are a careful assistant for tenant number {i}. "
+    return (line * 40)[: 1536 + 10]
+
+
+def cached_tokens(pod_url: str, text: str) -> int:
+    r = requests.post(
+        f"{pod_url}/v1/completions",
+        json={"model": BASE, "prompt": text + SUFFIX, "max_tokens": 1},
+        timeout=30,
+    )
+    r.raise_for_status()
+    return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def completions_served(pod_url: str) -> float:
+    text = requests.get(f"{pod_url}/metrics", timeout=10).text
+    return sum(
+        float(l.rsplit(" ", 1)[1])
+        for l in text.splitlines()
+        if l.startswith("vllm:request_success_total{")
+    )
+
+
+def routed_ids(gw) -> list[str]:
+    return [p["id"] for p in gw.get("/v1/routing").json()["pods"]]
+
+
+def pod_spec(pod_id: str, url: str, **extra) -> dict:
+    return {"id": pod_id, "address": url.removeprefix("http://"), **extra}
+
+
+def metric(gw, prefix: str) -> float:
+    text = gw.get("/metrics").text
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(prefix))
+
+
+SLOW_POD = ("--enable-prompt-tokens-details", "--prefill-overhead-ms", "150", "--per-token-us", "0")
+
+
+def gateway_config(pods: list[dict], **sections) -> dict:
+    config = {
+        "pods": {"base_model": BASE, "health_interval_ms": 100, "unhealthy_after": 1, "static": pods},
+        "warmup": {"first_tier": 4, "second_tier": 4, "first_tier_concurrency": 1,
+                   "second_tier_concurrency": 1, "deadline_ms": 120000},
+    }
+    config.update(sections)
+    return config
+
+
+def test_check_config_lists_every_problem_and_exits_64(tmp_path):
+    path = write_config(tmp_path, {"server": {"listen": "nowhere"}, "warmup": {"kv_usage_high": 2.0},
+                                   "pods": {"static": [{"id": "a", "address": "no-port"}]}}, "bad")
+    r = subprocess.run([bin_path("prewarm-gateway"), "check-config", "--config", path],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 64
+    for field in ("server.listen", "warmup.kv_usage_high", "pods.static[0].address"):
+        assert field in r.stderr, r.stderr
+    served = subprocess.run([bin_path("prewarm-gateway"), "serve", "--config", path],
+                            capture_output=True, text=True, timeout=30)
+    assert served.returncode == 64 and "listening" not in served.stdout
+    good = write_config(tmp_path, {}, "good")
+    ok = subprocess.run([bin_path("prewarm-gateway"), "check-config", "--config", good],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_joining_pod_is_warmed_before_it_enters_the_table(tmp_path):
+    a, a_url = start_podsim(tmp_path, "--enable-prompt-tokens-details", "--time-scale", "20", name="pod-a")
+    b, b_url = start_podsim(tmp_path, *SLOW_POD, name="pod-b")
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("a", a_url)]))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["a"], timeout=20, what="pod a routable")
+        texts = {}
+        for i in range(16):
+            r = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(i)})
+            assert r.status_code == 201, r.text
+            texts[r.json()["key"]] = template_text(i)
+        # The demo's way: announce the new pod through the admin API.
+        r = gw.admin("POST", "/admin/pods", json=pod_spec("b", b_url))
+        assert r.status_code == 201, r.text
+        plan = wait_until(lambda: gw.get("/admin/pods/b/warmup").json()["warmup"], timeout=20, what="b plan")
+        expected = gw.get("/admin/pods/b/plan").json()
+        moved = expected["first_tier"] + expected["second_tier"]
+        assert 0 < len(expected["first_tier"]) <= 4 and expected["adapters"] == []
+        # Until the first tier is done, b is not routed to; once routed, its first tier is warm.
+        saw_warming = False
+        while True:
+            table = routed_ids(gw)
+            status = gw.get("/admin/pods/b/warmup").json()["warmup"]
+            if "b" in table:
+                break
+            if status["first_tier"]["done"] < status["first_tier"]["total"]:
+                saw_warming = True
+            assert status["phase"] != "interrupted"
+        assert saw_warming, "the first tier finished before the table was ever read"
+        after = gw.get("/admin/pods/b/warmup").json()["warmup"]
+        assert after["first_tier_done_ms"] is not None and after["routable"]
+        assert plan["first_tier"]["total"] == len(expected["first_tier"])
+        wait_until(lambda: gw.get("/admin/pods/b/warmup").json()["warmup"]["phase"] == "done",
+                   timeout=30, what="b warm-up done")
+        # Exactly the moved prefixes were prefilled on b, and they are cached there.
+        assert completions_served(b_url) == len(moved)
+        for key in moved:
+            assert cached_tokens(b_url, texts[key]) >= 1536 // 4 // 16 * 16
+        for key in set(texts) - set(moved):
+            assert cached_tokens(b_url, texts[key]) == 0
+        assert r.status_code == 201
+        assert requests.get(f"{gw.url}/v1/pods/b/ready", timeout=5).status_code == 200
+        assert metric(gw, "prewarm_warmup_duration_seconds_count") >= 2
+        assert metric(gw, 'prewarm_prefills_total{pod="b",outcome="ok"}') == len(moved)
+    finally:
+        gw.proc.stop()
+        a.stop()
+        b.stop()
+
+
+def test_pod_that_dies_mid_warmup_is_replanned_when_it_returns(tmp_path):
+    a, a_url = start_podsim(tmp_path, "--enable-prompt-tokens-details", "--time-scale", "20", name="pod-a")
+    b, b_url = start_podsim(tmp_path, *SLOW_POD, name="pod-b1")
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("a", a_url), pod_spec("b", b_url)],
+                                                warmup={"first_tier": 8, "second_tier": 8,
+                                                        "first_tier_concurrency": 1,
+                                                        "deadline_ms": 120000}))
+    try:
+        texts = {}
+        for i in range(40):
+            r = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(i)})
+            texts[r.json()["key"]] = template_text(i)
+        # Templates arrived after the first plans: trigger b's warm-up to plan them.
+        wait_until(lambda: gw.get("/admin/pods/b").json()["health"] == "up", timeout=20, what="b up")
+        r = gw.admin("POST", "/admin/pods/b/warmup")
+        assert r.status_code == 202, r.text
+        wait_until(lambda: gw.get("/admin/pods/b/warmup").json()["warmup"]["first_tier"]["done"] >= 1,
+                   timeout=20, what="b partly warmed")
+        status = gw.get("/admin/pods/b/warmup").json()["warmup"]
+        assert status["first_tier"]["done"] < status["first_tier"]["total"]
+        port = b_url.rsplit(":", 1)[1]
+        b.kill()
+        wait_until(lambda: gw.get("/admin/pods/b").json()["health"] == "down", timeout=20, what="b down")
+        assert "b" not in routed_ids(gw)
+        b2, _ = start_podsim(tmp_path, *SLOW_POD, "--port", port, name="pod-b2")
+        try:
+            wait_until(lambda: "b" in routed_ids(gw), timeout=60, what="b back in the table")
+            status = gw.get("/admin/pods/b/warmup").json()["warmup"]
+            assert status["attempt"] == 2 and status["first_tier_done_ms"] is not None
+            plan = gw.get("/admin/pods/b/plan").json()
+            for key in plan["first_tier"]:
+                assert cached_tokens(b_url, texts[key]) > 0
+        finally:
+            b2.stop()
+    finally:
+        gw.proc.stop()
+        a.stop()
+        b.stop()
+
+
+def lora_pod(tmp_path, name, *flags):
+    return start_podsim(tmp_path, "--enable-lora", "--max-loras", "2", "--max-cpu-loras", "2",
+                        "--time-scale", "20", *flags, name=name)
+
+
+def served_adapters(pod_url: str) -> set[str]:
+    cards = requests.get(f"{pod_url}/v1/models", timeout=10).json()["data"]
+    return {c["id"] for c in cards if c.get("parent")}
+
+
+def pin_signal(gw, adapter: str, priority: int = 50) -> None:
+    batch = {"version": "1.0", "source": "test", "signals": [
+        {"kind": "pin", "adapter": adapter, "rate_per_minute": 30.0, "priority": priority}]}
+    r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+    assert r.status_code == 202 and r.json()["pins"] == 1, r.text
+
+
+def test_gold_adapter_survives_bronze_pressure(tmp_path):
+    pod, url = lora_pod(tmp_path, "lora-pod")
+    spec = pod_spec("p", url, max_loras=2, max_cpu_loras=2)
+    config = gateway_config([spec])
+    config["pods"]["adapter_replicas"] = 1
+    gw = start_gateway(tmp_path, config)
+    try:
+        wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
+        root = tmp_path / "adapters"
+        names = ["gold-a"] + [f"bronze-{i}" for i in range(5)]
+        for n in names:
+            tier = "gold" if n.startswith("gold") else "bronze"
+            r = gw.admin("POST", "/admin/adapters",
+                         json={"name": n, "path": str(make_adapter(root, n)), "tier": tier, "tenant": n})
+            assert r.status_code == 201, r.text
+            assert r.json()["adapter"]["current"]["rank"] == 8
+        pin_signal(gw, "gold-a", priority=10)
+        wait_until(lambda: "gold-a" in served_adapters(url), timeout=20, what="gold loaded")
+        seen = set()
+        for rnd in range(2):
+            for i in range(5):
+                b = f"bronze-{i}"
+                pin_signal(gw, b, priority=90)
+                wait_until(lambda: b in served_adapters(url), timeout=20, what=f"{b} loaded")
+                now = served_adapters(url)
+                assert "gold-a" in now, now
+                assert len(now) <= 2
+                seen.add(b)
+        assert len(seen) == 5
+        assert metric(gw, 'prewarm_adapter_unloads_total{pod="p",outcome="ok"}') >= 4
+        table = gw.get("/v1/routing").json()
+        assert "gold-a" in table["pods"][0]["adapters"]
+        heat = gw.get("/admin/adapters/heatmap").json()
+        assert heat["pods"] == ["p"] and heat["cells"][heat["adapters"].index("gold-a")][0] != "absent"
+    finally:
+        gw.proc.stop()
+        pod.stop()
+
+
+def test_manifest_mismatch_refuses_the_load(tmp_path):
+    pod, url = lora_pod(tmp_path, "lora-pod")
+    spec = pod_spec("p", url, max_loras=2, max_cpu_loras=2)
+    gw = start_gateway(tmp_path, gateway_config([spec]))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
+        path = make_adapter(tmp_path / "adapters", "sql-lora")
+        r = gw.admin("POST", "/admin/adapters", json={"name": "sql-lora", "path": str(path), "version": "v1"})
+        assert r.status_code == 201, r.text
+        manifest = r.json()["adapter"]["current"]["manifest"]
+        assert {f["path"] for f in manifest["files"]} == {"adapter_config.json", "adapter_model.safetensors"}
+        weights = Path(path) / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
+        r = gw.admin("POST", "/admin/adapters/sql-lora/pin")
+        assert r.status_code == 200, r.text
+        outcomes = r.json()["outcomes"]
+        assert [o["outcome"] for o in outcomes if o["action"] == "load"] == ["refused_manifest"]
+        assert "adapter_model.safetensors" in outcomes[0]["error"]
+        assert "sql-lora" not in served_adapters(url)
+        assert metric(gw, 'prewarm_adapter_loads_total{pod="p",outcome="refused_manifest"}') == 1
+        # Re-registering the files as they are now (a new version) lets the load through.
+        r = gw.admin("POST", "/admin/adapters", json={"name": "sql-lora", "path": str(path), "version": "v2"})
+        assert r.status_code == 200 and r.json()["rollout"]["consistent"], r.text
+        r = gw.admin("POST", "/admin/adapters/sql-lora/pin")
+        assert [o["outcome"] for o in r.json()["outcomes"] if o["action"] == "load"] == ["ok"]
+        assert "sql-lora" in served_adapters(url)
+    finally:
+        gw.proc.stop()
+        pod.stop()
+
+
+def state_of(gw) -> tuple[set, dict]:
+    prompts = {p["key"] for p in gw.get("/admin/prompts").json()["prompts"] if p["origin"] == "static"}
+    adapters = {a["name"]: a["pinned"] for a in gw.get("/admin/adapters").json()["adapters"]}
+    return prompts, adapters
+
+
+def test_restart_keeps_templates_registry_and_pins(tmp_path):
+    config = {"pods": {"base_model": BASE}, "state": {"dir": str(tmp_path / "state"),
+                                                     "snapshot_interval_seconds": 0}}
+    gw = start_gateway(tmp_path, config, name="gw-1")
+    key = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(1)}).json()["key"]
+    path = make_adapter(tmp_path / "adapters", "kept")
+    assert gw.admin("POST", "/admin/adapters", json={"name": "kept", "path": str(path), "tier": "gold"}).status_code == 201
+    assert gw.admin("POST", "/admin/adapters/kept/pin").status_code == 200
+    before = state_of(gw)
+    assert before == ({key}, {"kept": True})
+    gw.proc.signal(signal.SIGTERM)
+    wait_until(lambda: not gw.proc.alive(), timeout=20, what="gateway exit")
+    assert gw.proc.stop() == 0
+
+    gw = start_gateway(tmp_path, config, name="gw-2")
+    assert gw.get("/readyz").status_code == 200
+    assert state_of(gw) == before
+    # SIGKILL after an explicit snapshot: what the snapshot holds survives.
+    key2 = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(2)}).json()["key"]
+    assert gw.admin("POST", "/admin/snapshot").status_code == 200
+    gw.proc.kill()
+    gw = start_gateway(tmp_path, config, name="gw-3")
+    assert state_of(gw) == ({key, key2}, {"kept": True})
+    gw.proc.kill()
+    # A truncated current snapshot falls back to the previous generation, with a metric.
+    current = tmp_path / "state" / "snapshot.json"
+    current.write_bytes(current.read_bytes()[:-7])
+    gw = start_gateway(tmp_path, config, name="gw-4")
+    try:
+        assert gw.get("/readyz").status_code == 200
+        assert state_of(gw) == before
+        assert metric(gw, 'prewarm_snapshot_fallbacks_total{reason="previous_generation"}') == 1
+        assert "previous" in gw.proc.output()
+    finally:
+        gw.proc.stop()
+
+
+def test_plan_command_prints_the_plan_without_touching_pods(tmp_path):
+    state = tmp_path / "state"
+    config = {"pods": {"base_model": BASE, "static": [{"id": "a", "address": "127.0.0.1:9"},
+                                                       {"id": "b", "address": "127.0.0.1:9"}]},
+              "state": {"dir": str(state), "snapshot_interval_seconds": 0}}
+    gw = start_gateway(tmp_path, config, name="planner")
+    for i in range(12):
+        gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(i)})
+    assert gw.admin("POST", "/admin/snapshot").status_code == 200
+    gw.proc.stop()
+    path = write_config(tmp_path, config, "plan")
+    out = {}
+    for pod in ("a", "b"):
+        r = subprocess.run([bin_path("prewarm-gateway"), "plan", "--config", path, "--pod", pod],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        import json
+        out[pod] = json.loads(r.stdout)
+    a, b = out["a"], out["b"]
+    assert a["considered"] == b["considered"] == 12
+    moved_a = set(a["first_tier"] + a["second_tier"])
+    moved_b = set(b["first_tier"] + b["second_tier"])
+    assert a["lazy"] == b["lazy"] == 0
+    assert moved_a.isdisjoint(moved_b) and len(moved_a | moved_b) == 12
+    r = subprocess.run([bin_path("prewarm-gateway"), "plan", "--config", path, "--pod", "zz"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "zz" in r.stderr
