@@ -630,3 +630,6 @@ impl LoraResidency {
             .map(|(n, _)| n.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests;

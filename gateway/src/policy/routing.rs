@@ -160,3 +160,6 @@ impl RoutingTableBuilder {
         true
     }
 }
+
+#[cfg(test)]
+mod tests;

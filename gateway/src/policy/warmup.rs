@@ -561,3 +561,6 @@ impl WarmupProgress {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+//! Scenario tests of the routing table builder.
+
+use super::*;
+
+fn pod<'a>(id: &'a str, adapters: Vec<&'a str>, routable: bool) -> PodRoute<'a> {
+    PodRoute {
+        id,
+        address: "127.0.0.1:8000",
+        weight: 1.0,
+        load: None,
+        adapters,
+        routable,
+    }
+}
+
+#[test]
+fn only_routable_pods_sorted_with_sorted_adapters() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    assert_eq!(b.table().generation, 0);
+    let pods = vec![
+        pod("pod-b", vec!["z", "a", "z"], true),
+        pod("pod-c", vec![], false),
+        pod("pod-a", vec!["m"], true),
+        PodRoute {
+            weight: 0.0,
+            ..pod("pod-d", vec![], true)
+        },
+    ];
+    assert!(b.build(&pods, 1_000));
+    let t = b.table();
+    assert_eq!(t.generation, 1);
+    assert_eq!(
+        (t.generated_at_ms, t.block_tokens, t.load_factor),
+        (1_000, 64, None)
+    );
+    let ids: Vec<&str> = t.pods.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(ids, vec!["pod-a", "pod-b"]);
+    assert_eq!(t.pods[1].adapters, vec!["a".to_string(), "z".to_string()]);
+    // the table is valid wire
+    let decoded = prewarm_core::wire::RoutingTable::decode(&t.encode()).unwrap();
+    assert_eq!(&decoded, t);
+}
+
+#[test]
+fn the_generation_moves_only_when_the_content_changes() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    let mut pods = vec![pod("a", vec!["x", "y"], true), pod("b", vec![], false)];
+    assert!(b.build(&pods, 1));
+    type Change = Box<dyn Fn(&mut Vec<PodRoute<'static>>)>;
+    let steps: Vec<(&str, Change, bool)> = vec![
+        ("nothing changed", Box::new(|_| {}), false),
+        (
+            "adapter order is not content",
+            Box::new(|p| p[0].adapters = vec!["y", "x", "x"]),
+            false,
+        ),
+        (
+            "a non-routable pod's details are not content",
+            Box::new(|p| p[1].adapters = vec!["q"]),
+            false,
+        ),
+        (
+            "load within a step",
+            Box::new(|p| p[0].load = Some(0.51)),
+            true,
+        ),
+        (
+            "load jitter inside the rounding",
+            Box::new(|p| p[0].load = Some(0.509)),
+            false,
+        ),
+        (
+            "a pod becomes routable",
+            Box::new(|p| p[1].routable = true),
+            true,
+        ),
+        (
+            "an adapter is added",
+            Box::new(|p| p[1].adapters.push("r")),
+            true,
+        ),
+        (
+            "an address changes",
+            Box::new(|p| p[0].address = "10.0.0.1:8000"),
+            true,
+        ),
+        ("a weight changes", Box::new(|p| p[0].weight = 2.0), true),
+        ("a pod leaves", Box::new(|p| p[0].routable = false), true),
+    ];
+    let mut generation = b.table().generation;
+    for (name, change, changed) in steps {
+        change(&mut pods);
+        assert_eq!(b.build(&pods, 2), changed, "{name}");
+        if changed {
+            generation += 1;
+        }
+        assert_eq!(b.table().generation, generation, "{name}");
+    }
+}
+
+#[test]
+fn loads_are_rounded_and_generations_continue_after_a_restart() {
+    let config = RoutingConfig {
+        load_factor: Some(1.25),
+        load_step: 0.1,
+    };
+    let mut b = RoutingTableBuilder::new(64, config, 41);
+    let mut p = pod("a", vec![], true);
+    p.load = Some(0.46);
+    assert!(b.build(&[p.clone()], 5));
+    assert_eq!(b.table().generation, 42);
+    assert_eq!(b.table().load_factor, Some(1.25));
+    assert!((b.table().pods[0].load.unwrap() - 0.5).abs() < 1e-12);
+    p.load = Some(f64::NAN);
+    assert!(b.build(&[p], 6));
+    assert_eq!(b.table().pods[0].load, None);
+    let mut empty = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    assert!(
+        empty.build(&[], 1),
+        "the first build publishes even an empty table"
+    );
+    assert!(!empty.build(&[], 2));
+}
+
+#[test]
+fn config_validation_names_every_field() {
+    assert!(RoutingConfig::default().validate("routing.").is_empty());
+    let bad = RoutingConfig {
+        load_factor: Some(0.5),
+        load_step: 0.0,
+    };
+    assert_eq!(
+        bad.validate("routing."),
+        vec![
+            "routing.load_factor: 0.5: must be between 1 and 100".to_string(),
+            "routing.load_step: 0: must be in (0, 1]".to_string()
+        ]
+    );
+}
