@@ -69,6 +69,9 @@ test: lint unit-tests wasm-tests validate e2e-tests
 bench: setup
 	cargo bench -p prewarm-core
 
+bench-filter: setup wasm
+	tools/bench-filter.sh
+
 demo: build
 	@echo "make demo: the end-to-end demo lands with the demo issue: it will start Envoy with the"
 	@echo "prewarm filter, the gateway and 3 podsim pods, replay mooncake-synthetic through Envoy,"

@@ -155,3 +155,32 @@ def test_a_new_generation_replaces_the_table(envoys, pods, gateway):
         assert receiver(pods, before) is pods[1]
     routing_gets = gateway.received("/v1/routing")
     assert any(r.headers.get("if-none-match") == '"1"' for r in routing_gets)
+
+
+def test_a_dead_pod_in_the_table_costs_no_failed_request(envoys, pods, gateway, choose_pod_binary, tmp_path):
+    """The table still names a pod that died: the retry policy (connect-failure, previous hosts)
+    saves the requests sent to it, and once the active health check marks it down, the
+    override_host policy stops honouring it."""
+    tbl = table(pods[:2])
+    gateway.table = tbl
+
+    def fast_health_checks(config):
+        pool = next(c for c in config["static_resources"]["clusters"] if c["name"] == "inference-pool")
+        pool["health_checks"][0].update({"interval": "0.3s", "no_traffic_interval": "0.3s", "timeout": "1s"})
+
+    envoy = envoys.start(pods=[p.address for p in pods[:2]], gateway=gateway.address,
+                         filter_config={"tick_period_ms": 200}, mutate=fast_health_checks)
+    envoys.wait_table(envoy, 1)
+    wait_until(lambda: envoy.healthy_hosts() == 2, 10, what=f"both pods healthy {envoy.stats('membership')}")
+    bodies = [prompt(i) for i in range(8)]
+    targets = [expected_address(choose_pod_binary, tmp_path, tbl, "/v1/completions", b) for b in bodies]
+    dead = next(p for p in pods[:2] if p.address in targets)
+    alive = next(p for p in pods[:2] if p is not dead)
+    dead.stop()
+    for body in bodies:
+        assert envoy.post("/v1/completions", body)[0] == 200
+    wait_until(lambda: envoy.healthy_hosts() == 1, 10, what="the dead pod marked unhealthy")
+    before = len(alive.received())
+    for body in bodies:
+        assert envoy.post("/v1/completions", body)[0] == 200
+    assert len(alive.received()) == before + len(bodies)

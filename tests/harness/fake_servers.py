@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,7 +119,32 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, owner: "RecordingServer"):
         self.owner = owner
+        self.connections: set = set()
+        self.connections_lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def process_request(self, request, client_address):
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self):
+        """Resets every open connection: a stopped server must look dead to kept-alive peers."""
+        with self.connections_lock:
+            connections = list(self.connections)
+        for c in connections:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request, client_address):
+        pass  # a peer resetting its connection (Envoy's health checker, a stopped test) is normal
 
 
 class RecordingServer:
@@ -144,6 +170,7 @@ class RecordingServer:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()
             self._server = None
 
     @property

@@ -1,0 +1,192 @@
+"""bench-filter: the cost of the prewarm filter on the request path, measured.
+
+Three Envoys on loopback: an upstream answering every request with a direct_response (a fast
+pod), and two proxies built from the shipped envoy/envoy.yaml by tests/harness/envoy.py, one with
+the filter and one without, both in front of that upstream (the filter's routing table, served
+by a fake gateway, names it, so the filtered requests are inspected, observed and routed). wrk
+POSTs 2 KB and 16 KB chat bodies through each; runs alternate with/without so drift hits both.
+Prints requests/s and p50/p99 latency for both and their ratio, and rewrites the filter section
+of docs/benchmarks.md. Each wrk run is short (RUN_SECONDS).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from harness import envoy_path  # noqa: E402
+from harness.envoy import Envoy, EnvoyFleet, build_config  # noqa: E402
+from harness.fake_servers import FakeGateway  # noqa: E402
+
+RUN_SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
+DOC = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench-filter:begin -->", "<!-- bench-filter:end -->"
+
+UPSTREAM_YAML = {
+    "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+    "static_resources": {
+        "listeners": [{
+            "name": "upstream",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+            "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "upstream",
+                    "route_config": {"virtual_hosts": [{
+                        "name": "all", "domains": ["*"],
+                        "routes": [{"match": {"prefix": "/"}, "direct_response": {
+                            "status": 200,
+                            "body": {"inline_string": '{"id":"cmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}'},
+                        }}],
+                    }]},
+                    "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+                },
+            }]}],
+        }],
+    },
+}
+
+
+def chat_body(size: int) -> bytes:
+    """A chat body of exactly `size` bytes: a system prompt of about half of it, the rest the
+    user's message."""
+    system = " ".join(f"Guideline {i}: answer with care and cite sources." for i in range(size // 50))
+    body = {"model": "base-model", "messages": [{"role": "system", "content": system[: size // 2]},
+                                                {"role": "user", "content": ""}]}
+    body["messages"][1]["content"] = "q" * (size - len(json.dumps(body)))
+    out = json.dumps(body).encode()
+    assert len(out) == size
+    return out
+
+
+def wrk(url: str, body_file: Path, lua: Path) -> dict:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{RUN_SECONDS}s", "--latency", "-s", str(lua),
+         url + "/v1/chat/completions"],
+        check=True, capture_output=True, text=True, timeout=RUN_SECONDS + 60,
+        env={**os.environ, "BENCH_BODY": str(body_file)},
+    ).stdout
+
+    def latency_us(label: str) -> float:
+        m = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not m:
+            raise RuntimeError(f"no {label} in wrk output:\n{out}")
+        return float(m.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {"rps": rps, "p50": latency_us("50%"), "p99": latency_us("99%"),
+            "errors": int(non2xx.group(1)) if non2xx else 0}
+
+
+LUA = """
+local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["content-type"] = "application/json"
+wrk.headers["x-prewarm-user"] = "bench-user"
+"""
+
+
+def best(runs: list[dict]) -> dict:
+    """The median-throughput run of a side (robust to one disturbed run)."""
+    runs = sorted(runs, key=lambda r: r["rps"])
+    return runs[len(runs) // 2]
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-filter-"))
+    fleet = EnvoyFleet(work)
+    gateway = FakeGateway().start()
+    results = []
+    try:
+        upstream = fleet.start(name="upstream", config=UPSTREAM_YAML, concurrency=1, log_level="warn")
+        pod = upstream.url.removeprefix("http://")
+        gateway.table = {"version": "1.0", "generation": 1, "block_tokens": 64,
+                         "pods": [{"id": "pod-0", "address": pod}]}
+        common = dict(pods=[pod], gateway=gateway.address, concurrency=1, log_level="warn")
+        with_filter = fleet.start(name="with-filter", **common)
+        without = fleet.start(name="without-filter", with_filter=False, **common)
+        fleet.wait_table(with_filter, 1)
+        lua = work / "post.lua"
+        lua.write_text(LUA)
+        for size in (2048, 16384):
+            body_file = work / f"body-{size}.json"
+            body_file.write_bytes(chat_body(size))
+            runs = {"with": [], "without": []}
+            for _ in range(ROUNDS):
+                runs["without"].append(wrk(without.url, body_file, lua))
+                runs["with"].append(wrk(with_filter.url, body_file, lua))
+            w, wo = best(runs["with"]), best(runs["without"])
+            results.append({"size": size, "with": w, "without": wo})
+            print(f"{size // 1024:>3} KB  without: {wo['rps']:9.0f} req/s  p50 {wo['p50']:7.0f} us  p99 {wo['p99']:7.0f} us")
+            print(f"{size // 1024:>3} KB  with:    {w['rps']:9.0f} req/s  p50 {w['p50']:7.0f} us  p99 {w['p99']:7.0f} us")
+            print(f"{size // 1024:>3} KB  ratio {w['rps'] / wo['rps']:.3f}  added p50 {w['p50'] - wo['p50']:+.0f} us"
+                  f"  p99 {w['p99'] - wo['p99']:+.0f} us  errors {w['errors'] + wo['errors']}")
+        inspected = with_filter.metric("prewarm.requests_inspected")
+        routed = with_filter.metric("prewarm.routed")
+        print(f"filter: {inspected} requests inspected, {routed} routed")
+        assert inspected > 0 and routed > 0, "the filter did not see the benchmark's requests"
+    finally:
+        fleet.close()
+        gateway.stop()
+    write_doc(results, inspected, routed)
+    return 0
+
+
+def write_doc(results: list[dict], inspected: int, routed: int):
+    envoy_version = subprocess.run([str(envoy_path()), "--version"], capture_output=True, text=True).stdout.strip()
+    lines = [
+        BEGIN,
+        "## Filter (`make bench-filter`)",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPUs shared with",
+        "other work; Envoy with one worker each, wrk 1 thread / "
+        f"{CONNECTIONS} connections, {RUN_SECONDS} s runs, median of {ROUNDS} alternating runs a side;",
+        "upstream: a third Envoy answering with direct_response. The filtered proxy inspects, fingerprints,",
+        "observes (one user, so every request updates user, pattern, adapter and queue state in shared data)",
+        f"and routes every request ({inspected} inspected, {routed} routed in the run).",
+        f"`{envoy_version.split(' ')[-1] if envoy_version else 'envoy'}`",
+        "",
+        "| body | without: req/s | p50 µs | p99 µs | with filter: req/s | p50 µs | p99 µs | throughput ratio | added p50 µs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        w, wo = r["with"], r["without"]
+        lines.append(
+            f"| {r['size'] // 1024} KB | {wo['rps']:.0f} | {wo['p50']:.0f} | {wo['p99']:.0f} | {w['rps']:.0f} | "
+            f"{w['p50']:.0f} | {w['p99']:.0f} | {w['rps'] / wo['rps']:.3f} | {w['p50'] - wo['p50']:+.0f} |"
+        )
+    lines += [
+        "",
+        "Goals: ratio ≥ 0.90, ≤ 30 µs added at p50. Published costs to compare: a V8 filter in Istio",
+        "~81 µs and 17–20% throughput (istio#27636); an ext_proc callout ~3 ms (envoy#16905).",
+        END,
+    ]
+    section = "\n".join(lines)
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+    print(f"recorded in {DOC.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
