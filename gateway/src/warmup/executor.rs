@@ -50,6 +50,7 @@ pub fn start_warmup(gateway: &Arc<Gateway>, pod_id: &str, epoch: u64) -> bool {
         // Nothing to warm before traffic: routable at once, a zero-length warm-up.
         gateway.telemetry.warmup_duration.observe(0.0);
     }
+    pod.warmup.note_admission(now);
     pod.warmup.abort();
     pod.warmup.progress = Some(progress);
     let g = gateway.clone();

@@ -21,12 +21,21 @@ pub struct PodWarmup {
     /// The progress of the plan before the pod was lost, kept to number the next attempt.
     pub previous: Option<WarmupProgress>,
     pub task: Option<AbortHandle>,
+    /// The pod entered the routing table in this epoch: a re-warm triggered later (admin API)
+    /// does not take it out again. Cleared when the pod re-joins.
+    pub admitted: bool,
 }
 
 impl PodWarmup {
     /// A pod may take traffic once its first tier is done or its deadline passed.
     pub fn routable(&self, now_ms: u64) -> bool {
-        self.progress.as_ref().is_some_and(|p| p.routable(now_ms))
+        self.admitted || self.progress.as_ref().is_some_and(|p| p.routable(now_ms))
+    }
+
+    /// Before a new plan of the same epoch replaces the current one: remember whether the pod
+    /// was already admitted.
+    pub fn note_admission(&mut self, now_ms: u64) {
+        self.admitted = self.routable(now_ms);
     }
 
     /// Stops the executor; the progress is marked lost (the pod is down or gone).
@@ -42,6 +51,7 @@ impl PodWarmup {
     /// Makes way for a new plan: the current progress becomes the previous attempt.
     pub fn reset_for_rejoin(&mut self) {
         self.abort();
+        self.admitted = false;
         if let Some(p) = self.progress.take() {
             self.previous = Some(p);
         }
