@@ -336,3 +336,58 @@ def test_plan_command_prints_the_plan_without_touching_pods(tmp_path):
     r = subprocess.run([bin_path("prewarm-gateway"), "plan", "--config", path, "--pod", "zz"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "zz" in r.stderr
+
+
+@pytest.mark.parametrize("engine,error_format", [("vllm", "nested"), ("vllm", "flat"), ("sglang", "nested")])
+def test_engine_dialects_load_prefill_and_report_errors(tmp_path, engine, error_format):
+    pod, url = start_podsim(tmp_path, "--engine", engine, "--error-format", error_format,
+                            "--enable-lora", "--max-loras", "2", "--max-cpu-loras", "2",
+                            "--enable-prompt-tokens-details", "--time-scale", "20", name=f"{engine}-pod")
+    spec = pod_spec("p", url, engine=engine, max_loras=2, max_cpu_loras=2)
+    gw = start_gateway(tmp_path, gateway_config([spec]))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
+        good = make_adapter(tmp_path / "adapters", "good-lora")
+        assert gw.admin("POST", "/admin/adapters", json={"name": "good-lora", "path": str(good)}).status_code == 201
+        r = gw.admin("POST", "/admin/adapters/good-lora/pin")
+        assert [o["outcome"] for o in r.json()["outcomes"]] == ["ok", "ok"], r.text  # load, touch
+        wait_until(lambda: "good-lora" in routed_ids_adapters(gw), timeout=10, what="adapter in table")
+        # A path the pod cannot read: the pod's error (either shape) is reported, nothing loaded.
+        assert gw.admin("POST", "/admin/adapters", json={"name": "ghost-lora", "path": "/nonexistent/ghost"}).status_code == 201
+        assert gw.admin("POST", "/admin/adapters/good-lora/unpin").status_code == 200  # one pin per 2 slots
+        r = gw.admin("POST", "/admin/adapters/ghost-lora/pin")
+        load = [o for o in r.json()["outcomes"] if o["action"] == "load"]
+        assert load and load[0]["outcome"] == "rejected", r.text
+        detail = gw.get("/admin/pods/p").json()
+        assert "ghost-lora" not in detail["adapters"]
+        assert any("ghost" in e for e in detail["errors"])
+        # A template warmed on this pod is served from its cache afterwards.
+        key = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(7)}).json()["key"]
+        assert gw.admin("POST", "/admin/pods/p/warmup").status_code == 202
+        wait_until(lambda: gw.get("/admin/pods/p/warmup").json()["warmup"]["phase"] == "done",
+                   timeout=20, what="warm-up done")
+        assert key in gw.get("/admin/pods/p/plan").json()["first_tier"]
+        if engine == "vllm":
+            assert cached_tokens(url, template_text(7)) > 0
+        assert metric(gw, 'prewarm_prefills_total{pod="p",outcome="ok"}') >= 1
+    finally:
+        gw.proc.stop()
+        pod.stop()
+
+
+def routed_ids_adapters(gw) -> list[str]:
+    return [a for p in gw.get("/v1/routing").json()["pods"] for a in p["adapters"]]
+
+
+def test_dns_discovery_adds_resolved_pods(tmp_path):
+    pod, url = start_podsim(tmp_path, "--time-scale", "20", name="dns-pod")
+    port = int(url.rsplit(":", 1)[1])
+    gw = start_gateway(tmp_path, {"pods": {"base_model": BASE, "health_interval_ms": 100,
+                                           "dns": {"name": "localhost", "port": port, "interval_seconds": 1}}})
+    try:
+        wait_until(lambda: f"127.0.0.1:{port}" in routed_ids(gw), timeout=20, what="discovered pod routable")
+        pods = gw.get("/admin/pods").json()["pods"]
+        assert {p["source"] for p in pods} == {"dns"}
+    finally:
+        gw.proc.stop()
+        pod.stop()
