@@ -129,32 +129,58 @@ impl AdapterSets {
     }
 
     fn insert_host(&mut self, key: String, busy: &HashMap<String, usize>) {
-        self.host.push_back(key.clone());
-        while self.host.len() > self.max_cpu_loras {
-            let victim = self
-                .host
-                .iter()
-                .find(|k| **k != key && self.evictable(k, busy))
-                .cloned();
-            let Some(victim) = victim else { break };
-            self.host.remove(&victim);
-            // An adapter leaves the GPU with the host cache, as vLLM's remove_adapter does.
+        let evicted = self.insert(Cache::Host, key, busy);
+        // An adapter leaves the GPU with the host cache, as vLLM's remove_adapter does.
+        for victim in evicted {
             self.slots.remove(&victim);
         }
     }
 
     fn insert_slot(&mut self, key: String, busy: &HashMap<String, usize>) {
-        self.slots.push_back(key.clone());
-        while self.slots.len() > self.max_loras {
+        self.insert(Cache::Slots, key, busy);
+    }
+
+    /// Puts `key` at the back of `which` and evicts its least recently used evictable
+    /// adapters down to capacity; returns them.
+    fn insert(&mut self, which: Cache, key: String, busy: &HashMap<String, usize>) -> Vec<String> {
+        let capacity = match which {
+            Cache::Host => self.max_cpu_loras,
+            Cache::Slots => self.max_loras,
+        };
+        let mut evicted = Vec::new();
+        self.cache_mut(which).push_back(key.clone());
+        while self.cache(which).len() > capacity {
             let victim = self
-                .slots
+                .cache(which)
                 .iter()
                 .find(|k| **k != key && self.evictable(k, busy))
                 .cloned();
             let Some(victim) = victim else { break };
-            self.slots.remove(&victim);
+            self.cache_mut(which).remove(&victim);
+            evicted.push(victim);
+        }
+        evicted
+    }
+
+    fn cache(&self, which: Cache) -> &LruQueue<String> {
+        match which {
+            Cache::Host => &self.host,
+            Cache::Slots => &self.slots,
         }
     }
+
+    fn cache_mut(&mut self, which: Cache) -> &mut LruQueue<String> {
+        match which {
+            Cache::Host => &mut self.host,
+            Cache::Slots => &mut self.slots,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Cache {
+    Host,
+    Slots,
 }
 
 #[cfg(test)]

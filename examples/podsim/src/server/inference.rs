@@ -212,16 +212,23 @@ impl Reply {
         })
     }
 
-    fn chunk(&self, choices: Value) -> Bytes {
+    /// One SSE event: the chunk envelope around `choices` (and `usage` when given).
+    fn chunk_with(&self, choices: Value, usage: Option<Value>) -> Bytes {
         let object = if self.is_chat() {
             "chat.completion.chunk"
         } else {
             "text_completion"
         };
-        sse(
-            &json!({"id": self.id, "object": object, "created": self.created,
-            "model": self.model, "choices": choices}),
-        )
+        let mut chunk = json!({"id": self.id, "object": object, "created": self.created,
+            "model": self.model, "choices": choices});
+        if let (Some(usage), Some(map)) = (usage, chunk.as_object_mut()) {
+            map.insert("usage".into(), usage);
+        }
+        sse(&chunk)
+    }
+
+    fn chunk(&self, choices: Value) -> Bytes {
+        self.chunk_with(choices, None)
     }
 
     fn token_chunk(&self, index: u64, last: bool) -> Bytes {
@@ -244,15 +251,7 @@ impl Reply {
     }
 
     fn usage_chunk(&self, a: &Admission) -> Bytes {
-        let object = if self.is_chat() {
-            "chat.completion.chunk"
-        } else {
-            "text_completion"
-        };
-        sse(
-            &json!({"id": self.id, "object": object, "created": self.created,
-            "model": self.model, "choices": [], "usage": self.usage(a)}),
-        )
+        self.chunk_with(json!([]), Some(self.usage(a)))
     }
 }
 

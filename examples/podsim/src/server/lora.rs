@@ -133,6 +133,8 @@ pub async fn vllm_load(
     let outcome = match parse_body(&headers, body) {
         Ok(b) => {
             let replace = b.load_inplace;
+            // `pinned` is SGLang's; vLLM ignores it.
+            let b = AdapterBody { pinned: false, ..b };
             load(&state, b, replace).await
         }
         Err(e) => Err(e),
