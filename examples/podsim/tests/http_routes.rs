@@ -535,3 +535,75 @@ async fn a_client_that_leaves_mid_stream_aborts_its_request() {
     }
     server.stop(Duration::from_secs(2)).await;
 }
+
+async fn poll_metrics(url: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = get(&format!("{url}/metrics")).await;
+        if ok(&m) {
+            return m;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_request_for_a_second_adapter_waits_for_the_only_slot() {
+    let modules: Vec<LoraModule> = ["a", "b"]
+        .iter()
+        .map(|n| LoraModule {
+            name: n.to_string(),
+            path: adapter_dir(n, 8).display().to_string(),
+        })
+        .collect();
+    let mut config = lora_config();
+    config.time_scale = 10.0;
+    let (server, url) = serve(config, &modules).await;
+    let send = |model: &'static str, max_tokens: u64| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            post(
+                &format!("{url}/v1/completions"),
+                json!({"model": model, "prompt": "x", "max_tokens": max_tokens}),
+            )
+            .await
+        })
+    };
+    // 300 tokens × 12 ms = 3.6 s of model time, 0.36 s of real time.
+    let first = send("a", 300);
+    poll_metrics(&url, "a running", |m| {
+        metric(m, "vllm:num_requests_running{") == 1.0
+    })
+    .await;
+    let second = send("b", 1);
+    let m = poll_metrics(&url, "b waiting", |m| {
+        metric(m, "vllm:num_requests_waiting{") == 1.0
+    })
+    .await;
+    assert!(
+        m.contains(r#"vllm:lora_requests_info{max_lora="1",waiting_lora_adapters="b",running_lora_adapters="a"}"#),
+        "{m}"
+    );
+    assert_eq!(first.await.unwrap().0, 200);
+    assert_eq!(second.await.unwrap().0, 200);
+    let m = poll_metrics(&url, "idle", |m| {
+        metric(m, "vllm:num_requests_running{") == 0.0
+    })
+    .await;
+    assert_eq!(metric(&m, "vllm:num_requests_waiting{"), 0.0);
+    // b queued ~3.6 s of model time: its TTFT lands in the (2.5, 5] bucket.
+    let labels = format!(r#"model_name="{BASE}",engine="0"}}"#);
+    let le = |b: &str| {
+        metric(
+            &m,
+            &format!(r#"vllm:time_to_first_token_seconds_bucket{{le="{b}",{labels}"#),
+        )
+    };
+    assert_eq!(le("2.5"), 1.0);
+    assert_eq!(le("5.0"), 2.0);
+    server.stop(Duration::from_secs(2)).await;
+}
