@@ -77,6 +77,20 @@ fn init_logging() {
         .try_init();
 }
 
+/// A tokio runtime (multi-threaded for `serve`); `None` after printing why it failed.
+fn runtime(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("prewarm-gateway: runtime: {e}"))
+        .ok()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
@@ -96,15 +110,8 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("prewarm-gateway: runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(runtime) = runtime(false) else {
+                return ExitCode::FAILURE;
             };
             runtime.block_on(async move {
                 let gateway = Gateway::new(config);
@@ -131,15 +138,8 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("prewarm-gateway: runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(runtime) = runtime(true) else {
+                return ExitCode::FAILURE;
             };
             let code = runtime.block_on(serve(config, shutdown_requested()));
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -6,8 +6,8 @@ use serde_json::json;
 use super::http::HttpPod;
 use super::metrics_text::{parse_pod_load, PodLoad};
 use super::models::{parse_models, ServedModels};
-use super::reply::error_reply;
-use super::{prefill_prompt, EngineError};
+use super::reply::{error_reply, AdapterReply};
+use super::{prefill_prompt, AdapterOutcome, EngineError};
 
 /// A rejected reply as an error naming the pod and URL.
 pub fn rejected(pod: &HttpPod, path: &str, status: u16, body: &[u8]) -> EngineError {
@@ -18,6 +18,24 @@ pub fn rejected(pod: &HttpPod, path: &str, status: u16, body: &[u8]) -> EngineEr
         status,
         kind: e.kind,
         message: e.message,
+    }
+}
+
+/// A decoded adapter reply as the call's result.
+pub fn adapter_outcome(
+    pod: &HttpPod,
+    path: &str,
+    reply: AdapterReply,
+) -> Result<AdapterOutcome, EngineError> {
+    match reply {
+        AdapterReply::Ok(o) => Ok(o),
+        AdapterReply::Failed { status, error } => Err(EngineError::Rejected {
+            pod: pod.pod_id.clone(),
+            url: pod.url(path),
+            status,
+            kind: error.kind,
+            message: error.message,
+        }),
     }
 }
 

@@ -7,7 +7,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::http::HttpPod;
-use super::reply::{sglang, AdapterReply};
+use super::reply::sglang;
 use super::ServedModels;
 use super::{common, AdapterLoad, AdapterOutcome, Engine, EngineError, PodLoad, PrefillRequest};
 use crate::config::EngineKind;
@@ -40,16 +40,7 @@ impl SglangEngine {
         body: serde_json::Value,
     ) -> Result<AdapterOutcome, EngineError> {
         let reply = self.pod.post_json(path, &body, false).await?;
-        match sglang(reply.status, &reply.body) {
-            AdapterReply::Ok(o) => Ok(o),
-            AdapterReply::Failed { status, error } => Err(EngineError::Rejected {
-                pod: self.pod.pod_id.clone(),
-                url: self.pod.url(path),
-                status,
-                kind: error.kind,
-                message: error.message,
-            }),
-        }
+        common::adapter_outcome(&self.pod, path, sglang(reply.status, &reply.body))
     }
 }
 

@@ -7,7 +7,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::http::HttpPod;
-use super::reply::{vllm_load, vllm_unload, AdapterReply};
+use super::reply::{vllm_load, vllm_unload};
 use super::ServedModels;
 use super::{common, AdapterLoad, AdapterOutcome, Engine, EngineError, PodLoad, PrefillRequest};
 use crate::config::EngineKind;
@@ -19,19 +19,6 @@ pub struct VllmEngine {
 impl VllmEngine {
     pub fn new(pod: HttpPod) -> Self {
         Self { pod }
-    }
-
-    fn outcome(&self, path: &str, reply: AdapterReply) -> Result<AdapterOutcome, EngineError> {
-        match reply {
-            AdapterReply::Ok(o) => Ok(o),
-            AdapterReply::Failed { status, error } => Err(EngineError::Rejected {
-                pod: self.pod.pod_id.clone(),
-                url: self.pod.url(path),
-                status,
-                kind: error.kind,
-                message: error.message,
-            }),
-        }
     }
 }
 
@@ -59,7 +46,7 @@ impl Engine for VllmEngine {
             let path = "/v1/load_lora_adapter";
             let body = json!({"lora_name": load.name, "lora_path": load.path});
             let reply = self.pod.post_json(path, &body, false).await?;
-            self.outcome(path, vllm_load(reply.status, &reply.body))
+            common::adapter_outcome(&self.pod, path, vllm_load(reply.status, &reply.body))
         }
         .boxed()
     }
@@ -74,7 +61,7 @@ impl Engine for VllmEngine {
                 .pod
                 .post_json(path, &json!({"lora_name": name}), true)
                 .await?;
-            self.outcome(path, vllm_unload(reply.status, &reply.body))
+            common::adapter_outcome(&self.pod, path, vllm_unload(reply.status, &reply.body))
         }
         .boxed()
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::pods::{LoadedAdapter, PodHealth};
 use super::{now_ms, Gateway, State};
-use crate::engine::{AdapterLoad, AdapterOutcome, EngineError, PrefillRequest};
+use crate::engine::{AdapterLoad, AdapterOutcome, Engine, EngineError, PrefillRequest};
 use crate::policy::{LoraDecision, Tier};
 use crate::registry::{verify_for_load, AdapterVersion, RegistryError};
 use crate::telemetry::Telemetry;
@@ -64,6 +64,14 @@ pub fn placed_pods_among(
         .collect()
 }
 
+/// The metric label of a step's result.
+fn outcome_label<'a>(result: &'a Result<&'static str, (String, String)>) -> &'a str {
+    match result {
+        Ok(l) => l,
+        Err((l, _)) => l.as_str(),
+    }
+}
+
 fn action(d: &LoraDecision) -> &'static str {
     match d {
         LoraDecision::Load(_) => "load",
@@ -73,6 +81,15 @@ fn action(d: &LoraDecision) -> &'static str {
 }
 
 impl Gateway {
+    fn engine_of(&self, pod_id: &str) -> Result<Arc<dyn Engine>, (String, String)> {
+        self.pod_handle(pod_id).map(|(e, _)| e).ok_or_else(|| {
+            (
+                "unknown_pod".to_string(),
+                format!("pod {pod_id:?}: not in the pool"),
+            )
+        })
+    }
+
     fn tier_of(state: &State, adapter: &str) -> Tier {
         state
             .registry
@@ -192,10 +209,7 @@ impl Gateway {
             ));
         };
         let result = self.verify_and_load(pod_id, name, &version).await;
-        let label = match &result {
-            Ok(l) => *l,
-            Err((l, _)) => l.as_str(),
-        };
+        let label = outcome_label(&result);
         Telemetry::count(
             &self.telemetry.adapter_loads,
             &[("pod", pod_id), ("outcome", label)],
@@ -236,12 +250,7 @@ impl Gateway {
             tracing::error!(pod = %pod_id, adapter = %name, error = %e, "adapter load refused: manifest mismatch");
             return Err(("refused_manifest".into(), e.to_string()));
         }
-        let engine = self.pod_handle(pod_id).map(|(e, _)| e).ok_or_else(|| {
-            (
-                "unknown_pod".to_string(),
-                format!("pod {pod_id:?}: not in the pool"),
-            )
-        })?;
+        let engine = self.engine_of(pod_id)?;
         let load = AdapterLoad {
             name: name.to_string(),
             path: version.path.clone(),
@@ -258,21 +267,13 @@ impl Gateway {
         pod_id: &str,
         name: &str,
     ) -> Result<&'static str, (String, String)> {
-        let engine = self.pod_handle(pod_id).map(|(e, _)| e).ok_or_else(|| {
-            (
-                "unknown_pod".to_string(),
-                format!("pod {pod_id:?}: not in the pool"),
-            )
-        })?;
+        let engine = self.engine_of(pod_id)?;
         let result = match engine.unload_adapter(name).await {
             Ok(AdapterOutcome::Done) => Ok("ok"),
             Ok(AdapterOutcome::AlreadyThere) => Ok("already"),
             Err(e) => Err((e.label().to_string(), e.to_string())),
         };
-        let label = match &result {
-            Ok(l) => *l,
-            Err((l, _)) => l.as_str(),
-        };
+        let label = outcome_label(&result);
         Telemetry::count(
             &self.telemetry.adapter_unloads,
             &[("pod", pod_id), ("outcome", label)],
@@ -291,12 +292,7 @@ impl Gateway {
         pod_id: &str,
         name: &str,
     ) -> Result<&'static str, (String, String)> {
-        let engine = self.pod_handle(pod_id).map(|(e, _)| e).ok_or_else(|| {
-            (
-                "unknown_pod".to_string(),
-                format!("pod {pod_id:?}: not in the pool"),
-            )
-        })?;
+        let engine = self.engine_of(pod_id)?;
         let request = PrefillRequest {
             model: name.to_string(),
             prefix_text: String::new(),
