@@ -16,5 +16,8 @@ now=$(date +%s)
 if [ $((now - started)) -ge "${PREWARM_WARM_DEADLINE_SECONDS:-600}" ]; then
   exit 0
 fi
-exec wget -q -O /dev/null -T 2 \
-  "${PREWARM_GATEWAY_URL:?}/v1/pods/${POD_IP:?}:${PREWARM_POD_PORT:-8000}/ready"
+if wget -q -O /dev/null -T 2 \
+  "${PREWARM_GATEWAY_URL:?}/v1/pods/${POD_IP:?}:${PREWARM_POD_PORT:-8000}/ready"; then
+  exit 0
+fi
+exit 1

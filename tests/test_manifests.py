@@ -1,0 +1,581 @@
+"""The mesh deployment, proven without a cluster.
+
+- Every manifest under envoy/istio and envoy/k8s validates (tools/validate-manifests.py: Istio
+  CRD schemas, upstream Kubernetes schemas), and the validator does refuse broken ones.
+- envoy/mesh-equivalent.yaml (validated by `envoy --mode validate` in `make validate`) carries
+  exactly the filter, cluster and virtual-host settings of the EnvoyFilter's patches, and the
+  filter settings of envoy/envoy.yaml: the two cannot drift.
+- The names that tie the pieces together agree (cluster names, ports, headers, block size,
+  volume paths, secret variables), and the gateway's own `check-config` accepts the ConfigMap.
+- In a real Envoy: the mesh-equivalent routes through override_host (with Istio's lb_policy
+  beside it) and inspects bodies beyond Istio's 32 KiB connection buffer; the WasmPlugin's
+  configuration (no allow_on_headers_stop_iteration) is run as Istio would run it.
+- The inference pods' warm gate (envoy/k8s/inference/warm-gate.sh) against the real gateway and
+  a real podsim pod.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import REPO, bin_path, wait_until
+from harness.envoy import EnvoyFleet
+from harness.fake_servers import FakeGateway, FakeUpstream
+from harness.gateway import start_gateway
+from harness.podsim import start_podsim
+
+VALIDATOR = REPO / "tools" / "validate-manifests.py"
+ENVOYFILTER = REPO / "envoy" / "istio" / "envoyfilter.yaml"
+WASMPLUGIN = REPO / "envoy" / "istio" / "wasmplugin.yaml"
+GATEWAY_PATCH = REPO / "envoy" / "istio" / "ingressgateway-patch.yaml"
+EQUIVALENT = REPO / "envoy" / "mesh-equivalent.yaml"
+LOCAL = REPO / "envoy" / "envoy.yaml"
+K8S = REPO / "envoy" / "k8s"
+WARM_GATE = K8S / "inference" / "warm-gate.sh"
+WASM_FILTER = "envoy.filters.http.wasm"
+ROUTER = "envoy.filters.http.router"
+STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
+
+
+def load(path: Path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs[0] if len(docs) == 1 else docs
+
+
+def validator():
+    spec = importlib.util.spec_from_file_location("validate_manifests", VALIDATOR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- helpers over Envoy configs ---------------------------------------------------------------
+
+
+def http_filters(config: dict) -> list:
+    listener = config["static_resources"]["listeners"][0]
+    return listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
+
+
+def route_config(config: dict) -> dict:
+    listener = config["static_resources"]["listeners"][0]
+    return listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+
+
+def cluster(config: dict, name: str) -> dict:
+    found = [c for c in config["static_resources"]["clusters"] if c["name"] == name]
+    assert len(found) == 1, f"cluster {name!r}: {len(found)} in the config"
+    return found[0]
+
+
+def wasm_config(filter_entry: dict) -> dict:
+    return filter_entry["typed_config"]["config"]
+
+
+def plugin_json(plugin: dict) -> dict:
+    assert plugin["configuration"]["@type"] == STRING_VALUE
+    return json.loads(plugin["configuration"]["value"])
+
+
+def without_code_path(filter_entry: dict) -> dict:
+    f = copy.deepcopy(filter_entry)
+    wasm_config(f)["vm_config"]["code"]["local"]["filename"] = "<the .wasm>"
+    wasm_config(f)["configuration"]["value"] = plugin_json(wasm_config(f))
+    return f
+
+
+def is_subset(part, whole) -> bool:
+    """Every key/value of `part` is in `whole` (recursively; lists compare element-wise)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and is_subset(v, whole[k]) for k, v in part.items())
+    if isinstance(part, list):
+        return isinstance(whole, list) and len(part) == len(whole) and all(map(is_subset, part, whole))
+    return part == whole
+
+
+def istio_cluster_name(port: int, fqdn: str) -> str:
+    return f"outbound|{port}||{fqdn}"
+
+
+def patches(applies_to: str) -> list:
+    return [p for p in load(ENVOYFILTER)["spec"]["configPatches"] if p["applyTo"] == applies_to]
+
+
+def service_fqdn(service: dict) -> str:
+    return f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
+
+
+def gateway_toml() -> str:
+    return load(K8S / "configmap.yaml")["data"]["prewarm.toml"]
+
+
+def toml(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+# --- 1. schema validation ---------------------------------------------------------------------
+
+
+def test_every_shipped_manifest_validates():
+    out = subprocess.run([sys.executable, VALIDATOR], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    kinds = re.findall(r"^ok  \S+.*?: (\w+) ", out.stdout, re.MULTILINE)
+    for kind in ["EnvoyFilter", "WasmPlugin", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
+                 "PersistentVolumeClaim", "Namespace", "ServiceAccount"]:
+        assert kind in kinds, f"{kind} not validated: {out.stdout}"
+    assert "BAD" not in out.stdout
+
+
+@pytest.fixture(scope="module")
+def schemas():
+    v = validator()
+    return v, v.load_istio_schemas(v.DEFAULT_CRDS)
+
+
+def _break(doc: dict, path: str, value):
+    """`doc` with the field at `path` set to `value` (None: removed)."""
+    d = copy.deepcopy(doc)
+    *parents, last = path.split(".")
+    node = d
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return d
+
+
+@pytest.mark.parametrize(
+    "path, key, value, expected",
+    [
+        ("istio/envoyfilter.yaml", "spec.workloadSelectr", {}, "workloadSelectr"),
+        ("istio/envoyfilter.yaml", "spec.configPatches.0.patch.operation", "INSERT_BEFOR", "INSERT_BEFOR"),
+        ("istio/envoyfilter.yaml", "spec.configPatches.1.match.cluster.portNumber", "9100", "integer"),
+        ("istio/wasmplugin.yaml", "spec.failStrategy", "FAIL_SOFT", "FAIL_SOFT"),
+        ("istio/wasmplugin.yaml", "spec.targetRefs", [{"kind": "Gateway", "name": "g"}], "only one of"),
+        ("istio/wasmplugin.yaml", "spec.url", "ftp://registry/prewarm", "schema"),
+        ("k8s/deployment.yaml", "spec.template.spec.containers.0.readinesProbe", {}, "readinesProbe"),
+        ("k8s/deployment.yaml", "spec.replicas", "one", "integer"),
+        ("k8s/deployment.yaml", "spec.selector", None, "selector"),
+        ("k8s/service.yaml", "spec.ports.0.port", "http", "integer"),
+    ],
+)
+def test_the_validator_refuses_broken_manifests(schemas, path, key, value, expected):
+    v, istio = schemas
+    doc = load(REPO / "envoy" / path)
+    assert v.problems_of(doc, istio) == [], "the shipped manifest must be valid"
+    problems = v.problems_of(_break(doc, key, value), istio)
+    assert problems, f"{path}: {key}={value!r} accepted"
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_validator_cli_exits_1_on_a_broken_file(tmp_path):
+    doc = load(WASMPLUGIN)
+    doc["spec"]["phase"] = "LAST"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    out = subprocess.run([sys.executable, VALIDATOR, bad], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout
+    assert "spec.phase: 'LAST' is not one of" in out.stdout
+
+
+def test_every_k8s_file_is_in_a_kustomization():
+    referenced = set()
+    for k in K8S.rglob("kustomization.yaml"):
+        spec = load(k)
+        referenced |= {(k.parent / r).resolve() for r in spec.get("resources", [])}
+        for gen in spec.get("configMapGenerator", []):
+            referenced |= {(k.parent / f.rpartition("=")[2]).resolve() for f in gen.get("files", [])}
+    shipped = {p.resolve() for p in K8S.rglob("*") if p.is_file() and p.name != "kustomization.yaml"}
+    assert shipped - referenced == set(), "files no kustomization applies"
+    assert all(p.exists() for p in referenced)
+
+
+# --- 2. the EnvoyFilter and its plain-Envoy equivalent cannot drift ---------------------------
+
+
+def test_every_envoyfilter_patch_is_one_the_equivalence_check_covers():
+    kinds = {(p["applyTo"], p["patch"]["operation"]) for p in load(ENVOYFILTER)["spec"]["configPatches"]}
+    assert kinds == {("HTTP_FILTER", "INSERT_BEFORE"), ("CLUSTER", "MERGE"), ("VIRTUAL_HOST", "MERGE")}
+
+
+def test_equivalent_has_the_envoyfilter_http_filter_just_before_the_router():
+    (patch,) = patches("HTTP_FILTER")
+    match = patch["match"]["listener"]["filterChain"]["filter"]
+    assert match["name"] == "envoy.filters.network.http_connection_manager"
+    assert match["subFilter"]["name"] == ROUTER
+    filters = http_filters(load(EQUIVALENT))
+    names = [f["name"] for f in filters]
+    assert names[-2:] == [WASM_FILTER, ROUTER], names
+    assert without_code_path(filters[-2]) == without_code_path(patch["patch"]["value"])
+    assert wasm_config(filters[-2])["vm_config"]["code"]["local"]["filename"] == "@PREWARM_FILTER_WASM@"
+
+
+def test_equivalent_clusters_carry_every_cluster_merge():
+    equivalent = load(EQUIVALENT)
+    merges = patches("CLUSTER")
+    assert len(merges) == 2
+    for patch in merges:
+        m = patch["match"]["cluster"]
+        c = cluster(equivalent, istio_cluster_name(m["portNumber"], m["service"]))
+        assert patch["patch"]["operation"] == "MERGE"
+        assert is_subset(patch["patch"]["value"], c), (c["name"], patch["patch"]["value"])
+
+
+def test_equivalent_virtual_host_carries_the_buffer_limit():
+    (patch,) = patches("VIRTUAL_HOST")
+    name = patch["match"]["routeConfiguration"]["vhost"]["name"]
+    hosts = [v for v in route_config(load(EQUIVALENT))["virtual_hosts"] if v["name"] == name]
+    assert len(hosts) == 1, name
+    assert is_subset(patch["patch"]["value"], hosts[0])
+    limit = patch["patch"]["value"]["request_body_buffer_limit"]
+    assert limit > plugin_json(wasm_config(patch_filter()))["max_body_bytes"]
+
+
+def patch_filter() -> dict:
+    return patches("HTTP_FILTER")[0]["patch"]["value"]
+
+
+def test_mesh_install_mirrors_the_local_envoy_settings():
+    """Same runtime, failure policy, backoff, stop-iteration and pool policy as envoy/envoy.yaml;
+    only names (Istio's clusters) and the .wasm path may differ."""
+    local = load(LOCAL)
+    local_wasm = next(f for f in http_filters(local) if f["name"] == WASM_FILTER)
+    mesh, here = wasm_config(patch_filter()), wasm_config(local_wasm)
+    for key in ["name", "root_id", "failure_policy", "reload_config", "allow_on_headers_stop_iteration"]:
+        assert mesh[key] == here[key], key
+    assert {k: v for k, v in mesh["vm_config"].items() if k != "code"} == {
+        k: v for k, v in here["vm_config"].items() if k != "code"}
+    assert mesh["failure_policy"] == "FAIL_RELOAD" and mesh["allow_on_headers_stop_iteration"] is True
+    pool = next(c for c in local["static_resources"]["clusters"] if "load_balancing_policy" in c)
+    (inference,) = [p for p in patches("CLUSTER") if "load_balancing_policy" in p["patch"]["value"]]
+    assert inference["patch"]["value"]["load_balancing_policy"] == pool["load_balancing_policy"]
+
+
+# --- 3. names that tie the pieces together ---------------------------------------------------
+
+
+def test_filter_calls_the_cluster_istio_generates_for_the_gateway_service():
+    service = load(K8S / "service.yaml")
+    port = service["spec"]["ports"][0]["port"]
+    expected = istio_cluster_name(port, service_fqdn(service))
+    for config in [plugin_json(wasm_config(patch_filter())), load(WASMPLUGIN)["spec"]["pluginConfig"]]:
+        assert config["gateway_cluster"] == expected
+        assert config["gateway_authority"] == service_fqdn(service)
+    tuned = [p for p in patches("CLUSTER") if p["match"]["cluster"]["service"] == service_fqdn(service)]
+    assert tuned and tuned[0]["match"]["cluster"]["portNumber"] == port
+    assert service["metadata"]["annotations"]["networking.istio.io/always-include-in-gateways"] == "true"
+    cluster(load(EQUIVALENT), expected)
+
+
+def test_override_host_reads_the_header_the_filter_sets():
+    (inference,) = [p for p in patches("CLUSTER") if "load_balancing_policy" in p["patch"]["value"]]
+    policy = inference["patch"]["value"]["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+    header = policy["typed_config"]["override_host_sources"][0]["header"]
+    assert header == plugin_json(wasm_config(patch_filter())).get("endpoint_header", "x-gateway-destination-endpoint")
+    fallback = policy["typed_config"]["fallback_policy"]["policies"][0]["typed_extension_config"]["name"]
+    assert fallback == "envoy.load_balancing_policies.least_request"
+    vllm = load(K8S / "inference" / "service.yaml")
+    assert inference["match"]["cluster"]["service"] == service_fqdn(vllm)
+    assert inference["match"]["cluster"]["portNumber"] == vllm["spec"]["ports"][0]["port"]
+
+
+def test_gateway_discovers_every_inference_pod_including_not_ready_ones():
+    config = toml(gateway_toml())
+    discovery = load(K8S / "inference" / "discovery-service.yaml")
+    vllm = load(K8S / "inference" / "service.yaml")
+    deployment = load(K8S / "inference" / "deployment.yaml")
+    assert config["pods"]["dns"]["name"] == service_fqdn(discovery)
+    assert config["pods"]["dns"]["port"] == discovery["spec"]["ports"][0]["targetPort"]
+    # The pod address the gateway publishes must be an endpoint of the routed Service.
+    assert discovery["spec"]["ports"][0]["targetPort"] == vllm["spec"]["ports"][0]["targetPort"]
+    assert discovery["spec"]["clusterIP"] == "None" and discovery["spec"]["publishNotReadyAddresses"] is True
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for s in (discovery, vllm):
+        assert s["spec"]["selector"].items() <= labels.items()
+
+
+def test_block_size_agrees_between_filter_and_gateway():
+    block = toml(gateway_toml())["fingerprint"]["block_tokens"]
+    assert plugin_json(wasm_config(patch_filter()))["block_tokens"] == block
+    assert load(WASMPLUGIN)["spec"]["pluginConfig"]["block_tokens"] == block
+
+
+def test_ingress_gateway_patch_mounts_the_wasm_the_envoyfilter_loads_and_opts_in():
+    patch = load(GATEWAY_PATCH)
+    spec = patch["spec"]["template"]["spec"]
+    (mount,) = spec["containers"][0]["volumeMounts"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    (item,) = volume["configMap"]["items"]
+    filename = wasm_config(patch_filter())["vm_config"]["code"]["local"]["filename"]
+    assert filename == f"{mount['mountPath']}/{item['path']}"
+    selector = load(ENVOYFILTER)["spec"]["workloadSelector"]["labels"]
+    labels = {"istio": "ingressgateway", **patch["spec"]["template"]["metadata"]["labels"]}
+    assert selector.items() <= labels.items()
+
+
+def test_gateway_deployment_matches_its_config_service_and_secrets():
+    deployment = load(K8S / "deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    config_path = Path(container["args"][container["args"].index("--config") + 1])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_mount = next(m for m in mounts.values() if m["mountPath"] == str(config_path.parent))
+    configmap = load(K8S / "configmap.yaml")
+    assert volumes[config_mount["name"]]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert config_path.name in configmap["data"]
+    config = toml(gateway_toml())
+    state_mount = next(m for m in mounts.values() if m["mountPath"] == config["state"]["dir"])
+    assert "persistentVolumeClaim" in volumes[state_mount["name"]]
+    port = int(config["server"]["listen"].rsplit(":", 1)[1])
+    assert container["ports"][0]["containerPort"] == port
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    service = load(K8S / "service.yaml")
+    assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
+    assert probes == {"/healthz", "/readyz"}
+    # The variable names the gateway reads its secrets from.
+    source = (REPO / "gateway" / "src" / "config" / "mod.rs").read_text()
+    env_names = set(re.findall(r'_TOKEN_ENV: &str = "(\w+)"', source))
+    assert env_names == {e["name"] for e in container["env"] if "valueFrom" in e}
+
+
+def test_gateway_check_config_accepts_the_configmap_and_refuses_a_broken_one(tmp_path):
+    binary = bin_path("prewarm-gateway")
+    assert binary.exists(), f"{binary}: build the gateway first (cargo build -p prewarm-gateway)"
+    good = tmp_path / "prewarm.toml"
+    good.write_text(gateway_toml())
+    out = subprocess.run([binary, "check-config", "--config", good], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text(gateway_toml().replace('listen = "0.0.0.0:9100"', 'listen = "everywhere"'))
+    out = subprocess.run([binary, "check-config", "--config", bad], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 64 and "server.listen" in out.stderr, out.stderr
+
+
+def test_each_manifest_embeds_exactly_the_plugin_configurations_the_rust_test_parses():
+    """filter/tests/manifest_configs.rs finds configurations textually; here a YAML parser
+    counts them, so that extraction cannot miss one."""
+
+    def count(node) -> int:
+        if isinstance(node, dict):
+            own = int(node.get("@type") == STRING_VALUE and "value" in node) + int("pluginConfig" in node)
+            return own + sum(count(v) for v in node.values())
+        if isinstance(node, list):
+            return sum(count(v) for v in node)
+        return 0
+
+    for path in sorted((REPO / "envoy").rglob("*.yaml")):
+        text = path.read_text()
+        textual = len(re.findall(r"^\s*value: \|-?\s*$", text, re.MULTILINE)) + text.count("pluginConfig:")
+        parsed = sum(count(d) for d in yaml.safe_load_all(text) if d)
+        assert textual == parsed, path
+
+
+# --- 4. Dockerfiles ---------------------------------------------------------------------------
+
+
+def test_gateway_dockerfile_is_multi_stage_non_root_and_runs_the_deployment_command():
+    text = (REPO / "gateway" / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert len(stages) >= 2
+    for src in re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.MULTILINE):
+        for part in src.split():
+            assert (REPO / part).exists(), part
+    final = text[text.rindex("\nFROM "):]
+    user = re.search(r"^USER (\d+)(?::(\d+))?$", final, re.MULTILINE)
+    assert user and int(user[1]) != 0
+    deployment = load(K8S / "deployment.yaml")
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(user[1])
+    cmd = json.loads(re.search(r"^CMD (.+)$", final, re.MULTILINE)[1])
+    assert cmd == deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "prewarm-gateway" in re.search(r"^ENTRYPOINT (.+)$", final, re.MULTILINE)[1]
+
+
+def test_filter_image_dockerfile_copies_the_built_wasm_as_plugin_wasm():
+    text = (REPO / "envoy" / "istio" / "filter-image.Dockerfile").read_text()
+    assert re.search(r"^FROM scratch$", text, re.MULTILINE)
+    (copy_line,) = re.findall(r"^COPY (\S+) (\S+)$", text, re.MULTILINE)
+    assert copy_line == ("target/wasm32-wasip1/wasm-release/prewarm_filter.wasm", "./plugin.wasm")
+
+
+# --- 5. in a real Envoy -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def envoys(tmp_path):
+    fleet = EnvoyFleet(tmp_path)
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def pods():
+    servers = [FakeUpstream(f"pod{i}").start() for i in range(2)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def fake_gateway():
+    g = FakeGateway().start()
+    yield g
+    g.stop()
+
+
+def runnable(config: dict, pods, gateway) -> dict:
+    """The equivalent config on free ports, with these pods and gateway, and the built .wasm."""
+    from harness import filter_wasm_path
+
+    from harness.envoy import _endpoint
+
+    c = copy.deepcopy(config)
+    c["admin"]["address"]["socket_address"]["port_value"] = 0
+    c["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] = 0
+    for entry in http_filters(c):
+        if entry["name"] == WASM_FILTER:
+            wasm_config(entry)["vm_config"]["code"]["local"]["filename"] = str(filter_wasm_path())
+            plugin = plugin_json(wasm_config(entry))
+            plugin["tick_period_ms"] = 100
+            wasm_config(entry)["configuration"]["value"] = json.dumps(plugin)
+    gateway_cluster = plugin_json(wasm_config(patch_filter()))["gateway_cluster"]
+    for cl in c["static_resources"]["clusters"]:
+        members = [gateway.address] if cl["name"] == gateway_cluster else [p.address for p in pods]
+        cl["load_assignment"]["endpoints"] = [{"lb_endpoints": [_endpoint(a) for a in members]}]
+    return c
+
+
+def chat(words: int, i: int) -> dict:
+    return {"model": "base", "messages": [
+        {"role": "system", "content": "You answer questions about the manual. " + "lorem ipsum dolor " * words},
+        {"role": "user", "content": f"question {i}"},
+    ]}
+
+
+def test_mesh_equivalent_routes_by_the_filter_header_despite_istio_lb_policy(envoys, pods, fake_gateway):
+    """The table names only pods[1]: every routed request lands there (least request alone
+    would spread them), so override_host is in force beside Istio's `lb_policy`."""
+    fake_gateway.table = {"version": "1.0", "generation": 1, "block_tokens": 64,
+                          "pods": [{"id": "only", "address": pods[1].address, "adapters": []}]}
+    envoy = envoys.start(config=runnable(load(EQUIVALENT), pods, fake_gateway), concurrency=2)
+    # Every VM (two workers and the main thread's) installs the table on its own tick.
+    wait_until(lambda: envoy.metric("prewarm.table.adopted") >= 3, 20, what="the table adopted by every VM")
+    for i in range(8):
+        status, _, _ = envoy.post("/v1/chat/completions", chat(200, i), headers={"host": "inference.example.com"})
+        assert status == 200
+    assert envoy.metric("prewarm.routed") == 8
+    assert len(pods[1].received()) == 8 and len(pods[0].received()) == 0
+
+
+def test_mesh_equivalent_inspects_bodies_beyond_istio_connection_buffer(envoys, pods, fake_gateway):
+    """A 200 KB body is over the listener's 32 KiB limit: the virtual host's
+    request_body_buffer_limit is what keeps it from a 413 while the filter buffers it."""
+    envoy = envoys.start(config=runnable(load(EQUIVALENT), pods, fake_gateway))
+    body = chat(12000, 0)
+    assert len(json.dumps(body)) > 200_000
+    status, _, reply = envoy.post("/v1/chat/completions", body, headers={"host": "inference.example.com"})
+    assert status == 200, reply[:200]
+    assert json.loads(reply)["body_len"] == len(json.dumps(body).encode())
+    assert envoy.metric("prewarm.requests_inspected") == 1
+
+
+def test_without_the_virtual_host_limit_the_same_body_gets_413(envoys, pods, fake_gateway):
+    config = runnable(load(EQUIVALENT), pods, fake_gateway)
+    for vhost in route_config(config)["virtual_hosts"]:
+        vhost.pop("request_body_buffer_limit")
+    envoy = envoys.start(config=config)
+    status, _, _ = envoy.post("/v1/chat/completions", chat(12000, 0), headers={"host": "inference.example.com"})
+    assert status == 413
+
+
+def wasmplugin_equivalent(pods, gateway) -> dict:
+    """What Istio builds from envoy/istio/wasmplugin.yaml: the filter with the WasmPlugin's
+    configuration, FAIL_OPEN, allow_on_headers_stop_iteration left unset, no override_host."""
+    config = runnable(load(EQUIVALENT), pods, gateway)
+    spec = load(WASMPLUGIN)["spec"]
+    entry = next(f for f in http_filters(config) if f["name"] == WASM_FILTER)
+    plugin = wasm_config(entry)
+    plugin.pop("allow_on_headers_stop_iteration")
+    plugin.pop("reload_config")
+    plugin["failure_policy"] = spec["failStrategy"]
+    plugin["root_id"] = spec["pluginName"]
+    plugin["configuration"]["value"] = json.dumps({**spec["pluginConfig"], "tick_period_ms": 100})
+    for cl in config["static_resources"]["clusters"]:
+        cl.pop("load_balancing_policy", None)
+    return config
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the filter pauses in on_request_headers even with routing=false; without "
+    "allow_on_headers_stop_iteration (which WasmPlugin cannot set) the body callbacks never run "
+    "and the request hangs. Needs the filter to continue in headers when routing is off.",
+)
+def test_wasmplugin_configuration_passes_requests_and_sends_signals(envoys, pods, fake_gateway):
+    envoy = envoys.start(config=wasmplugin_equivalent(pods, fake_gateway))
+    status, _, _ = envoy.post("/v1/chat/completions", chat(50, 0), headers={"host": "inference.example.com"},
+                              timeout=5)
+    assert status == 200
+    assert envoy.metric("prewarm.requests_inspected") == 1
+
+
+def test_wasmplugin_configuration_passes_requests_the_filter_does_not_inspect(envoys, pods, fake_gateway):
+    envoy = envoys.start(config=wasmplugin_equivalent(pods, fake_gateway))
+    status, _, _ = envoy.request("GET", "/v1/models", headers={"host": "inference.example.com"}, timeout=5)
+    assert status == 200
+    assert envoy.metric("prewarm.skipped.not_inference") == 1
+
+
+# --- 6. the inference pods' warm gate -------------------------------------------------------------
+
+
+def warm_gate(gateway_url: str, pod_address: str, started: int, deadline: int, tmp_path: Path) -> int:
+    ip, port = pod_address.rsplit(":", 1)
+    started_file = tmp_path / "started"
+    started_file.write_text(f"{started}\n")
+    env = {"PATH": os.environ["PATH"], "POD_IP": ip, "PREWARM_POD_PORT": port,
+           "PREWARM_GATEWAY_URL": gateway_url, "PREWARM_WARM_DEADLINE_SECONDS": str(deadline),
+           "PREWARM_STARTED_FILE": str(started_file)}
+    return subprocess.run(["sh", WARM_GATE], env=env, capture_output=True, timeout=30).returncode
+
+
+@pytest.mark.skipif(shutil.which("wget") is None, reason="the warm gate needs wget (busybox in the pod)")
+def test_warm_gate_opens_when_the_gateway_has_warmed_the_pod(tmp_path):
+    import time
+
+    pod_proc, pod_url = start_podsim(tmp_path, name="pod")
+    pod = pod_url.removeprefix("http://")
+    down = "127.0.0.1:9"  # nothing listens: a pod the gateway can never warm
+    config = {"pods": {"health_interval_ms": 100, "static": [
+        {"id": pod, "address": pod}, {"id": down, "address": down}]}}
+    gw = start_gateway(tmp_path, config)
+    try:
+        now = int(time.time())
+        wait_until(lambda: warm_gate(gw.url, pod, now, 600, tmp_path) == 0, 30, what="warm gate opens")
+        assert warm_gate(gw.url, down, now, 600, tmp_path) == 1  # 503: not routable
+        assert warm_gate(gw.url, "127.0.0.2:8000", now, 600, tmp_path) == 1  # 404: unknown pod
+        assert warm_gate("http://127.0.0.1:9", pod, now, 600, tmp_path) == 1  # gateway unreachable
+        # Fail open once the deadline has passed, whatever the gateway says.
+        assert warm_gate(gw.url, down, now - 601, 600, tmp_path) == 0
+        assert warm_gate("http://127.0.0.1:9", pod, now - 601, 600, tmp_path) == 0
+    finally:
+        gw.proc.stop()
+        pod_proc.stop()
