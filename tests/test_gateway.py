@@ -391,3 +391,26 @@ def test_dns_discovery_adds_resolved_pods(tmp_path):
     finally:
         gw.proc.stop()
         pod.stop()
+
+
+def test_signalled_hot_prefix_is_prefilled_where_it_is_routed(tmp_path):
+    pod, url = start_podsim(tmp_path, "--enable-prompt-tokens-details", "--time-scale", "20", name="pod")
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("p", url)]))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
+        text = template_text(42)[:1536]  # 6 full blocks of 64 tokens
+        blocks = [f"{0x1000 + i:016x}" for i in range(6)]
+        batch = {"version": "1.0", "source": "envoy-test", "signals": [
+            {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": blocks,
+             "prefix_tokens": 384, "prefix_text": text, "state": "new", "priority": 40}]}
+        r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+        assert r.status_code == 202 and r.json()["prefills"] == 1, r.text
+        wait_until(lambda: metric(gw, 'prewarm_prefills_total{pod="p",outcome="ok"}') >= 1,
+                   timeout=20, what="keep-warm prefill of the signalled prefix")
+        assert cached_tokens(url, text) == 384
+        top = gw.get("/admin/prompts?k=1").json()["prompts"][0]
+        assert (top["origin"], top["blocks"]) == ("dynamic", 6)
+        assert gw.get("/admin/pods/p").json()["warm_prefixes"] == 1
+    finally:
+        gw.proc.stop()
+        pod.stop()

@@ -1,10 +1,13 @@
 //! Ingesting a filter's [`SignalBatch`]: prefill and feedback signals go to the prompt pool, pin
 //! signals to the LoRA residency of the pods the adapter is placed on.
 
-use prewarm_core::wire::SignalBatch;
+use prewarm_core::fingerprint::{routing_key, shards_of};
+use prewarm_core::wire::{Signal, SignalBatch};
+use prewarm_core::{place, PlacementCandidate};
 use serde::Serialize;
 
-use super::{now_ms, Gateway};
+use super::{now_ms, Gateway, State};
+use crate::policy::PrefixKey;
 use crate::telemetry::Telemetry;
 
 /// What `POST /v1/signals` answers.
@@ -23,12 +26,26 @@ impl Gateway {
         let now = now_ms();
         let dropped = batch.dropped;
         let source_len = batch.signals.len();
+        let hot: Vec<PrefixKey> = batch
+            .signals
+            .iter()
+            .filter_map(|s| match s {
+                Signal::Prefill(p) => p.prefix.last().map(|last| PrefixKey::new(&p.model, *last)),
+                _ => None,
+            })
+            .collect();
         let report = {
             let mut state = self.state();
             let report = state.pool.ingest(batch, now);
             for pin in &report.pins {
                 self.apply_pin_signal(&mut state, pin, now);
             }
+            let placed = self.keep_warm_where_routed(&mut state, &hot, now);
+            Telemetry::add(
+                &self.telemetry.decisions,
+                &[("policy", "kv"), ("decision", "warm_signalled")],
+                placed as u64,
+            );
             report
         };
         let t = &self.telemetry;
@@ -51,5 +68,45 @@ impl Gateway {
             rejected: report.rejected,
             reasons: report.reasons.iter().map(|r| r.to_string()).collect(),
         }
+    }
+}
+
+impl Gateway {
+    /// Adds each signalled hot prefix to the warm set of the pod the filters route it to (core's
+    /// placement over the routable pods, keyed by its routing key), unless the KV model believes
+    /// it resident there; the keep-warm loop then prefills it within the pod's budget. Returns
+    /// how many were added.
+    fn keep_warm_where_routed(&self, state: &mut State, keys: &[PrefixKey], now: u64) -> usize {
+        let fingerprint = self.config.fingerprint.core();
+        let routable: Vec<(String, f64)> = state
+            .pods
+            .values()
+            .filter(|p| p.routable(now))
+            .map(|p| (p.spec.id.clone(), p.spec.weight))
+            .collect();
+        let candidates: Vec<PlacementCandidate<'_>> = routable
+            .iter()
+            .map(|(id, w)| PlacementCandidate::new(id, *w))
+            .collect();
+        let mut added = 0;
+        for key in keys {
+            let Some(view) = state.pool.get(key) else {
+                continue;
+            };
+            let Some(rk) = routing_key(view.blocks, &fingerprint) else {
+                continue;
+            };
+            let shards = shards_of(view.blocks, &fingerprint);
+            let Some(pod_id) = place(rk.0, &candidates).and_then(|i| candidates.get(i)) else {
+                continue;
+            };
+            if let Some(pod) = state.pods.get_mut(pod_id.id) {
+                if !pod.kv.is_resident(key) {
+                    pod.kv.keep_warm_prefix(*key, &shards);
+                    added += 1;
+                }
+            }
+        }
+        added
     }
 }

@@ -63,6 +63,7 @@ pub async fn prefill_prefix(
         Err(e) => {
             tracing::warn!(pod = %pod_id, prefix = %key, error = %e, "prefill failed");
             if let Some(pod) = gateway.state().pods.get_mut(pod_id) {
+                pod.kv.prefill_failed(&key);
                 pod.note_error(e.to_string());
             }
             PrefillOutcome::Failed
