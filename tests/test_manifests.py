@@ -132,7 +132,7 @@ def test_every_shipped_manifest_validates():
     out = subprocess.run([sys.executable, VALIDATOR], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     kinds = re.findall(r"^ok  \S+.*?: (\w+) ", out.stdout, re.MULTILINE)
-    for kind in ["EnvoyFilter", "WasmPlugin", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
+    for kind in ["EnvoyFilter", "WasmPlugin", "AuthorizationPolicy", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
                  "PersistentVolumeClaim", "Namespace", "ServiceAccount"]:
         assert kind in kinds, f"{kind} not validated: {out.stdout}"
     assert "BAD" not in out.stdout
@@ -167,6 +167,8 @@ def _break(doc: dict, path: str, value):
         ("istio/wasmplugin.yaml", "spec.failStrategy", "FAIL_SOFT", "FAIL_SOFT"),
         ("istio/wasmplugin.yaml", "spec.targetRefs", [{"kind": "Gateway", "name": "g"}], "only one of"),
         ("istio/wasmplugin.yaml", "spec.url", "ftp://registry/prewarm", "schema"),
+        ("istio/authorizationpolicy.yaml", "spec.rules.0.from.0.source.serviceAccounts", ["sa"], "Cannot set"),
+        ("istio/authorizationpolicy.yaml", "spec.action", "PERMIT", "PERMIT"),
         ("k8s/deployment.yaml", "spec.template.spec.containers.0.readinesProbe", {}, "readinesProbe"),
         ("k8s/deployment.yaml", "spec.replicas", "one", "integer"),
         ("k8s/deployment.yaml", "spec.selector", None, "selector"),
@@ -325,6 +327,21 @@ def test_ingress_gateway_patch_mounts_the_wasm_the_envoyfilter_loads_and_opts_in
     selector = load(ENVOYFILTER)["spec"]["workloadSelector"]["labels"]
     labels = {"istio": "ingressgateway", **patch["spec"]["template"]["metadata"]["labels"]}
     assert selector.items() <= labels.items()
+
+
+def test_authorization_policy_admits_exactly_the_filter_and_the_warm_gates():
+    policy = load(REPO / "envoy" / "istio" / "authorizationpolicy.yaml")
+    deployment = load(K8S / "deployment.yaml")
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert policy["spec"]["selector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["action"] == "ALLOW"
+    allowed = {(op["operation"]["methods"][0], op["operation"]["paths"][0])
+               for rule in policy["spec"]["rules"] for op in rule["to"]}
+    assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing"), ("GET", "/v1/pods/*")}
+    gate_rule = next(r for r in policy["spec"]["rules"] if r["to"][0]["operation"]["paths"] == ["/v1/pods/*"])
+    inference = load(K8S / "inference" / "deployment.yaml")
+    assert gate_rule["from"][0]["source"]["namespaces"] == [inference["metadata"]["namespace"]]
+    assert "/v1/pods/${POD_IP:?}:" in WARM_GATE.read_text()
 
 
 def test_gateway_deployment_matches_its_config_service_and_secrets():

@@ -95,7 +95,8 @@ def _url_scheme_allowed(url: str) -> bool:
     return scheme in ("", "http", "https", "oci", "file")
 
 
-# The other CEL rules of the EnvoyFilter and WasmPlugin schemas, by their text (prefix).
+# The other CEL rules of the EnvoyFilter, WasmPlugin and AuthorizationPolicy schemas, by their
+# text (prefix).
 KNOWN_RULES = {
     'has(self.context) ? ((self.context == "WAYPOINT")': lambda v: (
         ("waypoint" in v) == (v.get("context") == "WAYPOINT")),
@@ -107,6 +108,9 @@ KNOWN_RULES = {
     "isURL(self) ?": _url_scheme_allowed,
     '(has(self.valueFrom) ? self.valueFrom : "") != "HOST" || !has(self.value)': lambda v: (
         v.get("valueFrom") != "HOST" or "value" not in v),
+    "(has(self.serviceAccounts) || has(self.notServiceAccounts)) ?": lambda v: not (
+        {"serviceAccounts", "notServiceAccounts"} & v.keys()
+        and {"principals", "notPrincipals", "namespaces", "notNamespaces"} & v.keys()),
 }
 
 
