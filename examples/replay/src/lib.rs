@@ -1,1 +1,22 @@
-//! replay (under construction).
+//! prewarm-replay: trace replay and the offline evaluator.
+//!
+//! - [`trace`]: Mooncake-format JSONL traces; [`render`]: block ids → deterministic text and
+//!   memoised fingerprint chains; [`assign`]: adapters, tenants and tiers (ServeGen or Zipf);
+//! - [`scenario`]: the fleet and its events; [`outcome`]: per-request outcomes and the metrics;
+//!   [`report`]: the table and the JSON document;
+//! - [`offline`]: virtual time over podsim pod models — `round_robin`, `affinity`, `prewarm`
+//!   (the gateway's own policies) and `oracle`;
+//! - [`live`]: the trace over HTTP against real servers (Envoy or pods), streaming;
+//! - [`plot`]: PNG charts of the time series;
+//! - [`cli`]: the `prewarm-replay` command line.
+
+pub mod assign;
+pub mod cli;
+pub mod live;
+pub mod offline;
+pub mod outcome;
+pub mod plot;
+pub mod render;
+pub mod report;
+pub mod scenario;
+pub mod trace;

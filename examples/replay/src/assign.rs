@@ -1,0 +1,288 @@
+//! Adapter, tenant and tier assignment for traces that carry none.
+//!
+//! - **ServeGen** (`--adapters servegen:DIR`): each customer CSV (`chunk-<i>-trace.csv`, rows
+//!   `window_start_s, rate_req_per_s, ...`) is one adapter and tenant named `sg-<i>`. The
+//!   customers' windows are mapped linearly onto the trace's span (window `w` of `n` covers
+//!   trace time `[w·span/n, (w+1)·span/n)`), and a customer's weight at a time is its rate in
+//!   that window (all customers' total rates when every rate there is 0).
+//! - **Zipf** (`--adapters zipf:N:S`): `N` adapters `zipf-<k>` with weight `1/k^S`.
+//!
+//! A request gets the adapter drawn (seeded) by the weights at the arrival of the first request
+//! of its *prefix group* — the requests sharing their first block id — so requests that share a
+//! prefix also share the adapter whose KV they can reuse (vLLM seeds KV block hashes by
+//! adapter). A trace's own `adapter`/`tenant` fields win. Tiers go by share of assigned
+//! requests: the top `gold_share` of tenants (at least one) are gold, the next `silver_share`
+//! silver, the rest bronze.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use prewarm_gateway::policy::Tier;
+
+use crate::render::splitmix64;
+use crate::trace::TraceRequest;
+
+/// Where adapters come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdapterSource {
+    /// Base model only.
+    None,
+    /// ServeGen customer folder.
+    ServeGen(std::path::PathBuf),
+    /// `count` adapters with Zipf exponent `exponent`.
+    Zipf { count: usize, exponent: f64 },
+}
+
+impl std::str::FromStr for AdapterSource {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "none" {
+            return Ok(Self::None);
+        }
+        if let Some(dir) = s.strip_prefix("servegen:") {
+            return Ok(Self::ServeGen(dir.into()));
+        }
+        if let Some(rest) = s.strip_prefix("zipf:") {
+            let (n, e) = rest.split_once(':').unwrap_or((rest, "1.0"));
+            let count: usize = n
+                .parse()
+                .map_err(|_| format!("adapters: {s:?}: zipf count must be an integer"))?;
+            let exponent: f64 = e
+                .parse()
+                .map_err(|_| format!("adapters: {s:?}: zipf exponent must be a number"))?;
+            if !(1..=10_000).contains(&count) || !(0.0..=10.0).contains(&exponent) {
+                return Err(format!(
+                    "adapters: {s:?}: count must be 1..10000 and exponent 0..10"
+                ));
+            }
+            return Ok(Self::Zipf { count, exponent });
+        }
+        Err(format!(
+            "adapters: {s:?}: expected none, servegen:DIR or zipf:N[:S]"
+        ))
+    }
+}
+
+/// Per-customer rates by window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Popularity {
+    pub names: Vec<String>,
+    /// `rates[c][w]`: customer `c`'s rate in window `w` (all the same length).
+    pub rates: Vec<Vec<f64>>,
+}
+
+/// Reads a ServeGen folder; customers sorted by chunk number.
+pub fn read_servegen(dir: &Path) -> Result<Popularity, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("adapters: {}: {e}", dir.display()))?;
+    let mut chunks: Vec<(u32, std::path::PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let n = name
+                .strip_prefix("chunk-")?
+                .strip_suffix("-trace.csv")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    chunks.sort();
+    if chunks.is_empty() {
+        return Err(format!(
+            "adapters: {}: no chunk-<i>-trace.csv files",
+            dir.display()
+        ));
+    }
+    let mut names = Vec::new();
+    let mut rates = Vec::new();
+    for (n, path) in chunks.iter().take(10_000) {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("adapters: {}: {e}", path.display()))?;
+        let mut row = Vec::new();
+        for (i, line) in text.lines().enumerate().take(1_000_000) {
+            let rate = line
+                .split(',')
+                .nth(1)
+                .and_then(|r| r.trim().parse::<f64>().ok());
+            match rate {
+                Some(r) if r.is_finite() && r >= 0.0 => row.push(r),
+                _ => {
+                    return Err(format!(
+                        "adapters: {} line {}: rate_req_per_s: not a non-negative number",
+                        path.display(),
+                        i + 1
+                    ))
+                }
+            }
+        }
+        names.push(format!("sg-{n}"));
+        rates.push(row);
+    }
+    let windows = rates.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    for r in &mut rates {
+        r.resize(windows, 0.0);
+    }
+    Ok(Popularity { names, rates })
+}
+
+/// Zipf popularity: one window.
+pub fn zipf(count: usize, exponent: f64) -> Popularity {
+    Popularity {
+        names: (1..=count).map(|k| format!("zipf-{k}")).collect(),
+        rates: (1..=count)
+            .map(|k| vec![1.0 / (k as f64).powf(exponent)])
+            .collect(),
+    }
+}
+
+/// The adapter, tenant and tier of every request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assignment {
+    /// Per request: adapter (`None`: base model).
+    pub adapters: Vec<Option<String>>,
+    pub tenants: Vec<Option<String>>,
+    pub tiers: BTreeMap<String, Tier>,
+}
+
+impl Assignment {
+    pub fn tier_of(&self, tenant: Option<&str>) -> Tier {
+        tenant
+            .and_then(|t| self.tiers.get(t))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Assigns adapters; see the module docs.
+pub fn assign(
+    trace: &[TraceRequest],
+    popularity: Option<&Popularity>,
+    seed: u64,
+    gold_share: f64,
+    silver_share: f64,
+) -> Assignment {
+    let span = trace.last().map_or(1, |r| r.timestamp).max(1) as f64;
+    let mut state = seed ^ 0x6164_6170_7465_7273;
+    let mut by_group: HashMap<u64, usize> = HashMap::new();
+    let mut out = Assignment::default();
+    for r in trace {
+        let drawn = popularity.and_then(|p| {
+            let group = r.hash_ids.first().copied().unwrap_or(0);
+            let c = *by_group.entry(group).or_insert_with(|| {
+                let windows = p.rates.first().map_or(1, Vec::len).max(1);
+                let w = ((r.timestamp as f64 / span) * windows as f64) as usize;
+                let w = w.min(windows - 1);
+                let mut weights: Vec<f64> = p
+                    .rates
+                    .iter()
+                    .map(|c| c.get(w).copied().unwrap_or(0.0))
+                    .collect();
+                if weights.iter().sum::<f64>() <= 0.0 {
+                    weights = p.rates.iter().map(|c| c.iter().sum()).collect();
+                }
+                draw(&weights, &mut state)
+            });
+            p.names.get(c).cloned()
+        });
+        let adapter = r.adapter.clone().or(drawn);
+        let tenant = r.tenant.clone().or_else(|| adapter.clone());
+        out.adapters.push(adapter);
+        out.tenants.push(tenant);
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in out.tenants.iter().flatten() {
+        *counts.entry(t).or_default() += 1;
+    }
+    let mut ranked: Vec<(&str, usize)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let n = ranked.len() as f64;
+    let gold =
+        ((gold_share * n).ceil() as usize).max(usize::from(gold_share > 0.0 && !ranked.is_empty()));
+    let silver = (silver_share * n).ceil() as usize;
+    for (i, (t, _)) in ranked.iter().enumerate() {
+        let tier = if i < gold {
+            Tier::Gold
+        } else if i < gold + silver {
+            Tier::Silver
+        } else {
+            Tier::Bronze
+        };
+        out.tiers.insert((*t).to_string(), tier);
+    }
+    out
+}
+
+/// An index drawn with probability proportional to `weights`.
+fn draw(weights: &[f64], state: &mut u64) -> usize {
+    let total: f64 = weights.iter().filter(|w| w.is_finite() && **w > 0.0).sum();
+    if total <= 0.0 {
+        return 0;
+    }
+    let u = (splitmix64(state) >> 11) as f64 / (1u64 << 53) as f64 * total;
+    let mut acc = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        if w.is_finite() && *w > 0.0 {
+            acc += w;
+            if u < acc {
+                return i;
+            }
+        }
+    }
+    weights.len().saturating_sub(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(ts: u64, ids: &[u64]) -> TraceRequest {
+        TraceRequest {
+            timestamp: ts,
+            input_length: 600,
+            output_length: 1,
+            hash_ids: ids.to_vec(),
+            adapter: None,
+            tenant: None,
+            user: None,
+        }
+    }
+
+    #[test]
+    fn groups_share_an_adapter_and_tiers_follow_share() {
+        let trace: Vec<TraceRequest> = (0..400).map(|i| req(i, &[i % 40, 1000 + i])).collect();
+        let pop = zipf(5, 1.2);
+        let a = assign(&trace, Some(&pop), 7, 0.2, 0.2);
+        for i in 0..400 {
+            assert_eq!(a.adapters[i], a.adapters[i % 40]);
+        }
+        let gold: Vec<&String> = a
+            .tiers
+            .iter()
+            .filter(|(_, t)| **t == Tier::Gold)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(gold.len(), 1);
+        // the gold tenant is the one with most requests
+        let count = |n: &str| a.tenants.iter().filter(|t| t.as_deref() == Some(n)).count();
+        assert!(a.tiers.keys().all(|n| count(n) <= count(gold[0])));
+        assert_eq!(assign(&trace, Some(&pop), 7, 0.2, 0.2), a);
+    }
+
+    #[test]
+    fn sources_parse_and_name_the_flag() {
+        assert_eq!(
+            "zipf:8:1.1".parse(),
+            Ok(AdapterSource::Zipf {
+                count: 8,
+                exponent: 1.1
+            })
+        );
+        assert!("zipf:x"
+            .parse::<AdapterSource>()
+            .unwrap_err()
+            .starts_with("adapters:"));
+        assert_eq!("none".parse(), Ok(AdapterSource::None));
+    }
+}

@@ -1,0 +1,236 @@
+//! The `prewarm-replay` command line: `offline` (virtual time, every policy) and `live` (over
+//! HTTP). Flags are documented in docs/evaluation.md with their defaults and units.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::assign::{assign, read_servegen, zipf, AdapterSource, Assignment};
+use crate::offline::run::{evaluate, Setup, POLICIES};
+use crate::outcome::{series, summarize};
+use crate::report::{table, Report};
+use crate::scenario::{parse_at, pod_windows, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
+use crate::trace::{load_trace, TraceRequest};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "prewarm-replay",
+    about = "Replays LLM request traces: offline in virtual time over podsim pod models, or live over HTTP."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Every policy over the trace in virtual time (no sockets).
+    Offline(OfflineArgs),
+    /// The trace over HTTP against a target (Envoy or a pod), streaming.
+    Live(crate::live::LiveArgs),
+}
+
+/// Flags both modes share: the trace, its adapters and the outputs.
+#[derive(Debug, Clone, Args)]
+pub struct TraceArgs {
+    /// Mooncake-format JSONL trace.
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Adapter assignment: `none`, `servegen:DIR` or `zipf:N[:S]`.
+    #[arg(long, default_value = "none")]
+    pub adapters: String,
+    /// Seed of the adapter draws.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Share of tenants (by requests, largest first) that are gold.
+    #[arg(long, default_value_t = 0.1)]
+    pub gold_share: f64,
+    /// Share of tenants after the gold ones that are silver.
+    #[arg(long, default_value_t = 0.2)]
+    pub silver_share: f64,
+    /// Replay only the first N requests.
+    #[arg(long)]
+    pub max_requests: Option<usize>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write PNG charts into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Time bucket of the series and charts, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub bucket_s: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OfflineArgs {
+    #[command(flatten)]
+    pub common: TraceArgs,
+    /// Pods at the start.
+    #[arg(long, default_value_t = 8)]
+    pub pods: usize,
+    /// podsim latency profile (`llama-8b-h100`, `llama-70b-8xh100`).
+    #[arg(long, default_value = "llama-8b-h100")]
+    pub profile: String,
+    /// KV blocks (16 tokens each) per pod.
+    #[arg(long, default_value_t = 32_768)]
+    pub kv_blocks: usize,
+    /// GPU adapter slots per pod (vLLM `--max-loras`).
+    #[arg(long, default_value_t = 4)]
+    pub max_loras: usize,
+    /// Host-memory adapter cache per pod (vLLM `--max-cpu-loras`).
+    #[arg(long, default_value_t = 8)]
+    pub max_cpu_loras: usize,
+    /// LoRA rank of every adapter.
+    #[arg(long, default_value_t = 16)]
+    pub adapter_rank: u32,
+    /// Pods each adapter is placed on by `prewarm` (the gateway's `pods.adapter_replicas`).
+    #[arg(long, default_value_t = 2)]
+    pub adapter_replicas: usize,
+    /// `N@Ts`: N cold pods join at T seconds (repeatable).
+    #[arg(long = "add-pods")]
+    pub add_pods: Vec<String>,
+    /// `I@Ts`: pod I restarts cold at T seconds (repeatable).
+    #[arg(long = "restart-pod")]
+    pub restart_pod: Vec<String>,
+    /// Policies to run, comma-separated, from round_robin,affinity,prewarm,oracle.
+    #[arg(
+        long,
+        default_value = "round_robin,affinity,prewarm,oracle",
+        value_delimiter = ','
+    )]
+    pub policies: Vec<String>,
+}
+
+/// Reads the trace and assigns adapters.
+pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), String> {
+    let mut trace = load_trace(&args.trace).map_err(|e| e.to_string())?;
+    if let Some(n) = args.max_requests {
+        trace.truncate(n.max(1));
+    }
+    for (name, v) in [
+        ("--gold-share", args.gold_share),
+        ("--silver-share", args.silver_share),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(format!("{name}: {v}: must be in [0, 1]"));
+        }
+    }
+    let source: AdapterSource = args.adapters.parse()?;
+    let popularity = match &source {
+        AdapterSource::None => None,
+        AdapterSource::ServeGen(dir) => Some(read_servegen(dir)?),
+        AdapterSource::Zipf { count, exponent } => Some(zipf(*count, *exponent)),
+    };
+    let assignment = assign(
+        &trace,
+        popularity.as_ref(),
+        args.seed,
+        args.gold_share,
+        args.silver_share,
+    );
+    Ok((trace, assignment))
+}
+
+/// Writes the JSON report and the charts a run asked for.
+pub fn write_outputs<S: serde::Serialize>(
+    args: &TraceArgs,
+    report: &Report<S>,
+    events: &[f64],
+) -> Result<(), String> {
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(report).map_err(|e| format!("--json: {e}"))?;
+        std::fs::write(path, text).map_err(|e| format!("--json: {}: {e}", path.display()))?;
+    }
+    if let Some(dir) = &args.plot {
+        crate::plot::write_charts(dir, &report.series, events)?;
+    }
+    Ok(())
+}
+
+/// `prewarm-replay offline`.
+pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
+    for p in &args.policies {
+        if !POLICIES.contains(&p.as_str()) {
+            return Err(format!("--policies: {p:?}: must be one of {POLICIES:?}"));
+        }
+    }
+    if !(1..=1024).contains(&args.pods) {
+        return Err(format!("--pods: {}: must be between 1 and 1024", args.pods));
+    }
+    if args.adapter_replicas == 0 {
+        return Err("--adapter-replicas: 0: must be at least 1".into());
+    }
+    let mut events = Vec::new();
+    for v in &args.add_pods {
+        let (count, at_s) = parse_at("--add-pods", v)?;
+        events.push(FleetEvent::AddPods { count, at_s });
+    }
+    for v in &args.restart_pod {
+        let (index, at_s) = parse_at("--restart-pod", v)?;
+        if index >= args.pods {
+            return Err(format!(
+                "--restart-pod: {v}: pod {index} is not one of the {} initial pods",
+                args.pods
+            ));
+        }
+        events.push(FleetEvent::RestartPod { index, at_s });
+    }
+    let (trace, assignment) = prepare(&args.common)?;
+    let fleet = FleetSpec {
+        pods: args.pods,
+        profile: args.profile.clone(),
+        kv_blocks: args.kv_blocks,
+        max_loras: args.max_loras,
+        max_cpu_loras: args.max_cpu_loras,
+        adapter_rank: args.adapter_rank,
+        adapter_replicas: args.adapter_replicas,
+    };
+    let setup = Setup {
+        trace: &trace,
+        assignment: &assignment,
+        fleet: &fleet,
+        events: &events,
+    };
+    let runs = evaluate(&setup, &args.policies, |name, secs| {
+        eprintln!("prewarm-replay: {name} replayed in {secs:.1} s");
+    })?;
+    let windows = pod_windows(args.pods, &events);
+    let policies: Vec<_> = runs
+        .iter()
+        .map(|r| {
+            summarize(
+                &r.policy,
+                &r.outcomes,
+                r.failed,
+                r.warmup_prefill_tokens,
+                &windows,
+            )
+        })
+        .collect();
+    let series: BTreeMap<String, _> = runs
+        .iter()
+        .map(|r| (r.policy.clone(), series(&r.outcomes, args.common.bucket_s)))
+        .collect();
+    print!("{}", table(&policies));
+    let scenario = Scenario {
+        trace: args.common.trace.display().to_string(),
+        requests: trace.len(),
+        span_s: trace.last().map_or(0.0, TraceRequest::arrival_s),
+        adapters: args.common.adapters.clone(),
+        seed: args.common.seed,
+        gold_share: args.common.gold_share,
+        silver_share: args.common.silver_share,
+        fleet,
+        events: events.clone(),
+        new_pod_window_s: NEW_POD_WINDOW_S,
+    };
+    let report = Report {
+        scenario,
+        policies,
+        series,
+    };
+    let marks: Vec<f64> = events.iter().map(FleetEvent::at_s).collect();
+    write_outputs(&args.common, &report, &marks)
+}

@@ -1,0 +1,16 @@
+//! `prewarm-replay`: see [`prewarm_replay::cli`].
+
+use clap::Parser;
+use prewarm_replay::cli::{run_offline, Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Offline(args) => run_offline(args),
+        Command::Live(args) => prewarm_replay::live::run_live(args),
+    };
+    if let Err(e) = result {
+        eprintln!("prewarm-replay: {e}");
+        std::process::exit(64);
+    }
+}

@@ -1,0 +1,188 @@
+//! What happened to one request under one policy, and the per-policy summary built from it:
+//! the metrics of the report (see docs/evaluation.md for their definitions).
+
+use serde::Serialize;
+
+use crate::scenario::NEW_POD_WINDOW_S;
+
+/// One served request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Trace index.
+    pub request: usize,
+    pub arrival_s: f64,
+    /// Pod index (join order).
+    pub pod: usize,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    pub ttft_s: f64,
+    /// Whether its adapter held a GPU slot on arrival (`None`: base model).
+    pub adapter_hit: Option<bool>,
+    pub gold: bool,
+}
+
+/// The per-policy figures of the report; `None` is JSON `null` (not applicable).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReport {
+    pub policy: String,
+    pub requests: usize,
+    pub failed: usize,
+    pub token_hit_ratio: Option<f64>,
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub ttft_p99_ms: Option<f64>,
+    pub adapter_hit_ratio: Option<f64>,
+    pub gold_adapter_hit_ratio: Option<f64>,
+    pub warmup_prefill_tokens: Option<u64>,
+    pub new_pod_ttft_p95_ms: Option<f64>,
+    pub steady_ttft_p95_ms: Option<f64>,
+    /// Requests the new-pod figure is over.
+    pub new_pod_requests: usize,
+}
+
+/// Nearest-rank percentile `p` (0..100) of `values` (sorted in place).
+pub fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
+    values.get(rank.clamp(1, values.len()) - 1).copied()
+}
+
+/// Whether `o` falls in its pod's first window after a join or restart event.
+pub fn on_new_pod(o: &Outcome, windows: &[Vec<f64>]) -> bool {
+    windows.get(o.pod).is_some_and(|w| {
+        w.iter()
+            .any(|&e| o.arrival_s >= e && o.arrival_s < e + NEW_POD_WINDOW_S)
+    })
+}
+
+/// Summarises one policy's outcomes. `windows` is [`crate::scenario::pod_windows`].
+pub fn summarize(
+    policy: &str,
+    outcomes: &[Outcome],
+    failed: usize,
+    warmup_prefill_tokens: Option<u64>,
+    windows: &[Vec<f64>],
+) -> PolicyReport {
+    let prompt: u64 = outcomes.iter().map(|o| o.prompt_tokens).sum();
+    let cached: u64 = outcomes.iter().map(|o| o.cached_tokens).sum();
+    let mut ttft: Vec<f64> = outcomes.iter().map(|o| o.ttft_s * 1000.0).collect();
+    let ratio = |hits: usize, n: usize| (n > 0).then(|| hits as f64 / n as f64);
+    let adapter: Vec<bool> = outcomes.iter().filter_map(|o| o.adapter_hit).collect();
+    let gold: Vec<bool> = outcomes
+        .iter()
+        .filter(|o| o.gold)
+        .filter_map(|o| o.adapter_hit)
+        .collect();
+    let has_events = windows.iter().any(|w| !w.is_empty());
+    let mut new_pod: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| on_new_pod(o, windows))
+        .map(|o| o.ttft_s * 1000.0)
+        .collect();
+    let mut steady: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| o.arrival_s >= NEW_POD_WINDOW_S && !on_new_pod(o, windows))
+        .map(|o| o.ttft_s * 1000.0)
+        .collect();
+    PolicyReport {
+        policy: policy.to_string(),
+        requests: outcomes.len(),
+        failed,
+        token_hit_ratio: (prompt > 0).then(|| cached as f64 / prompt as f64),
+        ttft_p50_ms: percentile(&mut ttft, 50.0),
+        ttft_p95_ms: percentile(&mut ttft, 95.0),
+        ttft_p99_ms: percentile(&mut ttft, 99.0),
+        adapter_hit_ratio: ratio(adapter.iter().filter(|h| **h).count(), adapter.len()),
+        gold_adapter_hit_ratio: ratio(gold.iter().filter(|h| **h).count(), gold.len()),
+        warmup_prefill_tokens,
+        new_pod_requests: new_pod.len(),
+        new_pod_ttft_p95_ms: if has_events {
+            percentile(&mut new_pod, 95.0)
+        } else {
+            None
+        },
+        steady_ttft_p95_ms: percentile(&mut steady, 95.0),
+    }
+}
+
+/// One point of a time series: a bucket's token hit ratio and TTFT p95.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// Bucket start, seconds.
+    pub t_s: f64,
+    pub token_hit_ratio: f64,
+    pub ttft_p95_ms: f64,
+}
+
+/// Token hit ratio and TTFT p95 per `bucket_s` of arrival time (empty buckets skipped).
+pub fn series(outcomes: &[Outcome], bucket_s: f64) -> Vec<SeriesPoint> {
+    let bucket_s = bucket_s.max(1e-3);
+    let mut buckets: std::collections::BTreeMap<u64, Vec<&Outcome>> = Default::default();
+    for o in outcomes {
+        buckets
+            .entry((o.arrival_s / bucket_s) as u64)
+            .or_default()
+            .push(o);
+    }
+    buckets
+        .into_iter()
+        .filter_map(|(b, os)| {
+            let prompt: u64 = os.iter().map(|o| o.prompt_tokens).sum();
+            let cached: u64 = os.iter().map(|o| o.cached_tokens).sum();
+            let mut ttft: Vec<f64> = os.iter().map(|o| o.ttft_s * 1000.0).collect();
+            Some(SeriesPoint {
+                t_s: b as f64 * bucket_s,
+                token_hit_ratio: if prompt > 0 {
+                    cached as f64 / prompt as f64
+                } else {
+                    0.0
+                },
+                ttft_p95_ms: percentile(&mut ttft, 95.0)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(arrival_s: f64, pod: usize, ttft_s: f64) -> Outcome {
+        Outcome {
+            request: 0,
+            arrival_s,
+            pod,
+            prompt_tokens: 100,
+            cached_tokens: 50,
+            ttft_s,
+            adapter_hit: Some(pod == 0),
+            gold: pod == 0,
+        }
+    }
+
+    #[test]
+    fn percentiles_and_windows() {
+        assert_eq!(percentile(&mut [3.0, 1.0, 2.0, 4.0], 50.0), Some(2.0));
+        assert_eq!(percentile(&mut [3.0, 1.0, 2.0, 4.0], 99.0), Some(4.0));
+        assert_eq!(percentile(&mut [], 50.0), None);
+        let windows = vec![vec![], vec![600.0]];
+        let outs = vec![
+            o(100.0, 0, 0.1),
+            o(700.0, 1, 0.9),
+            o(950.0, 1, 0.2),
+            o(400.0, 0, 0.3),
+        ];
+        let r = summarize("p", &outs, 0, None, &windows);
+        assert_eq!(r.token_hit_ratio, Some(0.5));
+        assert_eq!(r.new_pod_requests, 1);
+        assert_eq!(r.new_pod_ttft_p95_ms, Some(900.0));
+        assert_eq!(r.steady_ttft_p95_ms, Some(300.0));
+        assert_eq!(r.adapter_hit_ratio, Some(0.5));
+        assert_eq!(r.gold_adapter_hit_ratio, Some(1.0));
+        let no_events = summarize("p", &outs, 0, None, &[vec![], vec![]]);
+        assert_eq!(no_events.new_pod_ttft_p95_ms, None);
+    }
+}
