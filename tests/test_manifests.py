@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import REPO, bin_path, wait_until
-from harness.envoy import EnvoyFleet
+from harness import REPO, bin_path, filter_wasm_path, wait_until
+from harness.envoy import EnvoyFleet, _endpoint
 from harness.fake_servers import FakeGateway, FakeUpstream
 from harness.gateway import start_gateway
 from harness.podsim import start_podsim
@@ -223,7 +223,11 @@ def test_equivalent_has_the_envoyfilter_http_filter_just_before_the_router():
     names = [f["name"] for f in filters]
     assert names[-2:] == [WASM_FILTER, ROUTER], names
     assert without_code_path(filters[-2]) == without_code_path(patch["patch"]["value"])
-    assert wasm_config(filters[-2])["vm_config"]["code"]["local"]["filename"] == "@PREWARM_FILTER_WASM@"
+    # Runnable from the repository root, like envoy/envoy.yaml.
+    local = next(f for f in http_filters(load(LOCAL)) if f["name"] == WASM_FILTER)
+    code = wasm_config(filters[-2])["vm_config"]["code"]["local"]["filename"]
+    assert code == wasm_config(local)["vm_config"]["code"]["local"]["filename"]
+    assert not code.startswith("/")
 
 
 def test_equivalent_clusters_carry_every_cluster_merge():
@@ -460,10 +464,6 @@ def fake_gateway():
 
 def runnable(config: dict, pods, gateway) -> dict:
     """The equivalent config on free ports, with these pods and gateway, and the built .wasm."""
-    from harness import filter_wasm_path
-
-    from harness.envoy import _endpoint
-
     c = copy.deepcopy(config)
     c["admin"]["address"]["socket_address"]["port_value"] = 0
     c["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] = 0
