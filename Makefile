@@ -35,8 +35,9 @@ $(STAMP): tools/requirements.txt
 wasm: setup
 	cargo build --profile wasm-release --target $(WASM_TARGET) -p prewarm-filter
 
+## Debug binaries are what the end-to-end tests run (target/debug, see tests/harness).
 build: setup wasm
-	cargo build --release --workspace
+	cargo build --workspace --bins
 
 lint: setup
 	cargo fmt --all -- --check
@@ -52,7 +53,7 @@ wasm-tests: setup
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASI_RUNNER)" cargo test -p prewarm-core --target $(WASM_TARGET)
 	cargo build -p prewarm-core --target wasm32-unknown-unknown
 
-validate: build
+validate: wasm
 	@for f in $$(find envoy -maxdepth 1 -name '*.yaml' | sort); do \
 	  echo "envoy --mode validate $$f"; \
 	  PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) tools/envoy-validate.sh $(ENVOY) $$f || exit 1; \
