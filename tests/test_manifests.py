@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import REPO, bin_path, filter_wasm_path, wait_until
+from harness import REPO, bin_path, envoy_path, filter_wasm_path, wait_until
 from harness.envoy import EnvoyFleet, _endpoint
 from harness.fake_servers import FakeGateway, FakeUpstream
 from harness.gateway import start_gateway
@@ -132,7 +132,7 @@ def test_every_shipped_manifest_validates():
     out = subprocess.run([sys.executable, VALIDATOR], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     kinds = re.findall(r"^ok  \S+.*?: (\w+) ", out.stdout, re.MULTILINE)
-    for kind in ["EnvoyFilter", "WasmPlugin", "AuthorizationPolicy", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
+    for kind in ["EnvoyFilter", "WasmPlugin", "AuthorizationPolicy", "DestinationRule", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
                  "PersistentVolumeClaim", "Namespace", "ServiceAccount"]:
         assert kind in kinds, f"{kind} not validated: {out.stdout}"
     assert "BAD" not in out.stdout
@@ -269,6 +269,27 @@ def test_mesh_install_mirrors_the_local_envoy_settings():
     pool = next(c for c in local["static_resources"]["clusters"] if "load_balancing_policy" in c)
     (inference,) = [p for p in patches("CLUSTER") if "load_balancing_policy" in p["patch"]["value"]]
     assert inference["patch"]["value"]["load_balancing_policy"] == pool["load_balancing_policy"]
+
+
+def test_envoy_refuses_override_host_beside_locality_weighting(tmp_path):
+    """Why envoy/istio/destinationrule.yaml turns locality load balancing off for the host:
+    with the locality weighting istiod would add, the patched cluster is refused."""
+    config = load(EQUIVALENT)
+    (inference,) = [p for p in patches("CLUSTER") if "load_balancing_policy" in p["patch"]["value"]]
+    m = inference["match"]["cluster"]
+    cluster(config, istio_cluster_name(m["portNumber"], m["service"]))["common_lb_config"] = {
+        "locality_weighted_lb_config": {}}
+    path = tmp_path / "istio-locality.yaml"
+    path.write_text(yaml.safe_dump(config).replace(
+        wasm_config(patch_filter())["vm_config"]["code"]["local"]["filename"], str(filter_wasm_path())))
+    out = subprocess.run([envoy_path(), "--mode", "validate", "-c", path, "--log-level", "warn"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "load_balancing_policy cannot be combined" in out.stdout + out.stderr
+    rule = load(REPO / "envoy" / "istio" / "destinationrule.yaml")
+    assert rule["spec"]["host"] == m["service"]
+    assert rule["spec"]["trafficPolicy"]["loadBalancer"]["localityLbSetting"] == {"enabled": False}
+    assert "consistentHash" not in rule["spec"]["trafficPolicy"]["loadBalancer"]
 
 
 # --- 3. names that tie the pieces together ---------------------------------------------------
