@@ -133,6 +133,9 @@ def test_joining_pod_is_warmed_before_it_enters_the_table(tmp_path):
         assert requests.get(f"{gw.url}/v1/pods/b/ready", timeout=5).status_code == 200
         assert metric(gw, "prewarm_warmup_duration_seconds_count") >= 2
         assert metric(gw, 'prewarm_prefills_total{pod="b",outcome="ok"}') == len(moved)
+        # Every hot prefix routed to b is modelled resident there.
+        wait_until(lambda: metric(gw, 'prewarm_modelled_hit_ratio{pod="b"}') == 1.0, timeout=10,
+                   what="b's modelled hit ratio")
     finally:
         gw.proc.stop()
         a.stop()

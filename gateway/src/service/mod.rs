@@ -9,6 +9,7 @@
 //! - [`tasks`]: the background loops (health, DNS, snapshots, lazy warm-up).
 
 pub mod adapters;
+pub mod hit_ratio;
 pub mod persist;
 pub mod planning;
 pub mod pods;

@@ -14,6 +14,7 @@ use futures::future::join_all;
 use tokio::task::JoinHandle;
 
 use super::adapters::PodDecision;
+use super::hit_ratio::modelled_hit_ratios;
 use super::pods::{PodHealth, PodSource};
 use super::{now_ms, Gateway};
 use crate::config::PodSpec;
@@ -144,9 +145,9 @@ async fn keep_warm_loop(gateway: Arc<Gateway>) {
                         decision: d,
                     });
                 }
-                if let Some(ratio) = pod.kv.hit_ratio() {
-                    gateway.telemetry.set_hit_ratio(&pod.spec.id, ratio);
-                }
+            }
+            for (pod, ratio) in modelled_hit_ratios(&state, &gateway.config, now) {
+                gateway.telemetry.set_hit_ratio(&pod, ratio);
             }
             (prefills, decisions)
         };

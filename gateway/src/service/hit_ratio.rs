@@ -1,0 +1,54 @@
+//! The modelled hit ratio of each routable pod: of the hot prefixes (the pool's hottest, up to
+//! the warm-up tiers' size) that placement routes to the pod, the share its KV model believes
+//! resident. Exported as `prewarm_modelled_hit_ratio{pod}`; a pod no hot prefix routes to has no
+//! ratio.
+
+use prewarm_core::{place, PlacementCandidate};
+
+use super::State;
+use crate::config::GatewayConfig;
+
+/// (pod id, ratio in [0, 1]) for every routable pod some hot prefix routes to.
+pub fn modelled_hit_ratios(
+    state: &State,
+    config: &GatewayConfig,
+    now_ms: u64,
+) -> Vec<(String, f64)> {
+    let routable: Vec<(&str, f64)> = state
+        .pods
+        .values()
+        .filter(|p| p.routable(now_ms))
+        .map(|p| (p.spec.id.as_str(), p.spec.weight))
+        .collect();
+    let candidates: Vec<PlacementCandidate<'_>> = routable
+        .iter()
+        .map(|(id, w)| PlacementCandidate::new(id, *w))
+        .collect();
+    let limit = config
+        .warmup
+        .first_tier
+        .saturating_add(config.warmup.second_tier);
+    let mut counts = vec![(0u64, 0u64); candidates.len()];
+    for hot in state.pool.hot_prefixes(limit, &config.fingerprint.core()) {
+        let Some(i) = place(hot.routing_key.0, &candidates) else {
+            continue;
+        };
+        let (Some(c), Some(count)) = (candidates.get(i), counts.get_mut(i)) else {
+            continue;
+        };
+        count.1 += 1;
+        if state
+            .pods
+            .get(c.id)
+            .is_some_and(|p| p.kv.is_resident(&hot.key))
+        {
+            count.0 += 1;
+        }
+    }
+    candidates
+        .iter()
+        .zip(counts)
+        .filter(|(_, (_, total))| *total > 0)
+        .map(|(c, (hits, total))| (c.id.to_string(), hits as f64 / total as f64))
+        .collect()
+}
