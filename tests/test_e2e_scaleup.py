@@ -1,0 +1,87 @@
+"""End to end, whole stack (real Envoy + filter .wasm + gateway + podsim pods): a pod joins a
+fleet whose hot templates were established by traffic, is warmed before it takes traffic, and
+serves its first requests for the prefixes it now wins from cache.
+"""
+from __future__ import annotations
+
+import random
+
+import requests
+
+from harness import wait_until
+from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec, cached_tokens
+
+TEMPLATE_BYTES = 64 * 4 * 10  # 10 fingerprint blocks of 64 tokens
+
+
+def template(i: int) -> str:
+    """Distinct words (the filter's similarity is over word shingles: a repeated line would leave
+    too few for a short question to stay similar)."""
+    rng = random.Random(i)
+    words = [f"t{i}"] + ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8)))
+                         for _ in range(TEMPLATE_BYTES // 3)]
+    return " ".join(words)[:TEMPLATE_BYTES]
+
+
+def question(i: int, k: int) -> str:
+    return f"{template(i)}\nQuestion {k}: how do I reset item {k * 7 + i}?"
+
+
+# (template index, model): base-model templates and two for an adapter.
+TEMPLATES = [(i, BASE_MODEL) for i in range(8)] + [(8, "sql-lora"), (9, "sql-lora")]
+
+
+def scaleup_spec() -> StackSpec:
+    return StackSpec(
+        pods=2, spare_pods=1,
+        podsim_flags=["--time-scale", "50"],
+        adapters=[AdapterSpec("sql-lora", tier="gold"), AdapterSpec("chat-lora", tier="bronze")],
+        preload_adapters=False,
+        gateway={"pods": {"adapter_replicas": 1}},
+    )
+
+
+def establish_templates(stack: Stack) -> None:
+    """Each template's user sends 3 similar prompts (the filter's default streak)."""
+    for i, model in TEMPLATES:
+        for k in range(3):
+            stack.completion(question(i, k), model=model, user=f"user-{i}")
+    wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(TEMPLATES), 30,
+               what="every template hot in the gateway")
+
+
+def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path):
+    stack = Stack(tmp_path, scaleup_spec()).start()
+    try:
+        establish_templates(stack)
+        new = stack.join_spare(0)
+
+        # The first time the new pod is in the table, its warm-up's first tier and adapters are
+        # done, and its adapters are registered on it.
+        def routable_status():
+            if new.id in stack.routed_ids():
+                return stack.warmup(new.id), requests.get(f"{new.url}/v1/models", timeout=5).json()
+            return None
+
+        status, models = wait_until(routable_status, 60, interval=0.05, what="new pod routable")
+        assert status["first_tier"]["done"] == status["first_tier"]["total"], status
+        assert status["first_tier"]["failed"] == 0 and status["adapters"]["failed"] == 0, status
+        assert status["adapters"]["done"] == status["adapters"]["total"], status
+        assert status["first_tier_done_ms"] is not None
+        plan = stack.gateway.get(f"/admin/pods/{new.id}/plan").json()
+        served = {m["id"] for m in models["data"]}
+        assert set(plan["adapters"]) <= served, (plan, served)
+        stack.wait_envoy_routes(new.address)
+
+        # Exactly the templates Envoy now sends to the new pod were prefilled there, and their
+        # first real requests on it are cache hits covering the template.
+        moved = []
+        for i, model in TEMPLATES:
+            pod, reply = stack.completion(question(i, 99), model=model, user=f"fresh-{i}")
+            if pod is new:
+                moved.append(i)
+                assert cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64, (i, reply["usage"])
+        assert moved, "no template moved to the new pod: choose more templates"
+        assert len(moved) == status["first_tier"]["total"] == len(plan["first_tier"]), (moved, status, plan)
+    finally:
+        stack.close()
