@@ -42,6 +42,7 @@ PROFILE = {"name": "llama-8b-h100", "overhead_ms": 30.0, "per_token_ms": 0.25}
 ADAPTER_RANK = 16
 DISK_LOAD_MS = 40 + 5 * ADAPTER_RANK  # the profile's disk load for that rank
 NEW_POD = "pod-3"
+HOT_REQUESTS = 2  # the filter's `triggers.similar_prompts` in the demo: a group is hot after 2 requests
 
 
 def log(msg: str) -> None:
@@ -111,9 +112,8 @@ class Progress(threading.Thread):
 
 def pod_counters(stack: Stack) -> dict:
     from harness.stack import pod_metric
-    total = {"prompt": 0.0, "queries": 0.0, "hits": 0.0}
+    total = {"queries": 0.0, "hits": 0.0}
     for pod in stack.pods:
-        total["prompt"] += pod_metric(pod, "vllm:prompt_tokens_total")
         total["queries"] += pod_metric(pod, "vllm:prefix_cache_queries_total")
         total["hits"] += pod_metric(pod, "vllm:prefix_cache_hits_total")
     return total
@@ -135,7 +135,7 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
             "warmup": {"first_tier": 100, "second_tier": 1000} if warm else {"first_tier": 0, "second_tier": 0},
         },
         filter_config={"max_prefix_tokens": 16384, "max_batch_signals": 16,
-                       "triggers": {"similar_prompts": 2}},
+                       "triggers": {"similar_prompts": HOT_REQUESTS}},
     )
     stack = Stack(workdir, spec)
     progress = None
@@ -163,16 +163,15 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
                                          on_progress=log, events=[(args.join_s, join)])
             outcomes = demo_replay.outcomes_json(results)
         counters = pod_counters(stack)
-        client_prompt = sum(o["prompt_tokens"] for o in outcomes)
         client_uncached = sum(o["prompt_tokens"] - o["cached_tokens"] for o in outcomes)
-        prefill_tokens = max(0, int(counters["prompt"] - client_prompt))
         computed = max(0, int((counters["queries"] - counters["hits"]) - client_uncached))
         new_pod_address = stack.pod(NEW_POD).address
         summary = demo_report.summarize(
             outcomes, new_pod_address, args.join_s, args.until_s - args.join_s, args.until_s * 0.25,
-            PROFILE, DISK_LOAD_MS / 2, prefill_tokens)
+            PROFILE, DISK_LOAD_MS / 2, HOT_REQUESTS)
         summary["warmup_prefill_computed_tokens"] = computed
-        summary["warmup"] = stack.warmup(NEW_POD)
+        summary["warmup"] = warmup = stack.warmup(NEW_POD)
+        summary["warmup_prefixes"] = sum(warmup[t]["done"] for t in ("first_tier", "second_tier")) if warmup else 0
         summary["prefills"] = stack.gateway_metric("prewarm_prefills_total")
         json_path.write_text(json.dumps({"mode": mode, "summary": summary, "outcomes": outcomes}, indent=1))
         summary["json"] = str(json_path)

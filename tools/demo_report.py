@@ -10,8 +10,13 @@ Definitions (all times are model time: real time × the run's time scale):
   not say so; a request's TTFT beyond what its uncached tokens explain
   (`prefill_overhead + per_token × (prompt − cached)`, the latency profile) counts as a load when
   it exceeds `load_threshold_ms` (half of the profile's disk load for the adapters' rank);
-- warm-up prefill cost: prompt tokens the gateway sent as prefills (the pods'
-  `vllm:prompt_tokens_total` minus what the clients' requests account for).
+- moved hot prefixes: the new pod's first request of each prefix group that was hot when the
+  pod joined (at least `hot_requests` requests of the group before, the filter's streak), i.e. the
+  requests a warm-up can serve warm; the rest of the new pod's traffic is mostly groups the trace
+  had never sent before, which no warm-up can know;
+- warm-up prefill cost: prompt tokens the gateway's prefills made the pods compute (the pods'
+  uncached prefix-cache queries, `vllm:prefix_cache_queries_total − hits`, minus the clients'
+  uncached tokens), and the number of prefills the gateway sent (`prewarm_prefills_total`).
 """
 from __future__ import annotations
 
@@ -35,10 +40,22 @@ def hit_ratio(outcomes: Iterable[dict]) -> Optional[float]:
     return cached / prompt if prompt else None
 
 
+def moved_hot_firsts(ok: list[dict], new: list[dict], join_s: float, hot_requests: int) -> list[dict]:
+    before: dict[str, int] = {}
+    for o in ok:
+        if o["arrival_s"] < join_s:
+            before[o["user"]] = before.get(o["user"], 0) + 1
+    firsts: dict[str, dict] = {}
+    for o in new:
+        firsts.setdefault(o["user"], o)
+    return [o for u, o in firsts.items() if before.get(u, 0) >= hot_requests]
+
+
 def summarize(outcomes: list[dict], new_pod: str, join_s: float, window_s: float, steady_after_s: float,
-              profile: dict, load_threshold_ms: float, prefill_tokens: int) -> dict:
+              profile: dict, load_threshold_ms: float, hot_requests: int) -> dict:
     ok = [o for o in outcomes if o["status"] == 200 and o["ttft_ms"] is not None]
     new = [o for o in ok if o["pod"] == new_pod and join_s <= o["arrival_s"] < join_s + window_s]
+    moved = moved_hot_firsts(ok, new, join_s, hot_requests)
     steady = [o for o in ok if o["arrival_s"] >= steady_after_s]
     adapter = [o for o in ok if o["adapter"]]
 
@@ -54,11 +71,13 @@ def summarize(outcomes: list[dict], new_pod: str, join_s: float, window_s: float
         "new_pod_ttft_p50_ms": percentile([o["ttft_ms"] for o in new], 50),
         "new_pod_ttft_p95_ms": percentile([o["ttft_ms"] for o in new], 95),
         "new_pod_token_hit_ratio": hit_ratio(new),
+        "moved_hot_requests": len(moved),
+        "moved_hot_ttft_p50_ms": percentile([o["ttft_ms"] for o in moved], 50),
+        "moved_hot_token_hit_ratio": hit_ratio(moved),
         "fleet_steady_ttft_p95_ms": percentile([o["ttft_ms"] for o in steady], 95),
         "fleet_steady_ttft_p50_ms": percentile([o["ttft_ms"] for o in steady], 50),
         "token_hit_ratio": hit_ratio(ok),
         "adapter_hit_ratio": adapter_hits / len(adapter) if adapter else None,
-        "warmup_prefill_tokens": prefill_tokens,
     }
 
 
@@ -67,11 +86,16 @@ ROWS = [
     ("new-pod TTFT p95 (first {window} min)", "new_pod_ttft_p95_ms", "ms"),
     ("new-pod token hit ratio", "new_pod_token_hit_ratio", "ratio"),
     ("new-pod requests", "new_pod_requests", "count"),
+    ("  of which first of a prefix hot at the join", "moved_hot_requests", "count"),
+    ("  their TTFT p50", "moved_hot_ttft_p50_ms", "ms"),
+    ("  their token hit ratio", "moved_hot_token_hit_ratio", "ratio"),
     ("fleet steady-state TTFT p50", "fleet_steady_ttft_p50_ms", "ms"),
     ("fleet steady-state TTFT p95", "fleet_steady_ttft_p95_ms", "ms"),
     ("token hit ratio (all requests)", "token_hit_ratio", "ratio"),
     ("adapter hit ratio (no disk load)", "adapter_hit_ratio", "ratio"),
-    ("warm-up prefill cost (prompt tokens)", "warmup_prefill_tokens", "count"),
+    ("new-pod warm-up: prefixes prefilled", "warmup_prefixes", "count"),
+    ("gateway prefills sent (all pods)", "prefills", "count"),
+    ("warm-up prefill cost (tokens computed)", "warmup_prefill_computed_tokens", "count"),
     ("requests / failed", None, "requests"),
 ]
 
@@ -86,7 +110,7 @@ def _cell(summary: dict, key: Optional[str], kind: str) -> str:
         return f"{v:,.0f} ms"
     if kind == "ratio":
         return f"{100 * v:.1f} %"
-    return f"{v:,}"
+    return f"{int(v):,}"
 
 
 def table(columns: list[tuple[str, dict]], window_min: float) -> str:

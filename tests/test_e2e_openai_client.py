@@ -1,0 +1,64 @@
+"""End to end, whole stack: the official OpenAI Python client (from the project's .venv) chats and
+streams through Envoy with the filter, exactly as it does against the pod directly."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec
+from test_e2e_scaleup import question
+
+MESSAGES = [{"role": "system", "content": question(3, 0)}, {"role": "user", "content": "What is new?"}]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("stack"),
+              StackSpec(pods=2, podsim_flags=["--time-scale", "50"], adapters=[AdapterSpec("sql-lora", tier="gold")]))
+    s.start()
+    yield s
+    s.close()
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+@pytest.mark.parametrize("model", [BASE_MODEL, "sql-lora"])
+def test_chat_is_what_the_pod_answers(stack, model):
+    direct = client(stack.pods[0].url).chat.completions.create(model=model, messages=MESSAGES, max_tokens=5)
+    via = client(stack.envoy.url).chat.completions.with_raw_response.create(
+        model=model, messages=MESSAGES, max_tokens=5, extra_headers={"x-prewarm-user": "alice"})
+    reply = via.parse()
+    assert stack.pod_by_address(via.headers["x-prewarm-upstream"]) is not None
+    assert reply.choices[0].message.content == direct.choices[0].message.content
+    assert reply.choices[0].finish_reason == direct.choices[0].finish_reason == "length"
+    assert reply.model == model
+    assert reply.usage.prompt_tokens == direct.usage.prompt_tokens
+    assert reply.usage.completion_tokens == 5
+
+
+def test_streaming_chat_and_completion_arrive_whole(stack):
+    routed = stack.envoy.metric("prewarm.routed")
+    c = client(stack.envoy.url)
+    chunks = list(c.chat.completions.create(model=BASE_MODEL, messages=MESSAGES, max_tokens=6, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage.completion_tokens == 6 and len(text) > 0
+    direct = client(stack.pods[0].url).completions.create(model=BASE_MODEL, prompt=question(4, 1), max_tokens=4)
+    streamed = list(c.completions.create(model=BASE_MODEL, prompt=question(4, 1), max_tokens=4, stream=True))
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == direct.choices[0].text
+    assert streamed[-1].choices[0].finish_reason == "length"
+    assert stack.envoy.metric("prewarm.routed") == routed + 2
+
+
+def test_client_errors_pass_through_unchanged(stack):
+    with pytest.raises(openai.NotFoundError) as via:
+        client(stack.envoy.url).chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=2)
+    with pytest.raises(openai.NotFoundError) as direct:
+        client(stack.pods[0].url).chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=2)
+    assert via.value.body == direct.value.body
+    with pytest.raises(openai.BadRequestError) as bad:
+        client(stack.envoy.url).chat.completions.create(model=BASE_MODEL, messages=MESSAGES, max_tokens=0)
+    assert bad.value.body["param"] == "max_tokens"
