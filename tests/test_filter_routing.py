@@ -56,12 +56,18 @@ def table(pods, generation=1, adapters=None, block_tokens=64):
     }
 
 
-def expected_address(binary, tmp_path, tbl, path, body) -> str:
+def expected_header(binary, tmp_path, tbl, path, body) -> str:
+    """The endpoint header the filter sets: `primary,alternative,...`."""
     t, b = tmp_path / "table.json", tmp_path / "body.json"
     t.write_text(json.dumps(tbl))
     b.write_bytes(json.dumps(body).encode())
     out = subprocess.run([binary, t, path, b], check=True, capture_output=True, text=True, timeout=30)
     return out.stdout.strip()
+
+
+def expected_address(binary, tmp_path, tbl, path, body) -> str:
+    """The pod the request must reach: the header's first address."""
+    return expected_header(binary, tmp_path, tbl, path, body).split(",")[0]
 
 
 def receiver(pods, before):
@@ -84,12 +90,14 @@ def test_requests_reach_the_pod_placement_chooses(envoys, pods, gateway, choose_
     chosen = set()
     for i in range(12):
         body = prompt(i)
-        want = expected_address(choose_pod_binary, tmp_path, tbl, "/v1/completions", body)
+        header = expected_header(choose_pod_binary, tmp_path, tbl, "/v1/completions", body)
+        want = header.split(",")[0]
         before = [len(p.received()) for p in pods]
         assert envoy.post("/v1/completions", body)[0] == 200
         got = receiver(pods, before)
         assert got.address == want, f"request {i}"
-        assert got.received()[-1].headers[ENDPOINT_HEADER] == want
+        assert got.received()[-1].headers[ENDPOINT_HEADER] == header
+        assert sorted(header.split(",")) == sorted(p.address for p in pods), "two retry alternatives"
         chosen.add(want)
     assert len(chosen) >= 2, "four templates spread over more than one pod"
     # the adapter's requests go to the pod holding it, whatever the prompt
@@ -158,9 +166,9 @@ def test_a_new_generation_replaces_the_table(envoys, pods, gateway):
 
 
 def test_a_dead_pod_in_the_table_costs_no_failed_request(envoys, pods, gateway, choose_pod_binary, tmp_path):
-    """The table still names a pod that died: the retry policy (connect-failure, previous hosts)
-    saves the requests sent to it, and once the active health check marks it down, the
-    override_host policy stops honouring it."""
+    """The table still names a pod that died: the retry policy (connect-failure) sends the
+    requests chosen for it to the next pod of the endpoint header, and once the active health
+    check marks it down, the override_host policy stops honouring it."""
     tbl = table(pods[:2])
     gateway.table = tbl
 

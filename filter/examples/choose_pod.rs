@@ -1,5 +1,6 @@
-//! `choose_pod TABLE.json PATH BODY_FILE`: prints the address the filter (default
-//! configuration) routes that request to with that routing table, or `unrouted: <reason>`.
+//! `choose_pod TABLE.json PATH BODY_FILE`: prints the endpoint header the filter (default
+//! configuration) sets for that request with that routing table (`primary,alternative,...`),
+//! or `unrouted: <reason>`.
 //! The end-to-end tests use it to know which upstream must receive a request: the answer comes
 //! from the filter's own code and core's placement, not from a reimplementation.
 
@@ -28,8 +29,15 @@ fn main() -> Result<(), String> {
         canonical_prompt(&request).as_bytes(),
         &fingerprint,
     );
-    match choose_pod(Some(&table), &request.model, &chain, &fingerprint) {
-        Ok(pod) => println!("{}", pod.address),
+    let alternatives = config.endpoint_alternatives;
+    match choose_pod(
+        Some(&table),
+        &request.model,
+        &chain,
+        &fingerprint,
+        alternatives,
+    ) {
+        Ok(route) => println!("{}", route.header_value()),
         Err(why) => println!("unrouted: {why:?}"),
     }
     Ok(())

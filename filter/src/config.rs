@@ -53,6 +53,9 @@ pub struct FilterConfig {
     pub rate_window_ms: u64,
     /// Whether to set the endpoint header from the routing table (default true).
     pub routing: bool,
+    /// Retry alternatives after the chosen pod in the endpoint header, in rank order
+    /// (default 2, matching the shipped route's `num_retries`).
+    pub endpoint_alternatives: usize,
     /// Prefix of every shared-data key (default `prewarm/`).
     pub shared_prefix: String,
     /// Hashed slots for users' prompt patterns (default 4096).
@@ -98,6 +101,7 @@ impl Default for FilterConfig {
             sketch_size: prewarm_core::similarity::DEFAULT_SKETCH_SIZE,
             rate_window_ms: 60_000,
             routing: true,
+            endpoint_alternatives: 2,
             shared_prefix: "prewarm/".into(),
             user_slots: 4096,
             pattern_slots: 4096,
@@ -228,6 +232,13 @@ impl FilterConfig {
         range(&mut p, "pattern_slots", self.pattern_slots, 1, 1 << 20);
         range(&mut p, "adapter_slots", self.adapter_slots, 1, 1 << 20);
         range(&mut p, "cas_retries", self.cas_retries, 1, 100);
+        range(
+            &mut p,
+            "endpoint_alternatives",
+            self.endpoint_alternatives,
+            0,
+            16,
+        );
         header_name(&mut p, "endpoint_header", &self.endpoint_header);
         header_name(&mut p, "tenant_header", &self.tenant_header);
         header_name(&mut p, "user_header", &self.user_header);

@@ -103,6 +103,7 @@ metrics! {
     UnroutedNoBlock => "prewarm.unrouted.no_full_block", false;
     UnroutedNoPod => "prewarm.unrouted.no_pod", false;
     CasGiveUps => "prewarm.shared_data.cas_give_ups", false;
+    TallyOverflow => "prewarm.tally.overflow", false;
     TableGeneration => "prewarm.table.generation", true;
     TableAgeMs => "prewarm.table.age_ms", true;
 }

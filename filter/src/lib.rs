@@ -15,6 +15,7 @@ pub mod root;
 pub mod routing;
 pub mod shared;
 pub mod signal_queue;
+pub mod tally;
 pub mod worker;
 
 #[cfg(target_arch = "wasm32")]

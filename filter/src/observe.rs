@@ -1,7 +1,10 @@
-//! From one parsed request to the signals it causes, with the state kept in shared data:
-//! the user's prompt pattern (core's `observe_prompt`), the hot pattern's rate and whether it
-//! was signalled before, and the adapter's rate with its pinned flag (core's `should_pin`,
-//! once per crossing). The decisions are core's; this module only loads and stores their state.
+//! From requests to the signals they cause, with the state kept in shared data: the user's
+//! prompt pattern (core's `observe_prompt`, on the request: one compare-and-swap), the hot
+//! pattern's rate and whether it was signalled before, and the adapter's rate with its pinned
+//! flag (core's `should_pin`, once per crossing). Adapter requests and adopted uses of hot
+//! prefixes are tallied per VM on the request path and folded into shared data on the tick
+//! ([`fold_tally`]), so a request of a hot template costs one shared-data update, not four.
+//! The decisions are core's; this module only loads and stores their state.
 
 use prewarm_core::fingerprint::blocks_to_tokens;
 use prewarm_core::tokens::truncate_to_tokens;
@@ -12,8 +15,9 @@ use prewarm_core::wire::{
 use prewarm_core::{BlockChain, BlockHash, Endpoint, Sketch};
 
 use crate::config::FilterConfig;
-use crate::host::Host;
+use crate::host::{Host, Metric};
 use crate::shared::{read_u64, update, Keys, RateSlot};
+use crate::tally::{AdapterTally, Tallied, Tally};
 
 /// One inspected request, as the observers need it.
 pub struct Observation<'a> {
@@ -28,37 +32,60 @@ pub struct Observation<'a> {
     pub sketched: &'a str,
 }
 
-/// The signals one request causes (possibly none).
+/// The prefill signal one request causes, if any; tallies the rest for the tick.
 pub fn observe<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
+    tally: &Tally,
     seen: Observation<'_>,
+) -> Option<Signal> {
+    if !config.base_models.iter().any(|m| m == seen.model)
+        && !tally.adapter_request(seen.model, seen.tenant)
+    {
+        host.count(Metric::TallyOverflow, 1);
+    }
+    let user = seen.user?;
+    observe_user(host, config, keys, tally, user, &seen)
+}
+
+/// Folds one tick's tally into shared data: adopted feedback (with its count) for each hot
+/// prefix used, and a pin signal for each adapter whose rate crossed the threshold.
+pub fn fold_tally<H: Host + ?Sized>(
+    host: &H,
+    config: &FilterConfig,
+    keys: &Keys,
+    tallied: Tallied,
 ) -> Vec<Signal> {
     let now = host.now_ms();
     let mut signals = Vec::new();
-    if let Some(user) = seen.user {
-        if let Some(signal) = observe_user(host, config, keys, user, &seen, now) {
-            signals.push(signal);
+    for ((model, prefix), count) in tallied.adopted {
+        if count_pattern(host, config, keys, prefix, count, now).is_some() {
+            signals.push(Signal::Feedback(FeedbackSignal {
+                model,
+                prefix,
+                outcome: FeedbackOutcome::Adopted,
+                count,
+            }));
         }
     }
-    if !config.base_models.iter().any(|m| m == seen.model) {
-        if let Some(signal) = observe_adapter(host, config, keys, &seen, now) {
-            signals.push(signal);
+    for (adapter, t) in tallied.adapters {
+        if let Some(pin) = count_adapter(host, config, keys, &adapter, &t, now) {
+            signals.push(pin);
         }
     }
     signals
 }
 
 /// Feeds the prompt into the user's pattern; a completed streak becomes a prefill signal, a
-/// later prompt of the same hot pattern an adopted feedback.
+/// later prompt of the same hot pattern is tallied as an adopted use of its prefix.
 fn observe_user<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
+    tally: &Tally,
     user: &str,
     seen: &Observation<'_>,
-    now: u64,
 ) -> Option<Signal> {
     let owner = Keys::owner_hash(user);
     let key = keys.user(owner, config.user_slots);
@@ -79,7 +106,8 @@ fn observe_user<H: Host + ?Sized>(
     })?;
     if let Some(decision) = decision {
         let last = *decision.prefix.last()?;
-        let (was_signalled, rate) = count_pattern(host, config, keys, last, now)?;
+        let now = host.now_ms();
+        let (was_signalled, rate) = count_pattern(host, config, keys, last, 1, now)?;
         let tokens = blocks_to_tokens(decision.prefix.len(), &config.fingerprint());
         return Some(Signal::Prefill(PrefillSignal {
             model: seen.model.to_string(),
@@ -98,31 +126,26 @@ fn observe_user<H: Host + ?Sized>(
     }
     let hot = state.streak > config.triggers.similar_prompts;
     let last = *state.common.last()?;
-    if hot {
-        count_pattern(host, config, keys, last, now)?;
-        return Some(Signal::Feedback(FeedbackSignal {
-            model: seen.model.to_string(),
-            prefix: last,
-            outcome: FeedbackOutcome::Adopted,
-            count: 1,
-        }));
+    if hot && !tally.adopted(seen.model, last) {
+        host.count(Metric::TallyOverflow, 1);
     }
     None
 }
 
-/// Counts one use of a hot pattern; returns whether it had been signalled before and its rate.
+/// Counts `uses` of a hot pattern; returns whether it had been signalled before and its rate.
 fn count_pattern<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
     pattern: BlockHash,
+    uses: u32,
     now: u64,
 ) -> Option<(bool, f64)> {
     let key = keys.pattern(pattern.0, config.pattern_slots);
     update(host, &key, config.cas_retries, |bytes| {
         let mut slot = RateSlot::read(bytes, pattern.0, config.rate_window_ms);
         let was_signalled = slot.flag;
-        slot.window.record(now, 1);
+        slot.window.record(now, uses);
         slot.flag = true;
         (
             Some(slot.to_bytes()),
@@ -131,29 +154,32 @@ fn count_pattern<H: Host + ?Sized>(
     })
 }
 
-/// Counts the request for its adapter; a pin signal when the rate crosses the threshold.
-fn observe_adapter<H: Host + ?Sized>(
+/// Counts an adapter's tallied requests; a pin signal when its rate crosses the threshold.
+fn count_adapter<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
-    seen: &Observation<'_>,
+    adapter: &str,
+    tallied: &AdapterTally,
     now: u64,
 ) -> Option<Signal> {
-    let owner = Keys::owner_hash(seen.model);
+    let owner = Keys::owner_hash(adapter);
     let key = keys.adapter(owner, config.adapter_slots);
     let (crossed, rate) = update(host, &key, config.cas_retries, |bytes| {
         let mut slot = RateSlot::read(bytes, owner, config.rate_window_ms);
-        slot.window.record(now, 1);
+        // an adapter that cooled down while idle (no fold saw it below the rate) crosses anew
+        let was_hot = slot.flag && should_pin(slot.window.per_minute(now), &config.triggers);
+        slot.window.record(now, tallied.requests);
         let rate = slot.window.per_minute(now);
         let hot = should_pin(rate, &config.triggers);
-        let crossed = hot && !slot.flag;
+        let crossed = hot && !was_hot;
         slot.flag = hot;
         (Some(slot.to_bytes()), (crossed, rate))
     })?;
     crossed.then(|| {
         Signal::Pin(PinSignal {
-            adapter: seen.model.to_string(),
-            tenant: seen.tenant.map(str::to_string),
+            adapter: adapter.to_string(),
+            tenant: tallied.tenant.clone(),
             rate_per_minute: rate,
             priority: priority(rate, &config.triggers),
         })

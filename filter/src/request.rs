@@ -147,10 +147,11 @@ impl RequestFlow {
         }
         let sketched =
             prewarm_core::tokens::truncate_to_tokens(&canonical, config.max_prefix_tokens);
-        let signals = observe(
+        let prefill = observe(
             host,
             config,
             &worker.keys,
+            &worker.tally,
             Observation {
                 endpoint: request.endpoint,
                 model: &request.model,
@@ -164,7 +165,7 @@ impl RequestFlow {
         enqueue(
             host,
             &worker.keys.signals(),
-            signals,
+            prefill.into_iter().collect(),
             config.max_pending_signals,
             config.max_pending_bytes,
             config.cas_retries,
@@ -174,14 +175,17 @@ impl RequestFlow {
             return;
         }
         let table = worker.table.table();
-        match choose_pod(
+        let route = choose_pod(
             table.as_deref(),
             &request.model,
             &chain,
             &worker.fingerprint,
-        ) {
-            Ok(pod) => {
-                host.set_request_header(&config.endpoint_header, pod.address.as_bytes());
+            config.endpoint_alternatives,
+        );
+        match route {
+            Ok(route) => {
+                let value = route.header_value();
+                host.set_request_header(&config.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
             }
             Err(why) => host.count(why.metric(), 1),

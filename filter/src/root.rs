@@ -1,5 +1,5 @@
 //! The root context's background work, on each tick: adopt a newer routing table another worker
-//! published, send the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one
+//! published, fold this VM's tally into shared data (feedback and pin signals), send the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one
 //! worker per tick, by a lease in shared data) poll `GET /v1/routing` with
 //! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
 //! checked with core's decoder and published to every worker through shared data. Every reply
@@ -11,9 +11,10 @@ use std::time::Duration;
 use prewarm_core::wire::{RoutingTable, SignalBatch};
 
 use crate::host::{Host, Level, Metric};
+use crate::observe::fold_tally;
 use crate::routing::TableStamp;
 use crate::shared::{read_u64, update};
-use crate::signal_queue::take;
+use crate::signal_queue::{enqueue, take};
 use crate::worker::Worker;
 
 /// A call in flight and what it was for.
@@ -38,8 +39,23 @@ impl RootTasks {
             host.gauge(Metric::TableGeneration, stamp.generation);
             host.gauge(Metric::TableAgeMs, now.saturating_sub(stamp.fetched_at_ms));
         }
+        self.fold_tally(host, worker);
         self.flush_signals(host, worker, now);
         self.poll_table(host, worker, now);
+    }
+
+    /// Folds the VM's tally into shared data and queues the signals it makes.
+    pub fn fold_tally<H: Host + ?Sized>(&self, host: &H, worker: &Worker) {
+        let config = &worker.config;
+        let signals = fold_tally(host, config, &worker.keys, worker.tally.take());
+        enqueue(
+            host,
+            &worker.keys.signals(),
+            signals,
+            config.max_pending_signals,
+            config.max_pending_bytes,
+            config.cas_retries,
+        );
     }
 
     fn in_flight(&self, pred: impl Fn(&Call) -> bool) -> bool {

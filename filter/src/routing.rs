@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use prewarm_core::wire::{RoutedPod, RoutingTable};
-use prewarm_core::{place, place_bounded, BlockChain, FingerprintConfig, PlacementCandidate};
+use prewarm_core::{place, place_bounded, rank, BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::host::{Host, Metric};
 use crate::shared::{read_u64, Keys};
@@ -32,13 +32,35 @@ impl Unrouted {
     }
 }
 
-/// The pod for a prompt of `model`: its `address`.
+/// Where a request goes: the placement's choice, then retry alternatives in rank order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route<'t> {
+    pub primary: &'t RoutedPod,
+    pub alternatives: Vec<&'t RoutedPod>,
+}
+
+impl Route<'_> {
+    /// The endpoint header's value: `primary,alt1,alt2` (Envoy's `override_host` takes the
+    /// first, and the next ones on retries).
+    pub fn header_value(&self) -> String {
+        let mut out = self.primary.address.clone();
+        for alt in &self.alternatives {
+            out.push(',');
+            out.push_str(&alt.address);
+        }
+        out
+    }
+}
+
+/// The pods for a prompt of `model`: the placement's choice among the adapter's holders (all
+/// pods when none holds it), then up to `alternatives` more in rank order (holders first).
 pub fn choose_pod<'t>(
     table: Option<&'t RoutingTable>,
     model: &str,
     chain: &BlockChain,
     fingerprint: &FingerprintConfig,
-) -> Result<&'t RoutedPod, Unrouted> {
+    alternatives: usize,
+) -> Result<Route<'t>, Unrouted> {
     let table = table.ok_or(Unrouted::NoTable)?;
     if table.block_tokens != fingerprint.block_tokens {
         return Err(Unrouted::BlockTokens);
@@ -67,9 +89,34 @@ pub fn choose_pod<'t>(
         }
         None => place(key.0, &candidates),
     };
-    chosen
+    let primary = chosen
         .and_then(|i| pool.get(i).copied())
-        .ok_or(Unrouted::NoPod)
+        .ok_or(Unrouted::NoPod)?;
+    let mut route = Route {
+        primary,
+        alternatives: Vec::new(),
+    };
+    if alternatives > 0 {
+        let all: Vec<PlacementCandidate<'_>> = table
+            .pods
+            .iter()
+            .map(|p| PlacementCandidate::new(&p.id, p.weight))
+            .collect();
+        let ranked: Vec<&RoutedPod> = rank(key.0, &all)
+            .into_iter()
+            .filter_map(|i| table.pods.get(i))
+            .filter(|p| p.id != primary.id)
+            .collect();
+        let holds = |p: &&RoutedPod| pool.iter().any(|q| q.id == p.id);
+        let (in_pool, others): (Vec<&RoutedPod>, Vec<&RoutedPod>) =
+            ranked.into_iter().partition(holds);
+        route.alternatives = in_pool
+            .into_iter()
+            .chain(others)
+            .take(alternatives)
+            .collect();
+    }
+    Ok(route)
 }
 
 /// Generation and fetch time of the table in shared data.
@@ -168,31 +215,43 @@ mod tests {
             .map(|p| PlacementCandidate::new(&p.id, 1.0))
             .collect();
         let want = rank(chain.routing_key(&fp).unwrap().0, &ids)[0];
+        let route = choose_pod(Some(&t), "m", &chain, &fp, 2).unwrap();
+        assert_eq!(route.primary.id, t.pods[want].id);
+        assert_eq!(route.alternatives.len(), 2);
+        assert!(route.alternatives.iter().all(|p| p.id != route.primary.id));
+        let lora = choose_pod(Some(&t), "lora", &chain, &fp, 1).unwrap();
+        assert_eq!(lora.primary.id, "c");
+        assert_eq!(lora.alternatives.len(), 1, "non-holders as last resort");
         assert_eq!(
-            choose_pod(Some(&t), "m", &chain, &fp).unwrap().id,
-            t.pods[want].id
+            lora.header_value(),
+            format!("c:80,{}", lora.alternatives[0].address)
         );
-        assert_eq!(choose_pod(Some(&t), "lora", &chain, &fp).unwrap().id, "c");
     }
 
     #[test]
     fn refuses_without_table_block_or_matching_block_size() {
         let fp = FingerprintConfig::default();
         let chain = BlockChain::of("m", &[b'a'; 600], &fp);
-        assert_eq!(choose_pod(None, "m", &chain, &fp), Err(Unrouted::NoTable));
+        assert_eq!(
+            choose_pod(None, "m", &chain, &fp, 0),
+            Err(Unrouted::NoTable)
+        );
         let mut t = table(vec![pod("a", &[])]);
         let short = BlockChain::of("m", b"hi", &fp);
         assert_eq!(
-            choose_pod(Some(&t), "m", &short, &fp),
+            choose_pod(Some(&t), "m", &short, &fp, 0),
             Err(Unrouted::NoFullBlock)
         );
         t.block_tokens = 32;
         assert_eq!(
-            choose_pod(Some(&t), "m", &chain, &fp),
+            choose_pod(Some(&t), "m", &chain, &fp, 0),
             Err(Unrouted::BlockTokens)
         );
         t.block_tokens = 64;
         t.pods.clear();
-        assert_eq!(choose_pod(Some(&t), "m", &chain, &fp), Err(Unrouted::NoPod));
+        assert_eq!(
+            choose_pod(Some(&t), "m", &chain, &fp, 0),
+            Err(Unrouted::NoPod)
+        );
     }
 }

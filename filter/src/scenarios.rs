@@ -90,18 +90,25 @@ fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
     assert_eq!(p.prefix_text.len(), p.prefix_tokens * 4);
     assert!(canonical.starts_with(&p.prefix_text));
     assert_eq!(p.state, PatternState::New);
-    // a fourth prompt of the hot template: adopted feedback, no second prefill
-    send(
-        &host,
-        &worker,
-        "/v1/chat/completions",
-        &[("x-prewarm-user", b"alice")],
-        &chat_body("base", &t, "fourth?"),
-    );
+    // more prompts of the hot template: tallied, then one adopted feedback with their count
+    // on the tick; no second prefill
+    for q in ["fourth?", "fifth?"] {
+        let body = chat_body("base", &t, q);
+        send(
+            &host,
+            &worker,
+            "/v1/chat/completions",
+            &[("x-prewarm-user", b"alice")],
+            &body,
+        );
+    }
+    assert_eq!(queued(&host).len(), 1);
+    RootTasks::default().fold_tally(&host, &worker);
     let signals = queued(&host);
     assert_eq!(signals.len(), 2);
-    assert!(matches!(&signals[1], Signal::Feedback(f) if f.prefix == *p.prefix.last().unwrap()));
-    assert_eq!(host.metric(Metric::RequestsInspected), 4);
+    let last = *p.prefix.last().unwrap();
+    assert!(matches!(&signals[1], Signal::Feedback(f) if f.prefix == last && f.count == 2));
+    assert_eq!(host.metric(Metric::RequestsInspected), 5);
 }
 
 #[test]
@@ -135,15 +142,12 @@ fn body_user_is_the_fallback_and_users_are_kept_apart() {
 fn adapter_pins_once_per_crossing() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig::default());
+    let root = RootTasks::default();
     for i in 0..8 {
         host.set_now(1_000_000 + i * 1000);
-        send(
-            &host,
-            &worker,
-            "/v1/completions",
-            &[],
-            &chat_like("sql-lora", i),
-        );
+        let body = chat_like("sql-lora", i);
+        send(&host, &worker, "/v1/completions", &[], &body);
+        root.fold_tally(&host, &worker);
     }
     let pins: Vec<_> = queued(&host)
         .into_iter()
@@ -166,6 +170,7 @@ fn adapter_pins_once_per_crossing() {
             &chat_like("sql-lora", 100 + i),
         );
     }
+    root.fold_tally(&host, &worker);
     let pins = queued(&host)
         .into_iter()
         .filter(|s| matches!(s, Signal::Pin(_)))
@@ -238,10 +243,18 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
         .iter()
         .map(|p| PlacementCandidate::new(&p.id, 1.0))
         .collect();
-    let want = &t.pods[prewarm_core::place(key.0, &ids).unwrap()];
+    let order: Vec<&str> = prewarm_core::rank(key.0, &ids)
+        .into_iter()
+        .map(|i| t.pods[i].address.as_str())
+        .collect();
+    assert_eq!(
+        t.pods[prewarm_core::place(key.0, &ids).unwrap()].address,
+        order[0]
+    );
     assert_eq!(
         host.header("x-gateway-destination-endpoint"),
-        Some(want.address.clone().into_bytes())
+        Some(order.join(",").into_bytes()),
+        "the placement's choice, then the rest in rank order for retries"
     );
     assert_eq!(host.metric(Metric::Routed), 1);
 }
@@ -445,6 +458,11 @@ fn shared_key_space_is_bounded_by_the_slots() {
             &chat_like(&format!("lora-{i}"), i),
         );
     }
+    RootTasks::default().fold_tally(&host, &worker);
+    assert!(host
+        .shared_keys()
+        .iter()
+        .any(|k| k.starts_with("prewarm/adapter/")));
     let keys = host.shared_keys();
     assert!(keys.len() <= 4 + 2 + 2 + 1, "{keys:?}");
     assert!(keys.iter().all(|k| k.starts_with("prewarm/")));

@@ -1,11 +1,12 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
-//! configuration, its shared-data keys, and its copy of the routing table.
+//! configuration, its shared-data keys, its copy of the routing table, and its tally.
 
 use prewarm_core::FingerprintConfig;
 
 use crate::config::FilterConfig;
 use crate::routing::TableCache;
 use crate::shared::Keys;
+use crate::tally::Tally;
 
 #[derive(Debug)]
 pub struct Worker {
@@ -13,6 +14,7 @@ pub struct Worker {
     pub fingerprint: FingerprintConfig,
     pub keys: Keys,
     pub table: TableCache,
+    pub tally: Tally,
 }
 
 impl Worker {
@@ -21,6 +23,7 @@ impl Worker {
             fingerprint: config.fingerprint(),
             keys: Keys::new(&config.shared_prefix),
             table: TableCache::default(),
+            tally: Tally::default(),
             config,
         }
     }

@@ -1,0 +1,103 @@
+//! Per-VM tallies that keep shared-data writes off the request path: requests per adapter and
+//! adopted uses per hot prefix are counted locally and folded into shared data once per tick
+//! (see `observe::fold_tally`). Bounded: beyond [`MAX_ENTRIES`] distinct keys a tick, new keys
+//! are not counted (`prewarm.tally.overflow`). VM-local, so a VM reload loses at most one tick.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use prewarm_core::BlockHash;
+
+/// Most distinct adapters, and most distinct prefixes, tallied between two ticks.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// Requests of one adapter since the last tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterTally {
+    pub tenant: Option<String>,
+    pub requests: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct Tally {
+    adapters: RefCell<HashMap<String, AdapterTally>>,
+    adopted: RefCell<HashMap<(String, BlockHash), u32>>,
+}
+
+/// What was tallied since the last tick.
+#[derive(Debug, Default)]
+pub struct Tallied {
+    pub adapters: HashMap<String, AdapterTally>,
+    pub adopted: HashMap<(String, BlockHash), u32>,
+}
+
+impl Tally {
+    /// Counts a request for `adapter`; false when the tally is full.
+    pub fn adapter_request(&self, adapter: &str, tenant: Option<&str>) -> bool {
+        let mut adapters = self.adapters.borrow_mut();
+        if let Some(t) = adapters.get_mut(adapter) {
+            t.requests = t.requests.saturating_add(1);
+            return true;
+        }
+        if adapters.len() >= MAX_ENTRIES {
+            return false;
+        }
+        adapters.insert(
+            adapter.to_string(),
+            AdapterTally {
+                tenant: tenant.map(str::to_string),
+                requests: 1,
+            },
+        );
+        true
+    }
+
+    /// Counts a request that used the hot prefix ending in `prefix`; false when full.
+    pub fn adopted(&self, model: &str, prefix: BlockHash) -> bool {
+        let mut adopted = self.adopted.borrow_mut();
+        let key = (model.to_string(), prefix);
+        if let Some(n) = adopted.get_mut(&key) {
+            *n = n.saturating_add(1);
+            return true;
+        }
+        if adopted.len() >= MAX_ENTRIES {
+            return false;
+        }
+        adopted.insert(key, 1);
+        true
+    }
+
+    /// Everything tallied, leaving the tally empty.
+    pub fn take(&self) -> Tallied {
+        Tallied {
+            adapters: std::mem::take(&mut *self.adapters.borrow_mut()),
+            adopted: std::mem::take(&mut *self.adopted.borrow_mut()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_bounds() {
+        let t = Tally::default();
+        assert!(t.adapter_request("a", Some("x")));
+        assert!(t.adapter_request("a", None));
+        assert!(t.adopted("m", BlockHash(1)));
+        for i in 0..MAX_ENTRIES {
+            t.adopted("m", BlockHash(i as u64 + 2));
+        }
+        assert!(!t.adopted("m", BlockHash(u64::MAX)));
+        assert!(
+            t.adopted("m", BlockHash(1)),
+            "a known key still counts when full"
+        );
+        let taken = t.take();
+        assert_eq!(taken.adapters["a"].requests, 2);
+        assert_eq!(taken.adapters["a"].tenant.as_deref(), Some("x"));
+        assert_eq!(taken.adopted[&("m".to_string(), BlockHash(1))], 2);
+        assert!(t.take().adopted.is_empty());
+    }
+}
