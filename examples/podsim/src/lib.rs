@@ -2,7 +2,7 @@
 //!
 //! The library is a pure model of one pod ([`Pod`]): a block-hashed prefix cache with vLLM's
 //! LRU and reverse-order freeing, LoRA adapters in vLLM's three sets (registered, host cache,
-//! GPU slots), a FIFO batch of `max_num_seqs` with LoRA-slot waiting, and a latency model. It
+//! GPU slots), a batch of `max_num_seqs` with LoRA-slot waiting, and a latency model. It
 //! has no clock and no I/O: `now` is model time in seconds, passed in. The binary wraps it in an
 //! OpenAI-compatible HTTP server ([`server`]) that behaves like `vllm serve` (or SGLang).
 //!

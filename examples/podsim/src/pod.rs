@@ -9,9 +9,11 @@
 //! move from waiting to running, and those whose finish has come release their blocks (in
 //! reverse order) and count as successes. [`Pod::abort`] ends one early.
 //!
-//! State changes of a request (its blocks, its adapter placement) happen at admission, in
-//! admission order, which is also start order; the queries (`gpu_adapters`,
-//! `cached_prefix_tokens`, ...) therefore describe the pod with every admitted request placed.
+//! State changes of a request (its blocks, its adapter's place in the host cache and GPU slots,
+//! its adapter costs) happen at admission, in admission order, even when it starts later; the
+//! queries (`gpu_adapters`, `cached_prefix_tokens`, ...) therefore describe the pod with every
+//! admitted request placed. Requests start in admission order unless a later one fits in a gap
+//! (see [`crate::schedule`]); only then can adapter costs differ from a strict replay.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,7 +23,7 @@ use crate::adapters::{AdapterSets, AdapterSpec};
 use crate::config::{Engine, PodConfig};
 use crate::prefix_cache::{prompt_block_hashes, BlockId, BlockPool};
 use crate::request::RequestSpec;
-use crate::schedule::{micros, BatchSchedule};
+use crate::schedule::{adapters_at, earliest_start, micros, BatchLimits, Interval};
 
 /// Identifies an admitted request on its pod.
 pub type RequestId = u64;
@@ -158,7 +160,6 @@ pub struct Pod {
     config: PodConfig,
     cache: BlockPool,
     adapters: AdapterSets,
-    schedule: BatchSchedule,
     requests: HashMap<RequestId, LiveRequest>,
     waiting: BTreeMap<(u64, RequestId), ()>,
     running: BTreeMap<(u64, RequestId), ()>,
@@ -180,7 +181,6 @@ impl Pod {
         Ok(Self {
             cache: BlockPool::new(config.num_gpu_blocks, config.block_bytes()),
             adapters: AdapterSets::new(config.max_loras, config.max_cpu_loras),
-            schedule: BatchSchedule::default(),
             requests: HashMap::new(),
             waiting: BTreeMap::new(),
             running: BTreeMap::new(),
@@ -262,35 +262,46 @@ impl Pod {
         }
 
         let adapter_name = adapter.as_ref().map(|a| a.name.clone());
-        let pinned: Vec<String> = self.adapters.pinned().map(String::from).collect();
-        let pinned: Vec<&str> = pinned.iter().map(String::as_str).collect();
-        let start = self.schedule.earliest_start(
-            now,
-            adapter_name.as_deref(),
-            self.config.max_num_seqs,
-            self.config.max_loras,
-            &pinned,
-        );
         let latency = self.config.latency;
-        let (mut load, mut activation) = (0.0, 0.0);
-        if let Some(a) = &adapter {
-            let placed = self.adapters.place(&a.name, self.schedule.busy_adapters());
-            if placed.host_miss {
-                load = latency.adapter_load(a.rank);
-            }
-            if placed.slot_miss {
-                activation = latency.adapter_activation(a.rank);
-            }
-        }
+        // Adapter costs as the caches stand now (they change only in admission order).
+        let (load, activation) = adapter.as_ref().map_or((0.0, 0.0), |a| {
+            let load = if self.adapters.is_in_host_cache(&a.name) {
+                0.0
+            } else {
+                latency.adapter_load(a.rank)
+            };
+            let activation = if self.adapters.is_in_gpu_slot(&a.name) {
+                0.0
+            } else {
+                latency.adapter_activation(a.rank)
+            };
+            (load, activation)
+        });
         let prefill = latency.prefill(prompt_tokens - cached_tokens) * self.noise_factor();
         let inter_token = latency.inter_token * self.noise_factor();
+        let duration = load + activation + prefill + inter_token * (output_tokens - 1) as f64;
+        let pinned: Vec<&str> = self.adapters.pinned().collect();
+        let limits = BatchLimits {
+            max_num_seqs: self.config.max_num_seqs,
+            max_loras: self.config.max_loras,
+            pinned: &pinned,
+        };
+        let start = earliest_start(
+            self.admitted(),
+            now,
+            duration,
+            adapter_name.as_deref(),
+            limits,
+        );
+        if let Some(a) = &adapter {
+            let busy = adapters_at(self.admitted(), start);
+            self.adapters.place(&a.name, &busy);
+        }
         let first_token_at = start + load + activation + prefill;
-        let finish_at = first_token_at + inter_token * (output_tokens - 1) as f64;
+        let finish_at = start + duration;
 
         let id = self.next_id;
         self.next_id += 1;
-        self.schedule
-            .commit(id, start, finish_at, adapter_name.clone());
         self.requests.insert(
             id,
             LiveRequest {
@@ -322,6 +333,15 @@ impl Pod {
             prefill_seconds: prefill,
             ttft_seconds: first_token_at - now,
             inter_token_seconds: inter_token,
+        })
+    }
+
+    /// The admitted, unfinished requests' intervals.
+    fn admitted(&self) -> impl Iterator<Item = Interval<'_>> {
+        self.requests.values().map(|r| Interval {
+            start: r.start,
+            finish: r.finish,
+            adapter: r.adapter.as_deref(),
         })
     }
 
@@ -361,7 +381,6 @@ impl Pod {
         let (start, finish) = (r.start, r.finish);
         self.waiting.remove(&(micros(start), id));
         self.running.remove(&(micros(finish), id));
-        self.schedule.withdraw(id, finish);
         self.end(id, FinishedReason::Abort);
         true
     }
@@ -412,7 +431,8 @@ impl Pod {
         }
         let cost = self.config.latency.adapter_load(spec.rank);
         self.adapters.unregister(&spec.name);
-        self.adapters.register(spec, self.schedule.busy_adapters());
+        let busy = adapters_at(self.admitted(), self.now);
+        self.adapters.register(spec, &busy);
         Ok(cost)
     }
 

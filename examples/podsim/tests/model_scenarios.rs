@@ -206,12 +206,21 @@ fn a_request_waits_for_a_lora_slot() {
     assert_eq!(m.waiting, 1);
     assert_eq!(m.running_adapters, vec!["a".to_string()]);
     assert_eq!(m.waiting_adapters, vec!["b".to_string()]);
-    // A base-model request is not blocked by the slot (FIFO: not before b's start).
+    // Requests that fit run past the waiting one: the base model, and adapter a (still in the
+    // batch) when it ends before b's start; a longer a-request would delay b, so it waits.
     let base = pod.submit(0.1, &spec(BASE, &p, 1)).unwrap();
-    assert!((base.start - rb.start).abs() < EPS);
+    assert!((base.start - 0.1).abs() < EPS);
+    let short_a = pod.submit(0.1, &spec("a", &p, 2)).unwrap();
+    assert!((short_a.start - 0.1).abs() < EPS);
+    let long_a = pod.submit(0.1, &spec("a", &p, 100)).unwrap();
+    assert!((long_a.start - rb.finish_at).abs() < EPS, "{long_a:?}");
+    assert!(
+        long_a.adapter_activation_seconds == 0.0,
+        "a held its slot when admitted"
+    );
     let m = pod.metrics(rb.start + 1e-6);
     assert_eq!(m.running_adapters, vec!["b".to_string()]);
-    assert_eq!(pod.gpu_adapters(), vec!["b"]);
+    assert_eq!(m.waiting_adapters, vec!["a".to_string()]);
 }
 
 #[test]
