@@ -13,11 +13,13 @@
 
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod engine;
 pub mod policy;
 pub mod registry;
 pub mod server;
 pub mod service;
 pub mod state;
+pub mod status;
 pub mod telemetry;
 pub mod warmup;

@@ -46,6 +46,8 @@ enum Command {
         #[arg(long)]
         pod: String,
     },
+    /// Print a running gateway's pods, warm-up progress, adapters per pod and top prefixes.
+    Status(prewarm_gateway::status::StatusArgs),
 }
 
 fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
@@ -133,6 +135,9 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
+            rt.block_on(prewarm_gateway::status::run(args))
+        }),
         Command::Serve { config } => {
             let config = match load(&config) {
                 Ok(c) => c,

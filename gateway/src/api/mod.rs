@@ -93,5 +93,6 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/pods/{id}/ready", get(probes::pod_ready))
         .merge(filter)
         .merge(admin)
+        .merge(crate::dashboard::router())
         .with_state(gateway)
 }

@@ -1,0 +1,251 @@
+// prewarm dashboard: reads the gateway's open admin API every few seconds and renders pods,
+// the adapters x pods residency heatmap, the hot prefixes with their placement, and recent
+// warm-up and adapter events. No dependencies; every text from the API goes through
+// textContent. `?refresh=MS` sets the period (default 2000, at least 500); `?k=N` the number
+// of prefixes shown (default 15).
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const REFRESH_MS = Math.max(500, Number(params.get("refresh")) || 2000);
+const TOP_K = Math.min(200, Math.max(1, Number(params.get("k")) || 15));
+// Prompts read to weigh adapters by hotness (their `model` is the adapter's name).
+const HOTNESS_K = 1000;
+const MAX_EVENTS = 25;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") node.className = v;
+    else if (k === "style") node.setAttribute("style", v);
+    else if (k.startsWith("data-")) node.setAttribute(k, String(v));
+    else node[k] = v;
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+async function getJson(path) {
+  const r = await fetch(path, { cache: "no-store" });
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  return r.json();
+}
+
+// Everything the page shows, from the API; `pods` carry their detail and plan.
+async function load() {
+  const [list, heatmap, prompts, adapters] = await Promise.all([
+    getJson("/admin/pods"),
+    getJson("/admin/adapters/heatmap"),
+    getJson(`/admin/prompts?k=${HOTNESS_K}`),
+    getJson("/admin/adapters"),
+  ]);
+  const pods = await Promise.all(list.pods.map(async (p) => {
+    const id = encodeURIComponent(p.id);
+    const [detail, plan] = await Promise.all([
+      getJson(`/admin/pods/${id}`).catch(() => null),
+      getJson(`/admin/pods/${id}/plan`).catch(() => null),
+    ]);
+    return { ...p, detail, plan };
+  }));
+  return { pods, heatmap, prompts, adapters: adapters.adapters };
+}
+
+// warming / warm / down / idle (no warm-up yet).
+function podState(p) {
+  if (p.health === "down") return "down";
+  if (p.warmup_phase === "done") return "warm";
+  if (["adapters", "first_tier", "second_tier"].includes(p.warmup_phase)) return "warming";
+  return "idle";
+}
+
+function tierText(t) {
+  return t ? `${t.done + t.failed + t.skipped}/${t.total}` : "–";
+}
+
+function progressOf(w) {
+  if (!w) return null;
+  const tiers = [w.adapters, w.first_tier, w.second_tier];
+  const total = tiers.reduce((s, t) => s + t.total, 0);
+  const done = tiers.reduce((s, t) => s + t.done + t.failed + t.skipped, 0);
+  return total === 0 ? 1 : done / total;
+}
+
+function renderPods(view) {
+  const rows = view.pods.map((p) => {
+    const state = podState(p);
+    const w = p.detail && p.detail.warmup;
+    const progress = progressOf(w);
+    const hit = p.detail && p.detail.modelled_hit_ratio;
+    return el("tr", { "data-pod": p.id, "data-state": state, "data-routable": p.routable,
+                      "data-phase": p.warmup_phase || "" },
+      el("td", {}, el("b", {}, p.id), " ", el("span", { class: "muted mono" }, p.address)),
+      el("td", { class: `health-${p.health}` }, p.health),
+      el("td", {}, el("span", { class: `badge state-${state}` }, state)),
+      el("td", {}, p.routable ? "✓ yes" : "no"),
+      el("td", { "data-progress": progress === null ? "" : progress.toFixed(3) },
+        progress === null ? "not planned" : [
+          el("span", { class: "progress" },
+            el("span", { style: `width:${Math.round(progress * 100)}%` })),
+          `${p.warmup_phase} · adapters ${tierText(w.adapters)} · first ${tierText(w.first_tier)}`
+            + ` · second ${tierText(w.second_tier)}` + (w.lazy ? ` · lazy ${w.lazy}` : "")
+            + (w.attempt > 1 ? ` · attempt ${w.attempt}` : ""),
+        ]),
+      el("td", {}, `${p.waiting} waiting / ${p.running} running`),
+      el("td", {}, `${Math.round(p.kv_usage * 100)}%`),
+      el("td", {}, hit === null || hit === undefined ? "–" : `${Math.round(hit * 100)}%`),
+      el("td", { class: "mono" }, p.adapters.join(", ") || "–"));
+  });
+  document.querySelector("#pods tbody").replaceChildren(...rows);
+}
+
+// Sum of the hotness of the prompts whose model is the adapter.
+function adapterHotness(prompts) {
+  const hot = new Map();
+  for (const p of prompts) hot.set(p.model, (hot.get(p.model) || 0) + p.hotness);
+  return hot;
+}
+
+// The heatmap cell refined with the pod's detail: a cell the LoRA model holds but the pod has
+// not confirmed yet (no loaded version, not in /v1/models) is `loading`; an adapter the model
+// remembers on the pod but no longer registers there is `evicted`.
+function cellState(cell, adapter, detail) {
+  const confirmed = !!detail && (adapter in (detail.versions || {})
+    || ((detail.served && detail.served.adapters) || []).some((a) => a[0] === adapter));
+  if (cell === "gpu") return confirmed ? "resident" : "loading";
+  if (cell === "registered") return confirmed ? "host" : "loading";
+  const known = !!detail && (detail.lora || []).some((a) => a.name === adapter);
+  return known ? "evicted" : "absent";
+}
+
+const GLYPH = { resident: "●", loading: "◐", host: "○", evicted: "×", absent: "" };
+
+function renderHeatmap(view) {
+  const { adapters, pods, cells } = view.heatmap;
+  const records = new Map(view.adapters.map((a) => [a.name, a]));
+  const details = new Map(view.pods.map((p) => [p.id, p.detail]));
+  const hot = adapterHotness(view.prompts.prompts);
+  const max = Math.max(0, ...adapters.map((a) => hot.get(a) || 0));
+  const head = el("tr", {}, el("th", {}, "adapter"), el("th", {}, "hotness"),
+    pods.map((p) => el("th", { class: "mono" }, p)));
+  const rows = adapters.map((a, i) => {
+    const rec = records.get(a) || {};
+    const h = hot.get(a) || 0;
+    const alpha = max > 0 ? 0.35 + 0.65 * (h / max) : 0.6;
+    return el("tr", { "data-adapter": a },
+      el("td", {}, el("b", { class: "mono" }, a),
+        el("span", { class: "muted" }, ` ${rec.tier || ""}${rec.pinned ? " · pinned" : ""}`
+          + (rec.tenant ? ` · ${rec.tenant}` : ""))),
+      el("td", {}, h.toFixed(2)),
+      pods.map((pod, j) => {
+        const cell = (cells[i] || [])[j] || "absent";
+        const state = cellState(cell, a, details.get(pod));
+        return el("td", { class: `cell ${state}`, style: `--hot:${alpha.toFixed(2)}`,
+                          title: `${a} on ${pod}: ${state} (hotness ${h.toFixed(2)})`,
+                          "data-adapter": a, "data-pod": pod, "data-cell": cell,
+                          "data-state": state }, GLYPH[state]);
+      }));
+  });
+  document.querySelector("#heatmap thead").replaceChildren(head);
+  document.querySelector("#heatmap tbody").replaceChildren(...rows);
+  document.getElementById("heatmap-empty").hidden = adapters.length > 0;
+}
+
+// Where each prefix is placed: a routable pod whose plan lists it holds it; a pod not yet in
+// the table whose plan lists it is warming it (its plan counts it as moving there).
+function placements(pods) {
+  const placed = new Map();
+  for (const p of pods) {
+    if (!p.plan) continue;
+    for (const key of [...p.plan.first_tier, ...p.plan.second_tier]) {
+      if (!placed.has(key)) placed.set(key, []);
+      placed.get(key).push(p.routable ? p.id : `${p.id}(warming)`);
+    }
+  }
+  return placed;
+}
+
+function renderPrefixes(view) {
+  const placed = placements(view.pods);
+  const top = view.prompts.prompts.slice(0, TOP_K);
+  const max = Math.max(0, ...top.map((p) => p.hotness));
+  const rows = top.map((p) => {
+    const on = (placed.get(p.key) || []).sort();
+    return el("tr", { "data-key": p.key, "data-hotness": p.hotness, "data-placed": on.join(",") },
+      el("td", { class: "mono", title: p.key }, p.key.slice(-8)),
+      el("td", {}, el("span", { class: "bar",
+                                style: `width:${max > 0 ? Math.round(60 * p.hotness / max) : 0}px` }),
+        p.hotness.toFixed(2)),
+      el("td", {}, p.tenant || "–"),
+      el("td", { class: "mono" }, p.model),
+      el("td", {}, p.origin),
+      el("td", { class: "mono" }, on.join(", ") || "–"),
+      el("td", { class: "preview", title: p.preview }, p.preview));
+  });
+  document.querySelector("#prefixes tbody").replaceChildren(...rows);
+}
+
+// Events the API exposes, newest first: warm-up starts and first tiers done, adapters loaded
+// (their version) and put in a GPU slot, and each pod's recent errors.
+function events(pods) {
+  const out = [];
+  for (const p of pods) {
+    const d = p.detail;
+    if (!d) continue;
+    const w = d.warmup;
+    if (w) {
+      out.push({ ms: w.started_ms, text: `${p.id}: warm-up started (attempt ${w.attempt})` });
+      if (w.first_tier_done_ms) out.push({ ms: w.first_tier_done_ms,
+        text: `${p.id}: first tier warm (${(w.first_tier_done_ms - w.started_ms) / 1000}s)` });
+    }
+    for (const [name, v] of Object.entries(d.versions || {})) {
+      out.push({ ms: v.loaded_at_ms, text: `${p.id}: loaded adapter ${name} ${v.version}` });
+    }
+    for (const a of d.lora || []) {
+      if (a.gpu_since_ms) out.push({ ms: a.gpu_since_ms, text: `${p.id}: ${a.name} in a GPU slot`
+        + (a.pinned ? " (pinned)" : "") });
+    }
+    for (const e of d.errors || []) {
+      const space = e.indexOf(" ");
+      out.push({ ms: Number(e.slice(0, space)) || 0, text: e.slice(space + 1), error: true });
+    }
+  }
+  return out.sort((a, b) => b.ms - a.ms).slice(0, MAX_EVENTS);
+}
+
+function renderEvents(view) {
+  const items = events(view.pods).map((e) => el("li", { class: e.error ? "event-error" : "", title: e.text },
+    el("span", { class: "muted mono" }, new Date(e.ms).toISOString().slice(11, 19), " "), e.text));
+  if (items.length === 0) items.push(el("li", { class: "muted" }, "nothing yet"));
+  document.getElementById("events").replaceChildren(...items);
+}
+
+let refreshes = 0;
+
+async function refresh() {
+  const summary = document.getElementById("summary");
+  try {
+    const view = await load();
+    renderPods(view);
+    renderHeatmap(view);
+    renderPrefixes(view);
+    renderEvents(view);
+    const routed = view.pods.filter((p) => p.routable).length;
+    summary.textContent = `${view.pods.length} pods · ${routed} in the routing table · `
+      + `${view.heatmap.adapters.length} adapters · ${view.prompts.total} prefixes`;
+    summary.className = "muted";
+    refreshes += 1;
+    const stamp = document.getElementById("refreshed");
+    stamp.textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
+    stamp.setAttribute("data-refreshes", String(refreshes));
+  } catch (e) {
+    summary.textContent = `cannot read the admin API: ${e.message}`;
+    summary.className = "error";
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+
+refresh();
