@@ -24,6 +24,8 @@ help:
 ## setup: idempotent; everything from the registries.
 setup: $(STAMP)
 	@rustup target add $(WASM_TARGET) wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add $(WASM_TARGET) wasm32-unknown-unknown
+	@# Headless Chromium for the dashboard's browser test (Debian's package).
+	@test -x /usr/bin/chromium || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 $(STAMP): tools/requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
