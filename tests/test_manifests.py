@@ -7,8 +7,9 @@
   filter settings of envoy/envoy.yaml: the two cannot drift.
 - The names that tie the pieces together agree (cluster names, ports, headers, block size,
   volume paths, secret variables), and the gateway's own `check-config` accepts the ConfigMap.
-- In a real Envoy: the mesh-equivalent routes through override_host (with Istio's lb_policy
-  beside it) and inspects bodies beyond Istio's 32 KiB connection buffer; the WasmPlugin's
+- In a real Envoy with the real gateway and podsim pods: the mesh-equivalent routes through
+  override_host (with Istio's lb_policy beside it) and delivers signals; it inspects bodies
+  beyond Istio's 32 KiB connection buffer; the WasmPlugin's
   configuration (no allow_on_headers_stop_iteration) is run as Istio would run it.
 - The inference pods' warm gate (envoy/k8s/inference/warm-gate.sh) against the real gateway and
   a real podsim pod.
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from harness import REPO, bin_path, envoy_path, filter_wasm_path, wait_until
@@ -483,8 +485,9 @@ def fake_gateway():
     g.stop()
 
 
-def runnable(config: dict, pods, gateway) -> dict:
-    """The equivalent config on free ports, with these pods and gateway, and the built .wasm."""
+def runnable(config: dict, pods: list[str], gateway: str) -> dict:
+    """The equivalent config on free ports, with these pod and gateway addresses (`ip:port`),
+    and the built .wasm."""
     c = copy.deepcopy(config)
     c["admin"]["address"]["socket_address"]["port_value"] = 0
     c["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] = 0
@@ -496,7 +499,7 @@ def runnable(config: dict, pods, gateway) -> dict:
             wasm_config(entry)["configuration"]["value"] = json.dumps(plugin)
     gateway_cluster = plugin_json(wasm_config(patch_filter()))["gateway_cluster"]
     for cl in c["static_resources"]["clusters"]:
-        members = [gateway.address] if cl["name"] == gateway_cluster else [p.address for p in pods]
+        members = [gateway] if cl["name"] == gateway_cluster else pods
         cl["load_assignment"]["endpoints"] = [{"lb_endpoints": [_endpoint(a) for a in members]}]
     return c
 
@@ -508,25 +511,54 @@ def chat(words: int, i: int) -> dict:
     ]}
 
 
-def test_mesh_equivalent_routes_by_the_filter_header_despite_istio_lb_policy(envoys, pods, fake_gateway):
-    """The table names only pods[1]: every routed request lands there (least request alone
-    would spread them), so override_host is in force beside Istio's `lb_policy`."""
-    fake_gateway.table = {"version": "1.0", "generation": 1, "block_tokens": 64,
-                          "pods": [{"id": "only", "address": pods[1].address, "adapters": []}]}
-    envoy = envoys.start(config=runnable(load(EQUIVALENT), pods, fake_gateway), concurrency=2)
-    # Every VM (two workers and the main thread's) installs the table on its own tick.
-    wait_until(lambda: envoy.metric("prewarm.table.adopted") >= 3, 20, what="the table adopted by every VM")
-    for i in range(8):
-        status, _, _ = envoy.post("/v1/chat/completions", chat(200, i), headers={"host": "inference.example.com"})
-        assert status == 200
-    assert envoy.metric("prewarm.routed") == 8
-    assert len(pods[1].received()) == 8 and len(pods[0].received()) == 0
+def counter(metrics_text: str, name: str, **labels) -> float:
+    """Sum of a Prometheus counter's samples whose labels include `labels`."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m[1] or "") for k, v in labels.items()):
+            total += float(m[2])
+    return total
+
+
+def test_mesh_equivalent_with_the_real_gateway_and_pods(envoys, tmp_path):
+    """Real gateway, real podsim pods: the gateway's pool has only pod B, so its routing table
+    names only B; Envoy's pool has A and B. Every request is routed to B (least request alone
+    would use A too): override_host is in force beside Istio's `lb_policy`. And the similar prompts of one user reach the gateway as a prefill signal
+    through the cluster the filter's `gateway_cluster` names."""
+    procs = []
+    try:
+        addresses = []
+        for name in ("pod-a", "pod-b"):
+            proc, url = start_podsim(tmp_path, "--served-model-name", "base", "--time-scale", "50", name=name)
+            procs.append(proc)
+            addresses.append(url.removeprefix("http://"))
+        a, b = addresses
+        gw = start_gateway(tmp_path, {"pods": {"health_interval_ms": 100, "static": [{"id": "pod-b", "address": b}]}})
+        procs.append(gw.proc)
+        wait_until(lambda: gw.get("/v1/pods/pod-b/ready").status_code == 200, 30, what="pod-b routable")
+        envoy = envoys.start(config=runnable(load(EQUIVALENT), [a, b], gw.url.removeprefix("http://")))
+        wait_until(lambda: envoy.metric("prewarm.table.adopted") >= 3, 20, what="the table adopted by every VM")
+        for i in range(6):
+            status, _, _ = envoy.post("/v1/chat/completions", {**chat(200, i), "max_tokens": 4},
+                                      headers={"host": "inference.example.com", "x-prewarm-user": "u1"})
+            assert status == 200
+        assert envoy.metric("prewarm.routed") == 6
+        pod_a_metrics = requests.get(f"http://{a}/metrics", timeout=10).text
+        pod_b_metrics = requests.get(f"http://{b}/metrics", timeout=10).text
+        assert counter(pod_a_metrics, "vllm:request_success_total") == 0
+        assert counter(pod_b_metrics, "vllm:request_success_total") >= 6
+        wait_until(lambda: counter(gw.get("/metrics").text, "prewarm_signals_ingested_total", kind="prefill") >= 1,
+                   20, what="a prefill signal ingested by the gateway")
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
 
 
 def test_mesh_equivalent_inspects_bodies_beyond_istio_connection_buffer(envoys, pods, fake_gateway):
     """A 200 KB body is over the listener's 32 KiB limit: the virtual host's
     request_body_buffer_limit is what keeps it from a 413 while the filter buffers it."""
-    envoy = envoys.start(config=runnable(load(EQUIVALENT), pods, fake_gateway))
+    envoy = envoys.start(config=runnable(load(EQUIVALENT), [p.address for p in pods], fake_gateway.address))
     body = chat(12000, 0)
     assert len(json.dumps(body)) > 200_000
     status, _, reply = envoy.post("/v1/chat/completions", body, headers={"host": "inference.example.com"})
@@ -536,7 +568,7 @@ def test_mesh_equivalent_inspects_bodies_beyond_istio_connection_buffer(envoys, 
 
 
 def test_without_the_virtual_host_limit_the_same_body_gets_413(envoys, pods, fake_gateway):
-    config = runnable(load(EQUIVALENT), pods, fake_gateway)
+    config = runnable(load(EQUIVALENT), [p.address for p in pods], fake_gateway.address)
     for vhost in route_config(config)["virtual_hosts"]:
         vhost.pop("request_body_buffer_limit")
     envoy = envoys.start(config=config)
@@ -547,7 +579,7 @@ def test_without_the_virtual_host_limit_the_same_body_gets_413(envoys, pods, fak
 def wasmplugin_equivalent(pods, gateway) -> dict:
     """What Istio builds from envoy/istio/wasmplugin.yaml: the filter with the WasmPlugin's
     configuration, FAIL_OPEN, allow_on_headers_stop_iteration left unset, no override_host."""
-    config = runnable(load(EQUIVALENT), pods, gateway)
+    config = runnable(load(EQUIVALENT), [p.address for p in pods], gateway.address)
     spec = load(WASMPLUGIN)["spec"]
     entry = next(f for f in http_filters(config) if f["name"] == WASM_FILTER)
     plugin = wasm_config(entry)
