@@ -209,6 +209,23 @@ def test_every_k8s_file_is_in_a_kustomization():
     assert all(p.exists() for p in referenced)
 
 
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomizations for comparison")
+@pytest.mark.parametrize("directory", ["envoy/k8s", "envoy/k8s/inference"])
+def test_the_validator_renders_kustomizations_as_kubectl_does(schemas, directory):
+    v, _ = schemas
+    ours = [obj for _, obj in v.render_kustomization(REPO / directory / "kustomization.yaml")]
+    out = subprocess.run(["kubectl", "kustomize", REPO / directory], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    theirs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    key = lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+    assert sorted(map(key, ours)) == sorted(map(key, theirs))
+    # Same content, image tags aside (kustomize applies `images:`).
+    by_key = {key(o): o for o in theirs}
+    for obj in ours:
+        if obj["kind"] != "Deployment":
+            assert obj == by_key[key(obj)], key(obj)
+
+
 # --- 2. the EnvoyFilter and its plain-Envoy equivalent cannot drift ---------------------------
 
 

@@ -12,7 +12,8 @@
 - Kubernetes objects against the upstream schemas of `kubernetes-validate` (strict: unknown
   fields are errors), Kubernetes 1.37.
 - Kustomizations (`kustomization.yaml`) are rendered first: `resources` and
-  `configMapGenerator` with `files`; the rendered objects are validated.
+  `configMapGenerator` with `files` (and their labels and annotations); the rendered objects are
+  validated. tests/test_manifests.py compares the rendering with `kubectl kustomize`.
 - A strategic-merge patch (a file named `*-patch.yaml`, no `kind`) is applied to a skeleton
   Deployment and the result validated.
 
@@ -204,6 +205,12 @@ def render_kustomization(path: Path) -> list[Obj]:
         meta = {"name": gen["name"]}
         if gen.get("namespace") or k.get("namespace"):
             meta["namespace"] = gen.get("namespace") or k.get("namespace")
+        # Labels and annotations from `generatorOptions` and the generator's `options` (the
+        # name hash suffix is not reproduced: the kustomizations here disable it).
+        for field in ("labels", "annotations"):
+            merged = {**(k.get("generatorOptions") or {}).get(field, {}), **(gen.get("options") or {}).get(field, {})}
+            if merged:
+                meta[field] = merged
         out.append((f"{shown(path)}#configMapGenerator", {
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data,
         }))
