@@ -611,8 +611,10 @@ def wasmplugin_equivalent(pods, gateway) -> dict:
     return config
 
 
+# Not strict: when the filter is fixed this XPASSes without breaking anyone's build; then drop
+# the marker and the limitation notes in docs/deploy.md and envoy/istio/wasmplugin.yaml.
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="the filter pauses in on_request_headers even with routing=false; without "
     "allow_on_headers_stop_iteration (which WasmPlugin cannot set) the body callbacks never run "
     "and the request hangs. Needs the filter to continue in headers when routing is off.",
