@@ -619,7 +619,7 @@ def wasmplugin_equivalent(pods, gateway) -> dict:
     "allow_on_headers_stop_iteration (which WasmPlugin cannot set) the body callbacks never run "
     "and the request hangs. Needs the filter to continue in headers when routing is off.",
 )
-def test_wasmplugin_configuration_passes_requests_and_sends_signals(envoys, pods, fake_gateway):
+def test_wasmplugin_configuration_inspects_requests_without_hanging(envoys, pods, fake_gateway):
     envoy = envoys.start(config=wasmplugin_equivalent(pods, fake_gateway))
     status, _, _ = envoy.post("/v1/chat/completions", chat(50, 0), headers={"host": "inference.example.com"},
                               timeout=5)
