@@ -106,7 +106,7 @@ def test_adapter_crossing_the_pin_rate_makes_one_pin_signal(envoys, servers):
 
 def test_signals_arrive_batched_with_version_source_and_token(envoys, servers):
     gateway, _ = servers
-    envoy = start(envoys, servers, tick_period_ms=1000, gateway_token="t0ken-123", source="edge-1")
+    envoy = start(envoys, servers, tick_period_ms=3000, gateway_token="t0ken-123", source="edge-1")
     users = [f"user{u}" for u in range(4)]
     for q in ["Alpha?", "Bravo?", "Charlie?"]:
         for u in users:
