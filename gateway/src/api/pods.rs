@@ -103,6 +103,6 @@ pub async fn plan(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
-    let plan = plan_for(&gateway, &state, &id, Candidates::Routable).ok_or_else(|| unknown(&id))?;
+    let plan = plan_for(&gateway, &state, &id, Candidates::Live).ok_or_else(|| unknown(&id))?;
     Ok(Json(PlanView::from(&plan)).into_response())
 }

@@ -90,6 +90,19 @@ impl Gateway {
         })
     }
 
+    /// Marks the start or end of an adapter call on a pod, so that a `/v1/models` reconciliation
+    /// that overlapped one (and may have seen the pod mid-change) is discarded.
+    fn adapter_op_boundary(&self, pod_id: &str, start: bool) {
+        if let Some(pod) = self.state().pods.get_mut(pod_id) {
+            pod.adapter_ops.seq = pod.adapter_ops.seq.wrapping_add(1);
+            pod.adapter_ops.in_flight = if start {
+                pod.adapter_ops.in_flight.saturating_add(1)
+            } else {
+                pod.adapter_ops.in_flight.saturating_sub(1)
+            };
+        }
+    }
+
     fn tier_of(state: &State, adapter: &str) -> Tier {
         state
             .registry
@@ -169,11 +182,13 @@ impl Gateway {
             &self.telemetry.decisions,
             &[("policy", "lora"), ("decision", action(&d.decision))],
         );
+        self.adapter_op_boundary(&d.pod, true);
         let result = match &d.decision {
             LoraDecision::Load(name) => self.load_adapter_on(&d.pod, name).await,
             LoraDecision::Unload(name) => self.unload_adapter_on(&d.pod, name).await,
             LoraDecision::Touch(name) => self.touch_adapter_on(&d.pod, name).await,
         };
+        self.adapter_op_boundary(&d.pod, false);
         let (outcome, error) = match result {
             Ok(label) => (label.to_string(), None),
             Err((label, message)) => {

@@ -1,4 +1,6 @@
-//! Planning a pod's warm-up from the current state: the candidates are the routable pods plus
+//! Planning a pod's warm-up from the current state: the candidates are the pods not known to be
+//! down (up, or not checked yet: at a gateway restart every pod comes up in the same round, and
+//! each should warm only its own share) plus
 //! the pod itself, the adapters those placed on it (pinned first, then by tier), the hot prefixes
 //! the pool's hottest. Used by the executor, `GET /admin/pods/{id}/plan` and the `plan` command.
 
@@ -6,14 +8,15 @@ use prewarm_core::PlacementCandidate;
 use serde::Serialize;
 
 use super::adapters::placed_pods_among;
-use super::{now_ms, Gateway, State};
+use super::pods::PodHealth;
+use super::{Gateway, State};
 use crate::policy::{plan_warmup, WarmupPlan};
 
 /// Which pods count as placement candidates besides the planned one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Candidates {
-    /// Pods in the routing table now (the live service).
-    Routable,
+    /// Pods not known to be down (the live service).
+    Live,
     /// Every pod in the pool (the `plan` command, which checks no pod).
     All,
 }
@@ -26,7 +29,6 @@ pub fn plan_for(
     which: Candidates,
 ) -> Option<WarmupPlan> {
     state.pods.get(pod_id)?;
-    let now = now_ms();
     let members: Vec<(&str, f64)> = state
         .pods
         .values()
@@ -34,7 +36,7 @@ pub fn plan_for(
             p.spec.id == pod_id
                 || match which {
                     Candidates::All => true,
-                    Candidates::Routable => p.routable(now),
+                    Candidates::Live => p.health != PodHealth::Down,
                 }
         })
         .map(|p| (p.spec.id.as_str(), p.spec.weight))

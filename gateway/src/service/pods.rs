@@ -65,6 +65,15 @@ pub struct PodEntry {
     pub kv: KvResidency,
     pub warmup: PodWarmup,
     pub errors: VecDeque<String>,
+    pub adapter_ops: AdapterOps,
+}
+
+/// Adapter calls in flight on a pod and a counter of their starts and ends: a reconciliation
+/// applies what `/v1/models` said only when no call overlapped the fetch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdapterOps {
+    pub in_flight: u32,
+    pub seq: u64,
 }
 
 impl PodEntry {
@@ -144,6 +153,7 @@ impl Gateway {
                 kv,
                 warmup: PodWarmup::default(),
                 errors: VecDeque::new(),
+                adapter_ops: AdapterOps::default(),
             },
         );
         Ok(())

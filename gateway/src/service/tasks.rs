@@ -61,12 +61,17 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
         return;
     }
     if ok && reconcile {
+        let before = gateway.state().pods.get(&id).map(|p| p.adapter_ops);
         if let Ok(served) = engine.models().await {
             let decisions = {
                 let mut state = gateway.state();
                 let Some(pod) = state.pods.get_mut(&id) else {
                     return;
                 };
+                if before != Some(pod.adapter_ops) || pod.adapter_ops.in_flight > 0 {
+                    // An adapter call overlapped the fetch: the list may predate it.
+                    return;
+                }
                 let observed = LoraObservation {
                     registered: served.adapters.iter().map(|(n, _)| n.clone()).collect(),
                     running: pod.load.running_adapters.clone(),

@@ -25,7 +25,7 @@ const TICK: Duration = Duration::from_millis(100);
 pub fn start_warmup(gateway: &Arc<Gateway>, pod_id: &str, epoch: u64) -> bool {
     let now = now_ms();
     let mut state = gateway.state();
-    let Some(plan) = plan_for(gateway, &state, pod_id, Candidates::Routable) else {
+    let Some(plan) = plan_for(gateway, &state, pod_id, Candidates::Live) else {
         return false;
     };
     let Some(pod) = state.pods.get_mut(pod_id) else {
