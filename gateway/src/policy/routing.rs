@@ -7,6 +7,9 @@
 //! load that jitters between scrapes does not churn the table. An unchanged input costs no
 //! allocation: the builder compares it with the table it holds before building anything.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+
 use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +111,9 @@ impl RoutingTableBuilder {
     }
 
     /// Builds the table for `pods` at `now_ms`. Returns whether its content changed (and the
-    /// generation with it). The very first build always counts as a change.
+    /// generation with it). The very first build always counts as a change. Adapter lists that
+    /// are already sorted and free of duplicates (as `LoraResidency::served` yields them) are
+    /// used as they are; a pod whose adapters did not change keeps its strings.
     pub fn build(&mut self, pods: &[PodRoute<'_>], now_ms: u64) -> bool {
         let mut included: Vec<&PodRoute<'_>> = pods
             .iter()
@@ -116,42 +121,43 @@ impl RoutingTableBuilder {
             .collect();
         included.sort_by(|a, b| a.id.cmp(b.id));
         included.dedup_by(|a, b| a.id == b.id);
-        let adapters: Vec<Vec<&str>> = included
-            .iter()
-            .map(|p| {
-                let mut a = p.adapters.clone();
-                a.sort_unstable();
-                a.dedup();
-                a
-            })
-            .collect();
+        // A table's adapter lists are sorted and deduplicated, so an input equal to them needs
+        // no normalising: the usual unchanged case is one comparison pass.
         let unchanged = self.built
             && self.table.pods.len() == included.len()
-            && self
-                .table
-                .pods
-                .iter()
-                .zip(included.iter().zip(&adapters))
-                .all(|(t, (p, a))| {
-                    t.id == p.id
-                        && t.address == p.address
-                        && t.weight == p.weight
-                        && t.load == self.rounded_load(p.load)
-                        && t.adapters.len() == a.len()
-                        && t.adapters.iter().zip(a).all(|(x, y)| x == y)
-                });
+            && self.table.pods.iter().zip(&included).all(|(t, p)| {
+                t.id == p.id
+                    && t.address == p.address
+                    && t.weight == p.weight
+                    && t.load == self.rounded_load(p.load)
+                    && (same_adapters(&t.adapters, &p.adapters)
+                        || same_adapters(&t.adapters, &normalised(&p.adapters)))
+            });
         if unchanged {
             return false;
         }
+        let adapters: Vec<Cow<'_, [&str]>> =
+            included.iter().map(|p| normalised(&p.adapters)).collect();
+        let mut previous: HashMap<String, RoutedPod> = std::mem::take(&mut self.table.pods)
+            .into_iter()
+            .map(|p| (p.id.clone(), p))
+            .collect();
         self.table.pods = included
             .iter()
             .zip(adapters)
-            .map(|(p, a)| RoutedPod {
-                id: p.id.to_string(),
-                address: p.address.to_string(),
-                weight: p.weight,
-                adapters: a.into_iter().map(str::to_string).collect(),
-                load: self.rounded_load(p.load),
+            .map(|(p, a)| {
+                let kept = previous
+                    .remove(p.id)
+                    .map(|old| old.adapters)
+                    .filter(|old| same_adapters(old, &a));
+                RoutedPod {
+                    id: p.id.to_string(),
+                    address: p.address.to_string(),
+                    weight: p.weight,
+                    adapters: kept
+                        .unwrap_or_else(|| a.iter().map(|name| (*name).to_string()).collect()),
+                    load: self.rounded_load(p.load),
+                }
             })
             .collect();
         self.table.generation = self.table.generation.saturating_add(1);
@@ -159,6 +165,22 @@ impl RoutingTableBuilder {
         self.built = true;
         true
     }
+}
+
+/// `adapters` sorted and deduplicated, borrowed when it already is.
+fn normalised<'a, 'b>(adapters: &'b [&'a str]) -> Cow<'b, [&'a str]> {
+    if adapters.windows(2).all(|w| matches!(w, [a, b] if a < b)) {
+        Cow::Borrowed(adapters)
+    } else {
+        let mut owned = adapters.to_vec();
+        owned.sort_unstable();
+        owned.dedup();
+        Cow::Owned(owned)
+    }
+}
+
+fn same_adapters(table: &[String], input: &[&str]) -> bool {
+    table.len() == input.len() && table.iter().zip(input).all(|(x, y)| x == y)
 }
 
 #[cfg(test)]

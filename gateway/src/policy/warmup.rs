@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use prewarm_core::placement::{place, PlacementCandidate};
+use prewarm_core::placement::{score, PlacementCandidate};
 use serde::{Deserialize, Serialize};
 
 use super::{HotPrefix, PrefixKey};
@@ -164,7 +164,7 @@ pub fn plan_warmup(
     };
     for h in hot.iter().take(config.max_candidates) {
         plan.considered += 1;
-        if place(h.routing_key.0, candidates) != Some(me) {
+        if !wins(h.routing_key.0, me, candidates) {
             continue;
         }
         if plan.first_tier.len() < config.first_tier {
@@ -176,6 +176,27 @@ pub fn plan_warmup(
         }
     }
     plan
+}
+
+/// Whether `place(key, candidates) == Some(me)`: `me` scores above every other candidate (a
+/// tie goes to the smaller id, then the earlier candidate, as in `place`). It stops at the first
+/// candidate that beats `me`, so a key that stays where it was — nearly all of them — costs a
+/// few scores instead of one per pod.
+pub(crate) fn wins(key: u64, me: usize, candidates: &[PlacementCandidate<'_>]) -> bool {
+    let Some(mine) = candidates.get(me) else {
+        return false;
+    };
+    let s = score(key, mine);
+    if s == f64::NEG_INFINITY {
+        return false;
+    }
+    candidates.iter().enumerate().all(|(i, c)| {
+        if i == me {
+            return true;
+        }
+        let other = score(key, c);
+        s > other || (s == other && (mine.id < c.id || (mine.id == c.id && me < i)))
+    })
 }
 
 /// One step of a warm-up for the shell to execute.

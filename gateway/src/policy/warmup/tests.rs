@@ -2,6 +2,7 @@
 
 use super::*;
 use prewarm_core::fingerprint::BlockHash;
+use prewarm_core::placement::place;
 use proptest::prelude::*;
 
 fn hot(n: u64, salt: u64) -> Vec<HotPrefix> {
@@ -357,6 +358,26 @@ fn config_validation_names_every_field() {
 }
 
 proptest! {
+    /// The early-exit check agrees with core's `place` for every candidate, weights and ties
+    /// included.
+    #[test]
+    fn wins_agrees_with_place(
+        key in any::<u64>(),
+        weights in proptest::collection::vec(prop::sample::select(vec![0.0, 0.5, 1.0, 1.0, 2.0]), 1..12),
+        duplicate in any::<bool>(),
+    ) {
+        let mut names: Vec<String> = (0..weights.len()).map(|i| format!("pod-{i}")).collect();
+        if duplicate && names.len() > 1 {
+            names[1] = names[0].clone();
+        }
+        let candidates: Vec<PlacementCandidate<'_>> =
+            names.iter().zip(&weights).map(|(n, w)| PlacementCandidate::new(n, *w)).collect();
+        let placed = place(key, &candidates);
+        for me in 0..candidates.len() {
+            prop_assert_eq!(wins(key, me, &candidates), placed == Some(me), "me {}", me);
+        }
+    }
+
     /// Any interleaving of completions and failures finishes the warm-up, never exceeds the
     /// concurrency limit, and makes the pod routable exactly when the first tier is finished.
     #[test]
