@@ -153,8 +153,8 @@ function renderHeatmap(view) {
   document.getElementById("heatmap-empty").hidden = adapters.length > 0;
 }
 
-// Where each prefix is placed: a routable pod whose plan lists it holds it; a pod not yet in
-// the table whose plan lists it is warming it (its plan counts it as moving there).
+// Where each prefix is placed: the pod whose plan lists it, marked `(warming)` while that pod
+// is not in the routing table yet.
 function placements(pods) {
   const placed = new Map();
   for (const p of pods) {

@@ -2,8 +2,8 @@
 //! ignored, as the API's stability rule allows) and the [`View`] derived from them. The
 //! derivations are the dashboard's (`gateway/assets/dashboard/app.js`): a heatmap cell is refined
 //! with the pod's detail (`loading` until the pod confirms a load, `evicted` when the LoRA model
-//! remembers an adapter the pod no longer registers), a prefix is placed on the routable pod
-//! whose plan lists it (and is warming on a pod outside the table whose plan lists it), and an
+//! remembers an adapter the pod no longer registers), a prefix is placed on the pod
+//! whose plan lists it (marked as warming while that pod is outside the routing table), and an
 //! adapter's hotness is the summed hotness of the prompts whose model is the adapter.
 
 use std::collections::{BTreeMap, HashMap};
