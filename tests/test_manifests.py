@@ -312,6 +312,22 @@ def test_envoy_refuses_override_host_beside_locality_weighting(tmp_path):
     assert "consistentHash" not in rule["spec"]["trafficPolicy"]["loadBalancer"]
 
 
+def test_sidecar_envoyfilter_applies_the_same_patches_to_client_sidecars():
+    gateway = load(ENVOYFILTER)["spec"]["configPatches"]
+    sidecar_filter = load(REPO / "envoy" / "istio" / "envoyfilter-sidecar.yaml")
+    sidecar = sidecar_filter["spec"]["configPatches"]
+    assert [(p["applyTo"], p["patch"]) for p in sidecar] == [(p["applyTo"], p["patch"]) for p in gateway]
+    assert {p["match"]["context"] for p in sidecar} == {"SIDECAR_OUTBOUND"}
+    assert [p["match"].get("cluster") for p in sidecar] == [p["match"].get("cluster") for p in gateway]
+    vllm = load(K8S / "inference" / "service.yaml")
+    port = vllm["spec"]["ports"][0]["port"]
+    (http_filter,) = [p for p in sidecar if p["applyTo"] == "HTTP_FILTER"]
+    assert http_filter["match"]["listener"]["portNumber"] == port
+    (vhost,) = [p for p in sidecar if p["applyTo"] == "VIRTUAL_HOST"]
+    assert vhost["match"]["routeConfiguration"]["vhost"]["name"] == f"{service_fqdn(vllm)}:{port}"
+    assert sidecar_filter["spec"]["workloadSelector"]["labels"] == {"prewarm.io/filter": "enabled"}
+
+
 # --- 3. names that tie the pieces together ---------------------------------------------------
 
 

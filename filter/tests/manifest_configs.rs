@@ -142,6 +142,7 @@ fn every_embedded_configuration_parses_with_the_filter_parser() {
         "envoy/envoy.yaml",
         "envoy/mesh-equivalent.yaml",
         "envoy/istio/envoyfilter.yaml",
+        "envoy/istio/envoyfilter-sidecar.yaml",
         "envoy/istio/wasmplugin.yaml",
     ] {
         assert!(
@@ -176,6 +177,7 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
         "WasmPlugin cannot route (no allow_on_headers_stop_iteration)"
     );
     assert_eq!(of("envoy/mesh-equivalent.yaml"), full);
+    assert_eq!(of("envoy/istio/envoyfilter-sidecar.yaml"), full);
 }
 
 #[test]
