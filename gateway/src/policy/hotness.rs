@@ -31,6 +31,7 @@ use prewarm_core::wire::{
 use serde::{Deserialize, Serialize};
 
 use super::interner::{Interner, NameId};
+use super::rules::Problems;
 use super::{HotPrefix, PrefixKey};
 
 /// The `[hotness]` configuration.
@@ -91,35 +92,24 @@ const REBASE_PERIODS: u64 = 512;
 impl HotnessConfig {
     /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
     pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Vec::new();
-        if !(self.decay_factor > 0.0 && self.decay_factor <= 1.0) {
-            p.push(format!(
-                "{prefix}decay_factor: {}: must be in (0, 1]",
-                self.decay_factor
-            ));
-        }
-        if self.decay_period_ms < 1_000 {
-            p.push(format!(
-                "{prefix}decay_period_ms: {}: must be at least 1000",
-                self.decay_period_ms
-            ));
-        }
+        let mut p = Problems::new(prefix);
+        p.fraction("decay_factor", self.decay_factor);
+        p.between("decay_period_ms", self.decay_period_ms, 1_000, 86_400_000);
         for (name, v) in [
             ("adoption_boost", self.adoption_boost),
             ("success_boost", self.success_boost),
             ("signal_boost", self.signal_boost),
             ("template_hotness", self.template_hotness),
         ] {
-            if !(v > 0.0 && v <= 1e6) {
-                p.push(format!("{prefix}{name}: {v}: must be in (0, 1000000]"));
-            }
+            p.check(v > 0.0 && v <= 1e6, name, v, "must be in (0, 1000000]");
         }
-        if !(self.retire_below >= 0.0 && self.retire_below < self.signal_boost) {
-            p.push(format!(
-                "{prefix}retire_below: {}: must be at least 0 and below signal_boost",
-                self.retire_below
-            ));
-        }
+        let retire_ok = self.retire_below >= 0.0 && self.retire_below < self.signal_boost;
+        p.check(
+            retire_ok,
+            "retire_below",
+            self.retire_below,
+            "must be at least 0 and below signal_boost",
+        );
         for (name, v, max) in [
             ("max_entries", self.max_entries, 10_000_000),
             ("max_templates", self.max_templates, 100_000),
@@ -127,11 +117,9 @@ impl HotnessConfig {
             ("max_names", self.max_names, 1_000_000),
             ("max_tags", self.max_tags, 256),
         ] {
-            if v == 0 || v > max {
-                p.push(format!("{prefix}{name}: {v}: must be between 1 and {max}"));
-            }
+            p.between(name, v, 1, max);
         }
-        p
+        p.into_vec()
     }
 }
 

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use prewarm_core::fingerprint::{BlockHash, Shard};
 use serde::{Deserialize, Serialize};
 
+use super::rules::Problems;
 use super::PrefixKey;
 
 /// The `[kv]` configuration (per-pod geometry from the pod's metrics overrides the first two).
@@ -76,66 +77,36 @@ impl Default for KvConfig {
 impl KvConfig {
     /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
     pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Vec::new();
-        if !(1..=4096).contains(&self.block_tokens) {
-            p.push(format!(
-                "{prefix}block_tokens: {}: must be between 1 and 4096",
-                self.block_tokens
-            ));
-        }
-        if !(1..=1 << 32).contains(&self.capacity_blocks) {
-            p.push(format!(
-                "{prefix}capacity_blocks: {}: must be between 1 and 4294967296",
-                self.capacity_blocks
-            ));
-        }
-        if self.reserved_initial_blocks > self.reserved_max_blocks {
-            p.push(format!(
-                "{prefix}reserved_initial_blocks: {}: must be at most reserved_max_blocks ({})",
-                self.reserved_initial_blocks, self.reserved_max_blocks
-            ));
-        }
-        if self.reserved_max_blocks > self.capacity_blocks {
-            p.push(format!(
-                "{prefix}reserved_max_blocks: {}: must be at most capacity_blocks ({})",
-                self.reserved_max_blocks, self.capacity_blocks
-            ));
-        }
-        if !(self.near_eviction > 0.0 && self.near_eviction <= 1.0) {
-            p.push(format!(
-                "{prefix}near_eviction: {}: must be in (0, 1]",
-                self.near_eviction
-            ));
-        }
-        if !(self.prefill_tokens_per_s > 0.0 && self.prefill_tokens_per_s.is_finite()) {
-            p.push(format!(
-                "{prefix}prefill_tokens_per_s: {}: must be a positive number",
-                self.prefill_tokens_per_s
-            ));
-        }
-        if !(self.prefill_burst_tokens >= 1.0 && self.prefill_burst_tokens.is_finite()) {
-            p.push(format!(
-                "{prefix}prefill_burst_tokens: {}: must be at least 1",
-                self.prefill_burst_tokens
-            ));
-        }
-        if !(self.pressure_usage > 0.0 && self.pressure_usage <= 1.0) {
-            p.push(format!(
-                "{prefix}pressure_usage: {}: must be in (0, 1]",
-                self.pressure_usage
-            ));
-        }
-        for (name, v) in [
-            ("max_tracked_prefixes", self.max_tracked_prefixes),
-            ("max_tracked_shards", self.max_tracked_shards),
-        ] {
-            if !(1..=10_000_000).contains(&v) {
-                p.push(format!(
-                    "{prefix}{name}: {v}: must be between 1 and 10000000"
-                ));
-            }
-        }
-        p
+        let mut p = Problems::new(prefix);
+        p.between("block_tokens", self.block_tokens, 1, 4096);
+        p.between("capacity_blocks", self.capacity_blocks, 1, 1 << 32);
+        p.check(
+            self.reserved_initial_blocks <= self.reserved_max_blocks,
+            "reserved_initial_blocks",
+            self.reserved_initial_blocks,
+            format_args!(
+                "must be at most reserved_max_blocks ({})",
+                self.reserved_max_blocks
+            ),
+        );
+        p.check(
+            self.reserved_max_blocks <= self.capacity_blocks,
+            "reserved_max_blocks",
+            self.reserved_max_blocks,
+            format_args!("must be at most capacity_blocks ({})", self.capacity_blocks),
+        );
+        p.fraction("near_eviction", self.near_eviction);
+        p.positive("prefill_tokens_per_s", self.prefill_tokens_per_s);
+        p.between("prefill_burst_tokens", self.prefill_burst_tokens, 1.0, 1e12);
+        p.fraction("pressure_usage", self.pressure_usage);
+        p.between(
+            "max_tracked_prefixes",
+            self.max_tracked_prefixes,
+            1,
+            10_000_000,
+        );
+        p.between("max_tracked_shards", self.max_tracked_shards, 1, 10_000_000);
+        p.into_vec()
     }
 }
 

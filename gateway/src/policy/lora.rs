@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::Problems;
+
 /// A tenant tier. Ordered bronze < silver < gold.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
@@ -86,46 +88,36 @@ impl Default for LoraConfig {
 impl LoraConfig {
     /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
     pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Vec::new();
+        let mut p = Problems::new(prefix);
         for (name, t) in [("gold", &self.gold), ("silver", &self.silver)] {
-            if !(0.0..=1.0).contains(&t.slot_share) {
-                p.push(format!(
-                    "{prefix}{name}.slot_share: {}: must be in [0, 1]",
-                    t.slot_share
-                ));
-            }
-            if t.min_residency_ms > 86_400_000 {
-                p.push(format!(
-                    "{prefix}{name}.min_residency_ms: {}: must be at most 86400000",
-                    t.min_residency_ms
-                ));
-            }
+            p.between(&format!("{name}.slot_share"), t.slot_share, 0.0, 1.0);
+            p.between(
+                &format!("{name}.min_residency_ms"),
+                t.min_residency_ms,
+                0,
+                86_400_000,
+            );
         }
-        if self.gold.slot_share + self.silver.slot_share > 1.0 {
-            p.push(format!(
-                "{prefix}silver.slot_share: {}: gold and silver shares must sum to at most 1",
-                self.silver.slot_share
-            ));
-        }
-        if self.bronze_min_residency_ms > 86_400_000 {
-            p.push(format!(
-                "{prefix}bronze_min_residency_ms: {}: must be at most 86400000",
-                self.bronze_min_residency_ms
-            ));
-        }
-        if !(1_000..=86_400_000).contains(&self.touch_interval_ms) {
-            p.push(format!(
-                "{prefix}touch_interval_ms: {}: must be between 1000 and 86400000",
-                self.touch_interval_ms
-            ));
-        }
-        if !(self.priority_weight > 0.0 && self.priority_weight.is_finite()) {
-            p.push(format!(
-                "{prefix}priority_weight: {}: must be a positive number",
-                self.priority_weight
-            ));
-        }
-        p
+        p.check(
+            self.gold.slot_share + self.silver.slot_share <= 1.0,
+            "silver.slot_share",
+            self.silver.slot_share,
+            "gold and silver shares must sum to at most 1",
+        );
+        p.between(
+            "bronze_min_residency_ms",
+            self.bronze_min_residency_ms,
+            0,
+            86_400_000,
+        );
+        p.between(
+            "touch_interval_ms",
+            self.touch_interval_ms,
+            1_000,
+            86_400_000,
+        );
+        p.positive("priority_weight", self.priority_weight);
+        p.into_vec()
     }
 
     fn min_residency_ms(&self, tier: Tier) -> u64 {

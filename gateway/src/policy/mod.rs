@@ -28,6 +28,7 @@ pub mod kv;
 pub mod lora;
 mod prefix_key;
 pub mod routing;
+mod rules;
 pub mod warmup;
 
 pub use hotness::{HotnessConfig, PromptPool};

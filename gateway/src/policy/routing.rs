@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
 use serde::{Deserialize, Serialize};
 
+use super::rules::Problems;
+
 /// The `[routing]` configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,21 +37,12 @@ impl Default for RoutingConfig {
 impl RoutingConfig {
     /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
     pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Vec::new();
+        let mut p = Problems::new(prefix);
         if let Some(f) = self.load_factor {
-            if !(1.0..=100.0).contains(&f) {
-                p.push(format!(
-                    "{prefix}load_factor: {f}: must be between 1 and 100"
-                ));
-            }
+            p.between("load_factor", f, 1.0, 100.0);
         }
-        if !(self.load_step > 0.0 && self.load_step <= 1.0) {
-            p.push(format!(
-                "{prefix}load_step: {}: must be in (0, 1]",
-                self.load_step
-            ));
-        }
-        p
+        p.fraction("load_step", self.load_step);
+        p.into_vec()
     }
 }
 

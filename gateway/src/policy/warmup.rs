@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use prewarm_core::placement::{score, PlacementCandidate};
 use serde::{Deserialize, Serialize};
 
+use super::rules::Problems;
 use super::{HotPrefix, PrefixKey};
 
 /// The `[warmup]` configuration.
@@ -75,54 +76,29 @@ impl Default for WarmupConfig {
 impl WarmupConfig {
     /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
     pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Vec::new();
-        for (name, v, min, max) in [
-            ("first_tier", self.first_tier, 0, 100_000),
-            ("second_tier", self.second_tier, 0, 1_000_000),
-            ("batch_size", self.batch_size, 1, 100_000),
-            ("adapter_concurrency", self.adapter_concurrency, 1, 1_024),
-            (
-                "first_tier_concurrency",
-                self.first_tier_concurrency,
-                1,
-                1_024,
-            ),
-            (
-                "second_tier_concurrency",
-                self.second_tier_concurrency,
-                1,
-                1_024,
-            ),
-            ("max_candidates", self.max_candidates, 1, 10_000_000),
-        ] {
-            if !(min..=max).contains(&v) {
-                p.push(format!(
-                    "{prefix}{name}: {v}: must be between {min} and {max}"
-                ));
-            }
-        }
-        if !(1_000..=86_400_000).contains(&self.deadline_ms) {
-            p.push(format!(
-                "{prefix}deadline_ms: {}: must be between 1000 and 86400000",
-                self.deadline_ms
-            ));
-        }
-        if !(1..=100).contains(&self.max_attempts) {
-            p.push(format!(
-                "{prefix}max_attempts: {}: must be between 1 and 100",
-                self.max_attempts
-            ));
-        }
-        if self.waiting_high == 0 {
-            p.push(format!("{prefix}waiting_high: 0: must be at least 1"));
-        }
-        if !(self.kv_usage_high > 0.0 && self.kv_usage_high <= 1.0) {
-            p.push(format!(
-                "{prefix}kv_usage_high: {}: must be in (0, 1]",
-                self.kv_usage_high
-            ));
-        }
-        p
+        let mut p = Problems::new(prefix);
+        p.between("first_tier", self.first_tier, 0, 100_000);
+        p.between("second_tier", self.second_tier, 0, 1_000_000);
+        p.between("batch_size", self.batch_size, 1, 100_000);
+        p.between("adapter_concurrency", self.adapter_concurrency, 1, 1_024);
+        p.between(
+            "first_tier_concurrency",
+            self.first_tier_concurrency,
+            1,
+            1_024,
+        );
+        p.between(
+            "second_tier_concurrency",
+            self.second_tier_concurrency,
+            1,
+            1_024,
+        );
+        p.between("max_candidates", self.max_candidates, 1, 10_000_000);
+        p.between("deadline_ms", self.deadline_ms, 1_000, 86_400_000);
+        p.between("max_attempts", self.max_attempts, 1, 100);
+        p.between("waiting_high", self.waiting_high, 1, 1_000_000);
+        p.fraction("kv_usage_high", self.kv_usage_high);
+        p.into_vec()
     }
 }
 
