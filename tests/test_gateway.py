@@ -417,3 +417,43 @@ def test_signalled_hot_prefix_is_prefilled_where_it_is_routed(tmp_path):
     finally:
         gw.proc.stop()
         pod.stop()
+
+
+def adapter_roots(pod_url: str) -> dict:
+    cards = requests.get(f"{pod_url}/v1/models", timeout=10).json()["data"]
+    return {c["id"]: c["root"] for c in cards if c.get("parent")}
+
+
+def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
+    pa, ua = lora_pod(tmp_path, "pod-a")
+    pb, ub = lora_pod(tmp_path, "pod-b")
+    specs = [pod_spec("a", ua, max_loras=2, max_cpu_loras=2), pod_spec("b", ub, max_loras=2, max_cpu_loras=2)]
+    gw = start_gateway(tmp_path, gateway_config(specs))  # adapter_replicas 2: on both pods
+    try:
+        wait_until(lambda: sorted(routed_ids(gw)) == ["a", "b"], timeout=20, what="pods routable")
+        v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
+        v2 = make_adapter(tmp_path / "v2", "chat", rank=16)
+        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v1), "version": "v1", "pinned": True})
+        assert r.status_code == 201, r.text
+        assert {o["pod"] for o in r.json()["pin_outcomes"] if o["action"] == "load"} == {"a", "b"}
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v2), "version": "v2"})
+        assert r.status_code == 200, r.text
+        rollout = r.json()["rollout"]
+        assert rollout["before"] == {"a": "v1", "b": "v1"} and rollout["after"] == {"a": "v2", "b": "v2"}
+        assert rollout["consistent"] is True
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v2)
+        assert r.json()["adapter"]["current"]["rank"] == 16
+        r = gw.admin("POST", "/admin/adapters/chat/rollback", json={"version": "v1"})
+        assert r.status_code == 200 and r.json()["rollout"]["after"] == {"a": "v1", "b": "v1"}, r.text
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        # A version whose files changed after registration is refused before any pod is touched.
+        (Path(v2) / "adapter_model.safetensors").write_bytes(b"tampered")
+        r = gw.admin("POST", "/admin/adapters/chat/rollback", json={"version": "v2"})
+        assert r.status_code == 409 and "adapter_model.safetensors" in r.json()["error"], r.text
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert gw.get("/admin/adapters/chat").json()["adapter"]["current"]["version"] == "v1"
+    finally:
+        gw.proc.stop()
+        pa.stop()
+        pb.stop()

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::input::{json_body, require_admin};
 use super::AppState;
 use crate::policy::LoraDecision;
-use crate::registry::{prepare_version, RegisterAdapter, Registered};
+use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
 use crate::service::adapters::{placed_pods, DecisionOutcome, PodDecision};
 use crate::service::{now_ms, Gateway};
 
@@ -162,6 +162,20 @@ pub async fn rollback(
         )));
     }
     check_consistent_before(&gateway, &name)?;
+    // The old version's files must still match its manifest before any pod is touched.
+    let target = gateway.state().registry.get(&name).and_then(|r| {
+        r.history
+            .iter()
+            .find(|v| v.version == request.version)
+            .cloned()
+    });
+    if let Some(version) = target {
+        let max_files = gateway.config.registry.max_manifest_files;
+        let n = name.clone();
+        tokio::task::spawn_blocking(move || verify_for_load(&n, &version, max_files))
+            .await
+            .map_err(|_| ApiError::Internal)??;
+    }
     let registered = gateway.state().registry.rollback(&name, &request.version)?;
     let rollout = roll_out(&gateway, &registered).await;
     Ok(Json(json!({"registered": registered, "rollout": rollout})).into_response())
