@@ -218,8 +218,10 @@ impl Pod {
     }
 
     /// Admits a request arriving at `now`; see the module doc.
+    /// A `now` earlier than the pod's clock (or not a number) counts as the clock.
     pub fn submit(&mut self, now: f64, spec: &RequestSpec) -> Result<Admission, RequestError> {
         self.advance(now);
+        let now = self.now;
         let adapter = self.resolve_model(&spec.model)?.cloned();
         let output_tokens = spec.max_tokens.unwrap_or(self.config.default_max_tokens);
         if output_tokens == 0 {
@@ -347,7 +349,9 @@ impl Pod {
 
     /// Moves the clock to `now` (never backwards): starts and finishes what is due.
     pub fn advance(&mut self, now: f64) {
-        self.now = self.now.max(now);
+        if now.is_finite() {
+            self.now = self.now.max(now);
+        }
         let t = micros(self.now);
         while let Some(entry) = self.waiting.first_entry() {
             if entry.key().0 > t {

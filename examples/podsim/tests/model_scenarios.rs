@@ -349,3 +349,16 @@ fn noise_is_seeded_and_bounded() {
         assert!(*p >= nominal * 0.8 - EPS && *p <= nominal * 1.2 + EPS);
     }
 }
+
+#[test]
+fn time_never_runs_backwards() {
+    let mut pod = Pod::new(PodConfig::default()).unwrap();
+    let p = text(10, 'x');
+    let a = pod.submit(5.0, &spec(BASE, &p, 1)).unwrap();
+    let b = pod.submit(1.0, &spec(BASE, &p, 1)).unwrap();
+    assert_eq!(b.arrival, 5.0);
+    let c = pod.submit(f64::NAN, &spec(BASE, &p, 1)).unwrap();
+    assert_eq!(c.arrival, 5.0);
+    assert!(a.ttft_seconds.is_finite() && c.finish_at.is_finite());
+    assert_eq!(pod.metrics(f64::INFINITY).now, 5.0);
+}
