@@ -281,6 +281,8 @@ DOM_VIEW = """JSON.stringify({
     state: r.dataset.state, text: r.innerText})),
   cells: [...document.querySelectorAll('#heatmap td[data-cell]')].map(c => [
     c.dataset.adapter, c.dataset.pod, c.dataset.cell, c.dataset.state]),
+  heat: Object.fromEntries([...document.querySelectorAll('#heatmap tbody tr')].map(r => [
+    r.dataset.adapter, [Number(r.dataset.hotness), Number(r.dataset.alpha)]])),
   prefixes: [...document.querySelectorAll('#prefixes tbody tr')].map(r => [
     r.dataset.key, Number(r.dataset.hotness), r.dataset.placed]),
   events: [...document.querySelectorAll('#events li')].map(li => li.innerText),
@@ -327,6 +329,12 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         states = {(a, pod): s for a, pod, _, s in dom["cells"]}
         assert states[("sql-lora", "a")] == "resident"
         assert set(states) == {("sql-lora", "a"), ("chat-lora", "a")}
+        # Heatmap rows are coloured by the adapter's hotness: its prompts' summed hotness.
+        pool = f.gw.get("/admin/prompts?k=1000").json()["prompts"]
+        for adapter, (hot, _) in dom["heat"].items():
+            assert hot == pytest.approx(sum(p["hotness"] for p in pool if p["model"] == adapter), abs=1e-6)
+        assert dom["heat"]["sql-lora"][0] > 0 == dom["heat"]["chat-lora"][0]
+        assert dom["heat"]["sql-lora"][1] > dom["heat"]["chat-lora"][1]
         keys = [k for k, _, _ in dom["prefixes"]]
         assert sorted(keys) == sorted(f.templates) and len(keys) == 6
         hotness = [h for _, h, _ in dom["prefixes"]]

@@ -134,7 +134,7 @@ function renderHeatmap(view) {
     const rec = records.get(a) || {};
     const h = hot.get(a) || 0;
     const alpha = max > 0 ? 0.35 + 0.65 * (h / max) : 0.6;
-    return el("tr", { "data-adapter": a },
+    return el("tr", { "data-adapter": a, "data-hotness": h, "data-alpha": alpha.toFixed(2) },
       el("td", {}, el("b", { class: "mono" }, a),
         el("span", { class: "muted" }, ` ${rec.tier || ""}${rec.pinned ? " · pinned" : ""}`
           + (rec.tenant ? ` · ${rec.tenant}` : ""))),

@@ -36,7 +36,8 @@ pub struct TierReply {
 }
 
 impl TierReply {
-    fn finished(&self) -> usize {
+    /// Items done, failed or skipped.
+    pub fn finished(&self) -> usize {
         self.done + self.failed + self.skipped
     }
 }

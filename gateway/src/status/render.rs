@@ -1,7 +1,7 @@
 //! The status view as plain-text tables: whitespace-separated columns (every cell one word
 //! except the prefix text, which is last), a title line per section.
 
-use super::model::{PodRow, View};
+use super::model::{PodRow, Residency, TierReply, View};
 
 /// Characters of prefix text shown.
 const TEXT_CHARS: usize = 48;
@@ -47,8 +47,7 @@ fn warmup_text(pod: &PodRow) -> String {
     let Some(w) = &pod.warmup else {
         return "-".into();
     };
-    let tier =
-        |t: &super::model::TierReply| format!("{}/{}", t.done + t.failed + t.skipped, t.total);
+    let tier = |t: &TierReply| format!("{}/{}", t.finished(), t.total);
     let mut text = format!(
         "{}:adapters={},first={},second={}",
         pod.summary.warmup_phase.as_deref().unwrap_or("-"),
@@ -88,6 +87,21 @@ pub fn render(url: &str, view: &View) -> String {
         view.total_prefixes
     );
     out.push_str("\nPODS\n");
+    out.push_str(&pods(view));
+    out.push_str("\nADAPTERS x PODS (resident, loading, host, evicted, absent)\n");
+    out.push_str(&residency(view));
+    out.push_str("\nADAPTERS PER POD\n");
+    out.push_str(&adapters_per_pod(view));
+    out.push_str(&format!(
+        "\nTOP PREFIXES ({} of {})\n",
+        view.prefixes.len(),
+        view.total_prefixes
+    ));
+    out.push_str(&prefixes(view));
+    out
+}
+
+fn pods(view: &View) -> String {
     let rows: Vec<Vec<String>> = view
         .pods
         .iter()
@@ -107,15 +121,16 @@ pub fn render(url: &str, view: &View) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    table(
         &[
             "POD", "HEALTH", "STATE", "TABLE", "PROGRESS", "WARM-UP", "WAIT/RUN", "KV", "HIT",
             "ADDRESS",
         ],
         &rows,
-    ));
+    )
+}
 
-    out.push_str("\nADAPTERS x PODS (resident, loading, host, evicted, absent)\n");
+fn residency(view: &View) -> String {
     let mut header = vec!["ADAPTER", "TIER", "PINNED", "TENANT", "HOTNESS"];
     header.extend(view.pods_in_heatmap.iter().map(String::as_str));
     let rows: Vec<Vec<String>> = view
@@ -139,17 +154,19 @@ pub fn render(url: &str, view: &View) -> String {
             row
         })
         .collect();
-    out.push_str(&table(&header, &rows));
+    table(&header, &rows)
+}
 
-    out.push_str("\nADAPTERS PER POD\n");
+/// `pod: name=residency ...` for every adapter not absent on the pod.
+fn adapters_per_pod(view: &View) -> String {
+    let mut out = String::new();
     for (j, pod) in view.pods_in_heatmap.iter().enumerate() {
         let held: Vec<String> = view
             .adapters
             .iter()
             .filter_map(|a| {
                 let cell = a.cells.get(j)?;
-                (*cell != super::model::Residency::Absent)
-                    .then(|| format!("{}={}", a.name, cell.as_str()))
+                (*cell != Residency::Absent).then(|| format!("{}={}", a.name, cell.as_str()))
             })
             .collect();
         let held = if held.is_empty() {
@@ -159,12 +176,10 @@ pub fn render(url: &str, view: &View) -> String {
         };
         out.push_str(&format!("{pod}: {held}\n"));
     }
+    out
+}
 
-    out.push_str(&format!(
-        "\nTOP PREFIXES ({} of {})\n",
-        view.prefixes.len(),
-        view.total_prefixes
-    ));
+fn prefixes(view: &View) -> String {
     let rows: Vec<Vec<String>> = view
         .prefixes
         .iter()
@@ -185,7 +200,7 @@ pub fn render(url: &str, view: &View) -> String {
             ]
         })
         .collect();
-    out.push_str(&table(
+    table(
         &[
             "KEY",
             "HOTNESS",
@@ -196,8 +211,7 @@ pub fn render(url: &str, view: &View) -> String {
             "TEXT",
         ],
         &rows,
-    ));
-    out
+    )
 }
 
 #[cfg(test)]
