@@ -13,6 +13,8 @@
 //!   `KvResidency::keep_warm` and `LoraResidency::keep_warm` decisions are executed, the pool
 //!   decays, and the routing table is rebuilt (`RoutingTableBuilder`, adapters = the pod's
 //!   `LoraResidency::served`).
+//! - The initial pods are warmed at the start (their placed adapters: nothing is hot yet),
+//!   every pod a placement candidate.
 //! - A pod that joins or restarts gets a warm-up plan (`plan_warmup`: its placed adapters,
 //!   then the hot prefixes that move to it) paced by `WarmupProgress` (actions complete when
 //!   the pod model says they do); it enters the table when `routable`.
@@ -111,6 +113,8 @@ pub struct Prewarm {
     adapters: Vec<String>,
     warm_tokens: u64,
     next_tick_s: f64,
+    /// The initial pods' warm-up (their placed adapters) has been started.
+    started: bool,
     fallback: RoundRobin,
 }
 
@@ -143,6 +147,7 @@ impl Prewarm {
             adapters,
             warm_tokens: 0,
             next_tick_s: 0.0,
+            started: false,
             fallback: RoundRobin::default(),
             config,
         };
@@ -198,17 +203,15 @@ impl Prewarm {
         self.table.build(&routes, ms(now_s));
     }
 
-    /// The pods `adapter` is placed on among the routable pods (plus `extra`).
-    fn placed_pods(
-        &self,
-        fleet: &Fleet,
-        adapter: &str,
-        extra: Option<usize>,
-        now_s: f64,
-    ) -> Vec<usize> {
-        let members: Vec<usize> = (0..fleet.pods.len())
-            .filter(|&i| Some(i) == extra || self.routable(i, now_s))
-            .collect();
+    /// The placement candidates now: the routable pods, plus `extra`; every pod when `all`.
+    fn members(&self, fleet: &Fleet, extra: Option<usize>, all: bool, now_s: f64) -> Vec<usize> {
+        (0..fleet.pods.len())
+            .filter(|&i| all || Some(i) == extra || self.routable(i, now_s))
+            .collect()
+    }
+
+    /// The pods `adapter` is placed on among `members` (the gateway's adapter placement).
+    fn placed_pods(&self, fleet: &Fleet, adapter: &str, members: &[usize]) -> Vec<usize> {
         let candidates: Vec<PlacementCandidate<'_>> = members
             .iter()
             .filter_map(|&i| {
@@ -278,13 +281,13 @@ impl Prewarm {
         Some(e)
     }
 
-    fn start_warmup(&mut self, fleet: &Fleet, pod: usize, now_s: f64) {
+    /// Plans and starts `pod`'s warm-up; `all`: every pod is a placement candidate (the
+    /// initial pods, which start together).
+    fn start_warmup(&mut self, fleet: &Fleet, pod: usize, all: bool, now_s: f64) {
         let Some(id) = fleet.pods.get(pod).map(|p| p.id.clone()) else {
             return;
         };
-        let members: Vec<usize> = (0..fleet.pods.len())
-            .filter(|&i| i == pod || self.routable(i, now_s))
-            .collect();
+        let members = self.members(fleet, Some(pod), all, now_s);
         let candidates: Vec<PlacementCandidate<'_>> = members
             .iter()
             .filter_map(|&i| {
@@ -297,7 +300,7 @@ impl Prewarm {
         let mut adapters: Vec<(Tier, String)> = self
             .adapters
             .iter()
-            .filter(|a| self.placed_pods(fleet, a, Some(pod), now_s).contains(&pod))
+            .filter(|a| self.placed_pods(fleet, a, &members).contains(&pod))
             .map(|a| (self.tier(a), a.clone()))
             .collect();
         adapters.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -428,7 +431,8 @@ impl Prewarm {
                 }
                 Signal::Pin(pin) => {
                     let tier = self.tier(&pin.adapter);
-                    for target in self.placed_pods(fleet, &pin.adapter, None, now_s) {
+                    let members = self.members(fleet, None, false, now_s);
+                    for target in self.placed_pods(fleet, &pin.adapter, &members) {
                         let decided = self.pods.get_mut(target).map(|b| {
                             b.lora
                                 .ensure_resident(&pin.adapter, tier, pin.priority, now)
@@ -486,12 +490,12 @@ impl Policy for Prewarm {
                 while self.pods.len() < fleet.pods.len() {
                     let pod = self.pods.len();
                     self.pods.push(self.cold_brain());
-                    self.start_warmup(fleet, pod, now_s);
+                    self.start_warmup(fleet, pod, false, now_s);
                     self.step_warmup(fleet, pod, now_s);
                 }
             }
             FleetEvent::RestartPod { index, .. } => {
-                self.start_warmup(fleet, index, now_s);
+                self.start_warmup(fleet, index, false, now_s);
                 self.step_warmup(fleet, index, now_s);
             }
         }
@@ -507,6 +511,16 @@ impl Policy for Prewarm {
     }
 
     fn advance(&mut self, fleet: &mut Fleet, now_s: f64) {
+        if !self.started {
+            self.started = true;
+            for pod in 0..self.pods.len() {
+                self.start_warmup(fleet, pod, true, now_s);
+            }
+            for pod in 0..self.pods.len() {
+                self.step_warmup(fleet, pod, now_s);
+            }
+            self.rebuild_table(fleet, now_s);
+        }
         let warming: Vec<usize> = (0..self.pods.len())
             .filter(|&i| {
                 self.pods

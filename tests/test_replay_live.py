@@ -1,0 +1,101 @@
+"""prewarm-replay live against real podsim processes: streamed completions, real TTFT, cached
+tokens read from usage, progress lines while running, the report's JSON keys, the new-pod
+window, and refused flags."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from harness import bin_path
+from harness.podsim import start_podsim
+
+KEYS = {
+    "token_hit_ratio",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "adapter_hit_ratio",
+    "gold_adapter_hit_ratio",
+    "warmup_prefill_tokens",
+    "new_pod_ttft_p95_ms",
+    "steady_ttft_p95_ms",
+}
+
+
+def write_trace(path: Path, n: int, gap_ms: int = 500) -> Path:
+    """n requests with one 3-block prefix (1,536 tokens), `gap_ms` apart."""
+    lines = [
+        json.dumps({"timestamp": i * gap_ms, "input_length": 1536, "output_length": 3, "hash_ids": [1, 2, 3]})
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(bin_path("prewarm-replay")), "live", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
+    pod, url = start_podsim(
+        tmp_path, "--enable-prompt-tokens-details", "--time-scale", "20", name="pod-live"
+    )
+    try:
+        trace = write_trace(tmp_path / "trace.jsonl", 8)
+        out = tmp_path / "live.json"
+        done = replay(
+            "--target", url, "--trace", str(trace), "--time-scale", "4",
+            "--progress-every", "0.2", "--json", str(out), "--new-pods", url,
+            "--plot", str(tmp_path / "charts"),
+        )
+        assert done.returncode == 0, done.stderr
+        progress = [line for line in done.stdout.splitlines() if line.startswith("progress: sent")]
+        assert len(progress) >= 2, done.stdout
+        assert progress[-1].startswith("progress: sent 8 done 8 failed 0")
+        report = json.loads(out.read_text())
+        row = report["policies"][0]
+        assert KEYS <= set(row)
+        assert row["requests"] == 8 and row["failed"] == 0
+        # the first request is cold, the seven others reuse 1,520 of 1,536 tokens (podsim's
+        # usage.prompt_tokens_details.cached_tokens)
+        assert abs(row["token_hit_ratio"] - 7 * 1520 / (8 * 1536)) < 1e-9
+        assert 0 < row["ttft_p50_ms"] <= row["ttft_p95_ms"] <= row["ttft_p99_ms"]
+        # no header from a bare pod: attributed to the target, which --new-pods marks new
+        assert report["scenario"]["pods"] == [url]
+        assert row["new_pod_requests"] == 8 and row["new_pod_ttft_p95_ms"] > 0
+        assert row["adapter_hit_ratio"] is None and row["warmup_prefill_tokens"] is None
+        charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
+        assert charts == ["token_hit_ratio.png", "ttft_p95.png"]
+        assert all((tmp_path / "charts" / c).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for c in charts)
+    finally:
+        pod.stop()
+
+
+def test_live_replay_bounds_requests_and_reports_failures(tmp_path):
+    pod, url = start_podsim(tmp_path, "--max-model-len", "1024", name="pod-small")
+    try:
+        trace = write_trace(tmp_path / "trace.jsonl", 20, gap_ms=10)
+        out = tmp_path / "live.json"
+        done = replay("--target", url, "--trace", str(trace), "--max-requests", "5", "--json", str(out))
+        assert done.returncode == 0, done.stderr
+        row = json.loads(out.read_text())["policies"][0]
+        # every prompt is longer than the pod's context: the pod refuses them, the run counts them
+        assert (row["requests"], row["failed"]) == (0, 5)
+        assert "HTTP 400" in done.stderr
+    finally:
+        pod.stop()
+
+
+def test_bad_flags_are_refused_with_the_flag_named(tmp_path):
+    trace = write_trace(tmp_path / "trace.jsonl", 1)
+    done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--time-scale", "0")
+    assert done.returncode == 64
+    assert "--time-scale: 0" in done.stderr
+    done = replay("--target", "127.0.0.1:9", "--trace", str(trace))
+    assert done.returncode == 64 and "--target:" in done.stderr
