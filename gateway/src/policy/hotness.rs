@@ -18,6 +18,12 @@
 //! moved forward (one O(n) pass) every 512 periods, long before `g^e` could overflow.
 //! Reads (`get`, `top`, `sample`) see the pool as of the last mutation or [`PromptPool::tick`].
 
+mod config;
+mod snapshot;
+
+pub use config::{HotnessConfig, MAX_TAG_BYTES};
+pub use snapshot::PromptRecord;
+
 use std::collections::{BTreeSet, HashMap};
 
 use prewarm_core::fingerprint::{
@@ -31,97 +37,10 @@ use prewarm_core::wire::{
 use serde::{Deserialize, Serialize};
 
 use super::interner::{Interner, NameId};
-use super::rules::Problems;
 use super::{HotPrefix, PrefixKey};
-
-/// The `[hotness]` configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct HotnessConfig {
-    /// Multiplier applied to every hotness once per period (default 0.95; in (0, 1]).
-    pub decay_factor: f64,
-    /// Decay period in milliseconds (default 60,000).
-    pub decay_period_ms: u64,
-    /// Hotness added per adopted request (default 0.3).
-    pub adoption_boost: f64,
-    /// Hotness added per successful response (default 0.5).
-    pub success_boost: f64,
-    /// Hotness a prefill signal adds, scaled by `1 + priority/100` (default 1.0).
-    pub signal_boost: f64,
-    /// Initial hotness of a template and the floor it never decays below (default 1.0).
-    pub template_hotness: f64,
-    /// Dynamic entries colder than this are retired (default 0.05).
-    pub retire_below: f64,
-    /// Maximum dynamic entries; the coldest is evicted beyond (default 100,000).
-    pub max_entries: usize,
-    /// Maximum templates (default 1,000).
-    pub max_templates: usize,
-    /// Maximum bytes of prefix text per entry (default 65,536 = 16,384 tokens).
-    pub max_prefix_bytes: usize,
-    /// Maximum distinct model and tenant names held (default 10,000).
-    pub max_names: usize,
-    /// Maximum tags per template (default 16), each at most 64 bytes.
-    pub max_tags: usize,
-}
-
-impl Default for HotnessConfig {
-    fn default() -> Self {
-        Self {
-            decay_factor: 0.95,
-            decay_period_ms: 60_000,
-            adoption_boost: 0.3,
-            success_boost: 0.5,
-            signal_boost: 1.0,
-            template_hotness: 1.0,
-            retire_below: 0.05,
-            max_entries: 100_000,
-            max_templates: 1_000,
-            max_prefix_bytes: 65_536,
-            max_names: 10_000,
-            max_tags: 16,
-        }
-    }
-}
-
-/// Maximum bytes of one tag.
-pub const MAX_TAG_BYTES: usize = 64;
 
 /// Periods after which the lazy-decay base is moved (0.95^-512 ≈ 2.5e11: far from overflow).
 const REBASE_PERIODS: u64 = 512;
-
-impl HotnessConfig {
-    /// Every problem, as `field: value: rule`, each field name preceded by `prefix`.
-    pub fn validate(&self, prefix: &str) -> Vec<String> {
-        let mut p = Problems::new(prefix);
-        p.fraction("decay_factor", self.decay_factor);
-        p.between("decay_period_ms", self.decay_period_ms, 1_000, 86_400_000);
-        for (name, v) in [
-            ("adoption_boost", self.adoption_boost),
-            ("success_boost", self.success_boost),
-            ("signal_boost", self.signal_boost),
-            ("template_hotness", self.template_hotness),
-        ] {
-            p.check(v > 0.0 && v <= 1e6, name, v, "must be in (0, 1000000]");
-        }
-        let retire_ok = self.retire_below >= 0.0 && self.retire_below < self.signal_boost;
-        p.check(
-            retire_ok,
-            "retire_below",
-            self.retire_below,
-            "must be at least 0 and below signal_boost",
-        );
-        for (name, v, max) in [
-            ("max_entries", self.max_entries, 10_000_000),
-            ("max_templates", self.max_templates, 100_000),
-            ("max_prefix_bytes", self.max_prefix_bytes, 4 << 20),
-            ("max_names", self.max_names, 1_000_000),
-            ("max_tags", self.max_tags, 256),
-        ] {
-            p.between(name, v, 1, max);
-        }
-        p.into_vec()
-    }
-}
 
 /// Where an entry came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,27 +134,6 @@ pub struct PromptView<'a> {
     pub origin: Origin,
     pub adoptions: u32,
     pub successes: u32,
-    pub last_signal_ms: u64,
-}
-
-/// An entry as snapshots store it ([`PromptPool::export`], [`PromptPool::restore`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PromptRecord {
-    pub model: String,
-    #[serde(default)]
-    pub tenant: Option<String>,
-    pub endpoint: Endpoint,
-    pub text: String,
-    pub blocks: Vec<BlockHash>,
-    pub hotness: f64,
-    pub origin: Origin,
-    #[serde(default)]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub adoptions: u32,
-    #[serde(default)]
-    pub successes: u32,
-    #[serde(default)]
     pub last_signal_ms: u64,
 }
 
@@ -749,7 +647,7 @@ impl PromptPool {
             let target = u * total;
             let i = wheel
                 .partition_point(|(cum, _)| *cum <= target)
-                .min(wheel.len() - 1);
+                .min(wheel.len().saturating_sub(1));
             if let Some(&(_, key)) = wheel.get(i) {
                 if !picked.contains(&key) {
                     picked.push(key);
@@ -757,93 +655,6 @@ impl PromptPool {
             }
         }
         picked
-    }
-
-    /// Every entry as a snapshot record, hottest first.
-    pub fn export(&self) -> Vec<PromptRecord> {
-        self.hottest_keys(usize::MAX)
-            .into_iter()
-            .filter_map(|(_, key)| {
-                let v = self.get(&key)?;
-                Some(PromptRecord {
-                    model: v.model.to_string(),
-                    tenant: v.tenant.map(str::to_string),
-                    endpoint: v.endpoint,
-                    text: v.text.to_string(),
-                    blocks: v.blocks.to_vec(),
-                    hotness: v.hotness,
-                    origin: v.origin,
-                    tags: v.tags.to_vec(),
-                    adoptions: v.adoptions,
-                    successes: v.successes,
-                    last_signal_ms: v.last_signal_ms,
-                })
-            })
-            .collect()
-    }
-
-    /// Loads snapshot records into the pool (after what it holds), with the limits of a live
-    /// signal; returns the records refused with why. Templates keep their recorded blocks.
-    pub fn restore(&mut self, records: Vec<PromptRecord>, now_ms: u64) -> Vec<PoolError> {
-        self.tick(now_ms);
-        let mut refused = Vec::new();
-        for r in records {
-            if let Err(e) = self.restore_one(r) {
-                refused.push(e);
-            }
-        }
-        refused
-    }
-
-    fn restore_one(&mut self, r: PromptRecord) -> Result<(), PoolError> {
-        let last = *r.blocks.last().ok_or(PoolError::EmptyPrefix)?;
-        self.check_prefix(&r.text, r.blocks.len())?;
-        let key = PrefixKey::new(&r.model, last);
-        if self.entries.contains_key(&key) {
-            return Ok(());
-        }
-        match r.origin {
-            Origin::Static if self.templates >= self.config.max_templates => {
-                return Err(PoolError::TooManyTemplates(self.config.max_templates));
-            }
-            Origin::Static if r.tags.len() > self.config.max_tags => {
-                return Err(PoolError::BadTags(r.tags.len(), self.config.max_tags));
-            }
-            Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
-            _ => {}
-        }
-        let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
-        let hotness = if r.hotness.is_finite() {
-            r.hotness.clamp(0.0, 1e12)
-        } else {
-            0.0
-        };
-        let score = hotness * self.factor;
-        self.entries.insert(
-            key,
-            Entry {
-                text: r.text.into_boxed_str(),
-                blocks: r.blocks.into_boxed_slice(),
-                score,
-                last_signal_ms: r.last_signal_ms,
-                model,
-                tenant,
-                adoptions: r.adoptions,
-                successes: r.successes,
-                endpoint: r.endpoint,
-                origin: r.origin,
-            },
-        );
-        match r.origin {
-            Origin::Dynamic => {
-                self.order.insert((score.to_bits(), key));
-            }
-            Origin::Static => {
-                self.templates += 1;
-                self.tags.insert(key, r.tags.into_boxed_slice());
-            }
-        }
-        Ok(())
     }
 }
 

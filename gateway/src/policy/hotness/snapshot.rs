@@ -1,0 +1,118 @@
+//! Snapshots of the prompt pool: every entry as a [`PromptRecord`], and back.
+
+use prewarm_core::fingerprint::BlockHash;
+use prewarm_core::request::Endpoint;
+use serde::{Deserialize, Serialize};
+
+use super::{Entry, Origin, PoolError, PromptPool};
+use crate::policy::PrefixKey;
+
+/// An entry as snapshots store it ([`PromptPool::export`], [`PromptPool::restore`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptRecord {
+    pub model: String,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    pub endpoint: Endpoint,
+    pub text: String,
+    pub blocks: Vec<BlockHash>,
+    pub hotness: f64,
+    pub origin: Origin,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub adoptions: u32,
+    #[serde(default)]
+    pub successes: u32,
+    #[serde(default)]
+    pub last_signal_ms: u64,
+}
+
+impl PromptPool {
+    /// Every entry as a snapshot record, hottest first.
+    pub fn export(&self) -> Vec<PromptRecord> {
+        self.hottest_keys(usize::MAX)
+            .into_iter()
+            .filter_map(|(_, key)| {
+                let v = self.get(&key)?;
+                Some(PromptRecord {
+                    model: v.model.to_string(),
+                    tenant: v.tenant.map(str::to_string),
+                    endpoint: v.endpoint,
+                    text: v.text.to_string(),
+                    blocks: v.blocks.to_vec(),
+                    hotness: v.hotness,
+                    origin: v.origin,
+                    tags: v.tags.to_vec(),
+                    adoptions: v.adoptions,
+                    successes: v.successes,
+                    last_signal_ms: v.last_signal_ms,
+                })
+            })
+            .collect()
+    }
+
+    /// Loads snapshot records into the pool (after what it holds), with the limits of a live
+    /// signal; returns the records refused with why. Templates keep their recorded blocks.
+    pub fn restore(&mut self, records: Vec<PromptRecord>, now_ms: u64) -> Vec<PoolError> {
+        self.tick(now_ms);
+        let mut refused = Vec::new();
+        for r in records {
+            if let Err(e) = self.restore_one(r) {
+                refused.push(e);
+            }
+        }
+        refused
+    }
+
+    fn restore_one(&mut self, r: PromptRecord) -> Result<(), PoolError> {
+        let last = *r.blocks.last().ok_or(PoolError::EmptyPrefix)?;
+        self.check_prefix(&r.text, r.blocks.len())?;
+        let key = PrefixKey::new(&r.model, last);
+        if self.entries.contains_key(&key) {
+            return Ok(());
+        }
+        match r.origin {
+            Origin::Static if self.templates >= self.config.max_templates => {
+                return Err(PoolError::TooManyTemplates(self.config.max_templates));
+            }
+            Origin::Static if r.tags.len() > self.config.max_tags => {
+                return Err(PoolError::BadTags(r.tags.len(), self.config.max_tags));
+            }
+            Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
+            _ => {}
+        }
+        let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
+        let hotness = if r.hotness.is_finite() {
+            r.hotness.clamp(0.0, 1e12)
+        } else {
+            0.0
+        };
+        let score = hotness * self.factor;
+        self.entries.insert(
+            key,
+            Entry {
+                text: r.text.into_boxed_str(),
+                blocks: r.blocks.into_boxed_slice(),
+                score,
+                last_signal_ms: r.last_signal_ms,
+                model,
+                tenant,
+                adoptions: r.adoptions,
+                successes: r.successes,
+                endpoint: r.endpoint,
+                origin: r.origin,
+            },
+        );
+        match r.origin {
+            Origin::Dynamic => {
+                self.order.insert((score.to_bits(), key));
+            }
+            Origin::Static => {
+                self.templates += 1;
+                self.tags.insert(key, r.tags.into_boxed_slice());
+            }
+        }
+        Ok(())
+    }
+}
