@@ -122,3 +122,29 @@ def test_signals_arrive_batched_with_version_source_and_token(envoys, servers):
     gets = gateway.received("/v1/routing")
     assert gets and all(r.headers.get("authorization") == "Bearer t0ken-123" for r in gets)
     assert all(json.loads(r.body)["signals"] for r in posts)
+
+
+def test_users_across_workers_each_make_exactly_one_prefill(envoys, servers):
+    """Users' prompt streams land on both Envoy workers (a new connection per request); their
+    patterns live in shared data with compare-and-swap, so each user still makes exactly one
+    prefill signal."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    gateway, _ = servers
+    envoy = start(envoys, servers)
+    users = [f"user-{u}" for u in range(8)]
+
+    def stream(user):
+        for q in ["Alpha?", "Bravo?", "Charlie?"]:
+            assert envoy.post("/v1/chat/completions", chat(q), {"x-prewarm-user": user})[0] == 200
+
+    with ThreadPoolExecutor(max_workers=len(users)) as pool:
+        list(pool.map(stream, users))
+    assert envoy.metric("prewarm.signals.enqueued") == len(users)
+    wait_until(lambda: len(gateway.signals("prefill")) == len(users), 15, what="one prefill per user")
+    wait_until(lambda: drained(envoy), 10, what="queue drained")
+    prefixes = {tuple(p["prefix"]) for p in gateway.signals("prefill")}
+    assert len(prefixes) == 1, "the same template for every user"
+    assert envoy.metric("prewarm.shared_data.cas_give_ups") == 0
+    workers = envoy.stats(r"listener\..*downstream_cx_total")
+    assert sum(1 for k, v in workers.items() if "worker_" in k and v > 0) == 2, workers
