@@ -79,10 +79,10 @@ bench: setup
 bench-filter: setup wasm
 	tools/bench-filter.sh
 
+## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
+## mooncake-synthetic replayed with and without warm-up; writes out/demo/. KEEP=1 leaves it up.
 demo: build
-	@echo "make demo: the end-to-end demo lands with the demo issue: it will start Envoy with the"
-	@echo "prewarm filter, the gateway and 3 podsim pods, replay mooncake-synthetic through Envoy,"
-	@echo "add a 4th pod midway, and print new-pod TTFT with and without warm-up side by side."
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/demo.py $(if $(filter-out 0,$(KEEP)),--keep)
 
 clean:
 	cargo clean

@@ -23,7 +23,7 @@ import requests
 
 from harness import wait_until
 from harness.stack import AdapterSpec, Pod, Stack, StackSpec
-from test_e2e_scaleup import question
+from harness.stack import question_text as question
 
 LOAD_MS = 1000
 BRONZE = [f"bronze-{k}" for k in range(5)]

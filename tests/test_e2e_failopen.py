@@ -13,7 +13,7 @@ import requests
 
 from harness import wait_until
 from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec
-from test_e2e_scaleup import question
+from harness.stack import question_text as question
 
 CLIENT_REQUESTS = 150
 

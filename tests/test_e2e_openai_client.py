@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec
-from test_e2e_scaleup import question
+from harness.stack import question_text as question
 
 MESSAGES = [{"role": "system", "content": question(3, 0)}, {"role": "user", "content": "What is new?"}]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 
 from harness import wait_until
-from harness.stack import AdapterSpec, Stack, StackSpec, cached_tokens
-from test_e2e_scaleup import TEMPLATES, TEMPLATE_BYTES, establish_templates, question
+from harness.stack import TEMPLATE_BYTES, AdapterSpec, Stack, StackSpec, cached_tokens, question_text as question
+from test_e2e_scaleup import TEMPLATES, establish_templates
 
 MAX_CLIENT_REQUESTS = 400
 

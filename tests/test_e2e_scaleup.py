@@ -4,28 +4,11 @@ serves its first requests for the prefixes it now wins from cache.
 """
 from __future__ import annotations
 
-import random
-
 import requests
 
 from harness import wait_until
-from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec, cached_tokens
-
-TEMPLATE_BYTES = 64 * 4 * 10  # 10 fingerprint blocks of 64 tokens
-
-
-def template(i: int) -> str:
-    """Distinct words (the filter's similarity is over word shingles: a repeated line would leave
-    too few for a short question to stay similar)."""
-    rng = random.Random(i)
-    words = [f"t{i}"] + ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 8)))
-                         for _ in range(TEMPLATE_BYTES // 3)]
-    return " ".join(words)[:TEMPLATE_BYTES]
-
-
-def question(i: int, k: int) -> str:
-    return f"{template(i)}\nQuestion {k}: how do I reset item {k * 7 + i}?"
-
+from harness.stack import (BASE_MODEL, TEMPLATE_BYTES, AdapterSpec, Stack, StackSpec, cached_tokens,
+                           question_text as question)
 
 # (template index, model): base-model templates and two for an adapter.
 TEMPLATES = [(i, BASE_MODEL) for i in range(8)] + [(8, "sql-lora"), (9, "sql-lora")]
@@ -82,6 +65,7 @@ def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path):
                 moved.append(i)
                 assert cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64, (i, reply["usage"])
         assert moved, "no template moved to the new pod: choose more templates"
-        assert len(moved) == status["first_tier"]["total"] == len(plan["first_tier"]), (moved, status, plan)
+        assert len(moved) == status["first_tier"]["total"] == len(plan["first_tier"]), \
+            (moved, status, plan, stack.routing())
     finally:
         stack.close()

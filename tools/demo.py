@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import demo_replay  # noqa: E402
 import demo_report  # noqa: E402
 from harness import bin_path  # noqa: E402
-from harness.stack import AdapterSpec, Stack, StackSpec  # noqa: E402
+from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
 
 TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 SERVEGEN = REPO.parent / "shared" / "traces" / "servegen-m-small"
@@ -51,25 +51,18 @@ def log(msg: str) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--until-s", type=float, default=720, help="trace slice: requests before this trace second")
-    p.add_argument("--join-s", type=float, default=420, help="trace second at which the 4th pod joins")
+    p.add_argument("--until-s", type=float, default=900, help="trace slice: requests before this trace second")
+    p.add_argument("--join-s", type=float, default=600, help="trace second at which the 4th pod joins")
     p.add_argument("--time-scale", type=float, default=6, help="trace (and podsim model) seconds per real second")
     p.add_argument("--kv-blocks", type=int, default=524288, help="podsim KV blocks (16 tokens) per pod")
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--max-cpu-loras", type=int, default=8)
     p.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
-    p.add_argument("--replayer", choices=["auto", "rust", "python"], default="auto")
+    p.add_argument("--replayer", choices=["rust", "python"], default="python",
+                   help="python: tools/demo_replay.py (per-request outcomes, the full table); "
+                        "rust: prewarm-replay live")
     return p.parse_args()
-
-
-def rust_replay_live() -> bool:
-    """Whether `prewarm-replay live` takes `--target` and `--time-scale` (the live replayer landed)."""
-    binary = bin_path("prewarm-replay")
-    if not binary.exists():
-        return False
-    r = subprocess.run([binary, "live", "--help"], capture_output=True, text=True, timeout=30)
-    return r.returncode == 0 and "--time-scale" in r.stdout and "--target" in r.stdout
 
 
 class Progress(threading.Thread):
@@ -99,7 +92,8 @@ class Progress(threading.Thread):
             w = self.stack.warmup(NEW_POD)
             if w:
                 def tier(t):
-                    return f"{t['done']}/{t['total']}" + (f" ({t['in_flight']} in flight)" if t["in_flight"] else "")
+                    return f"{t['done']}/{t['total']}" + (f" ({t['in_flight']} in flight)" if t["in_flight"] else "") \
+                        + (f" ({t['skipped']} skipped)" if t.get("skipped") else "")
                 line += f" | {NEW_POD} warming: phase {w['phase']}, adapters {tier(w['adapters'])}, " \
                         f"first tier {tier(w['first_tier'])}, second tier {tier(w['second_tier'])}, " \
                         f"routable {w['routable']}"
@@ -111,7 +105,7 @@ class Progress(threading.Thread):
 
 
 def pod_counters(stack: Stack) -> dict:
-    from harness.stack import pod_metric
+    """Prefix-cache token counters (`vllm:prefix_cache_{queries,hits}_total`) summed over the pods."""
     total = {"queries": 0.0, "hits": 0.0}
     for pod in stack.pods:
         total["queries"] += pod_metric(pod, "vllm:prefix_cache_queries_total")
@@ -133,8 +127,10 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
         gateway={
             "pods": {"health_interval_ms": 500, "request_timeout_ms": 120000},
             "warmup": {"first_tier": 100, "second_tier": 1000} if warm else {"first_tier": 0, "second_tier": 0},
+            # the filter's 32,768-token template prefixes (4 bytes a token) fit in the pool
+            "hotness": {"max_prefix_bytes": 32768 * 4},
         },
-        filter_config={"max_prefix_tokens": 16384, "max_batch_signals": 16,
+        filter_config={"max_batch_signals": 16,
                        "triggers": {"similar_prompts": HOT_REQUESTS}},
     )
     stack = Stack(workdir, spec)
@@ -156,64 +152,73 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
         log(f"[{mode}] replaying {len(trace)} requests ({trace[-1].timestamp_ms / 1000:.0f} s of trace) "
             f"at x{s:g}: about {real_s:.0f} s; {NEW_POD} joins at trace {args.join_s:g}s")
         json_path = workdir / "replay.json"
-        if args.replayer == "rust" or (args.replayer == "auto" and rust_replay_live()):
-            outcomes = rust_live(args, stack, trace, json_path, join)
+        if args.replayer == "rust":
+            summary = rust_live(args, stack, trace, json_path, join)
         else:
-            results = demo_replay.replay(stack.envoy.url, trace, demo_replay_base(), s,
+            results = demo_replay.replay(stack.envoy.url, trace, BASE_MODEL, s,
                                          on_progress=log, events=[(args.join_s, join)])
             outcomes = demo_replay.outcomes_json(results)
-        counters = pod_counters(stack)
-        client_uncached = sum(o["prompt_tokens"] - o["cached_tokens"] for o in outcomes)
-        computed = max(0, int((counters["queries"] - counters["hits"]) - client_uncached))
-        new_pod_address = stack.pod(NEW_POD).address
-        summary = demo_report.summarize(
-            outcomes, new_pod_address, args.join_s, args.until_s - args.join_s, args.until_s * 0.25,
-            PROFILE, DISK_LOAD_MS / 2, HOT_REQUESTS)
-        summary["warmup_prefill_computed_tokens"] = computed
+            summary = demo_report.summarize(
+                outcomes, stack.pod(NEW_POD).address, args.join_s, args.until_s - args.join_s,
+                args.until_s * 0.25, PROFILE, DISK_LOAD_MS / 2, HOT_REQUESTS)
+            for o in outcomes:
+                o["pod"] = pod_name(stack, o["pod"])
+        if args.replayer == "python":
+            counters = pod_counters(stack)
+            client_uncached = sum(o["prompt_tokens"] - o["cached_tokens"] for o in outcomes)
+            summary["warmup_prefill_computed_tokens"] = max(0, int(counters["queries"] - counters["hits"] - client_uncached))
         summary["warmup"] = warmup = stack.warmup(NEW_POD)
         summary["warmup_prefixes"] = sum(warmup[t]["done"] for t in ("first_tier", "second_tier")) if warmup else 0
         summary["prefills"] = stack.gateway_metric("prewarm_prefills_total")
-        json_path.write_text(json.dumps({"mode": mode, "summary": summary, "outcomes": outcomes}, indent=1))
+        if args.replayer == "python":
+            json_path.write_text(json.dumps({"mode": mode, "summary": summary, "outcomes": outcomes}, indent=1))
         summary["json"] = str(json_path)
-        for o in outcomes:
-            if o["pod"] == new_pod_address:
-                o["pod"] = NEW_POD
         if keep:
             print_urls(stack)
             wait_for_ctrl_c()
-        return {"summary": summary, "outcomes": outcomes}
+        return {"summary": summary, "outcomes": outcomes if args.replayer != "rust" else []}
     finally:
         if progress:
             progress.stop_event.set()
         stack.stop()
 
 
-def demo_replay_base() -> str:
-    from harness.stack import BASE_MODEL
-    return BASE_MODEL
+def pod_name(stack: Stack, address: str) -> str:
+    pod = stack.pod_by_address(address)
+    return pod.id if pod else address
 
 
-def rust_live(args, stack: Stack, trace, json_path: Path, join) -> list[dict]:
-    """`prewarm-replay live` through Envoy; its progress lines are passed through."""
+def rust_live(args, stack: Stack, trace, json_path: Path, join) -> dict:
+    """`prewarm-replay live` through Envoy; its progress lines are passed through, its JSON
+    report and PNG charts land next to this run's files. Its report has per-run figures only
+    (no per-request outcomes): the rows that need them show n/a."""
     plot_dir = json_path.parent / "charts"
+    new_pod = stack.spares[0].address
     argv = [bin_path("prewarm-replay"), "live", "--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}",
             "--max-requests", str(len(trace)), "--target", stack.envoy.url, "--time-scale", f"{args.time_scale:g}",
-            "--pod-header", "x-prewarm-upstream", "--json", json_path.with_suffix(".rust.json"),
-            "--plot", plot_dir]
+            "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--model", BASE_MODEL,
+            "--json", json_path, "--plot", plot_dir]
     proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = time.monotonic()
-    joined = False
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log("replay: " + line.rstrip())
-        if not joined and (time.monotonic() - started) * args.time_scale >= args.join_s:
-            joined = True
-            threading.Thread(target=join, daemon=True).start()
-    proc.wait()
+    timer = threading.Timer(args.join_s / args.time_scale, join)
+    timer.daemon = True
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log("prewarm-replay: " + line.rstrip())
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
     if proc.returncode != 0:
-        raise RuntimeError(f"prewarm-replay live exited with {proc.returncode}")
-    report = json.loads(json_path.with_suffix(".rust.json").read_text())
-    return report.get("outcomes", [])
+        raise RuntimeError(f"prewarm-replay live exited with {proc.returncode} after {time.monotonic() - started:.0f} s")
+    row = (json.loads(json_path.read_text()).get("policies") or [{}])[0]
+    return {"requests": row.get("requests", 0), "failed": row.get("failed", 0),
+            "new_pod_requests": row.get("new_pod_requests"), "new_pod_ttft_p95_ms": row.get("new_pod_ttft_p95_ms"),
+            "fleet_steady_ttft_p95_ms": row.get("steady_ttft_p95_ms"), "token_hit_ratio": row.get("token_hit_ratio"),
+            "adapter_hit_ratio": row.get("adapter_hit_ratio")}
 
 
 def print_urls(stack: Stack) -> None:
@@ -234,7 +239,6 @@ def wait_for_ctrl_c() -> None:
 
 def main() -> int:
     args = parse_args()
-    os.environ.setdefault("PREWARM_BIN_DIR", str(REPO / "target" / "release"))
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     args.out.mkdir(parents=True, exist_ok=True)
     trace = demo_replay.load_trace(TRACE, args.until_s)

@@ -22,7 +22,9 @@ the rewrite), so callers can attribute each request to the pod that served it.
 from __future__ import annotations
 
 import json
+import random
 import socket
+import string
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +154,7 @@ class Stack:
         base = {
             "server": {"max_signal_body_bytes": 16 << 20},
             "state": {"dir": str(self.workdir / "gateway-state"), "snapshot_interval_seconds": 5},
-            "pods": {"base_model": BASE_MODEL, "health_interval_ms": 200, "unhealthy_after": 2,
+            "pods": {"base_model": BASE_MODEL, "health_interval_ms": 200, "unhealthy_after": 3,
                      "static": [self.pod_entry(p) for p in self.pods]},
         }
         return _merge(base, self.spec.gateway)
@@ -351,6 +353,24 @@ class Stack:
                                                               "max_tokens": max_tokens}, user=user, **kwargs)
         assert status == 200, (status, body[:300])
         return self.pod_by_address(headers.get(UPSTREAM_HEADER, "")), json.loads(body)
+
+
+TEMPLATE_BYTES = 64 * 4 * 10
+"""A test template's size: 10 fingerprint blocks of 64 tokens (4 bytes a token)."""
+
+
+def template_text(i: int, size: int = TEMPLATE_BYTES) -> str:
+    """Template `i`: `size` bytes of distinct pseudo-words (the filter's similarity is over word
+    shingles, so a repeated line would leave too few for a short question to stay similar)."""
+    rng = random.Random(i)
+    words = [f"t{i}"] + ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 8)))
+                         for _ in range(size // 3)]
+    return " ".join(words)[:size]
+
+
+def question_text(i: int, k: int) -> str:
+    """Template `i` followed by question `k`: the same template with another short tail."""
+    return f"{template_text(i)}\nQuestion {k}: how do I reset item {k * 7 + i}?"
 
 
 def cached_tokens(reply: dict) -> int:
