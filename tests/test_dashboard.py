@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -286,9 +287,17 @@ DOM_VIEW = """JSON.stringify({
   prefixes: [...document.querySelectorAll('#prefixes tbody tr')].map(r => [
     r.dataset.key, Number(r.dataset.hotness), r.dataset.placed]),
   events: [...document.querySelectorAll('#events li')].map(li => li.innerText),
+  decisions: Object.fromEntries([...document.querySelectorAll('#decisions [data-policy]')].map(d => [
+    d.dataset.policy + ' ' + d.dataset.decision, Number(d.dataset.count)])),
 })"""
 
 TOP = 15  # the page's default
+DECISION = re.compile(r'^prewarm_policy_decisions_total\{policy="([^"]*)",decision="([^"]*)"\} (\S+)$', re.M)
+
+
+def decisions(gw: Gateway) -> dict:
+    """`prewarm_policy_decisions_total` from the gateway's /metrics: {"policy decision": count}."""
+    return {f"{p} {d}": float(n) for p, d, n in DECISION.findall(gw.get("/metrics").text)}
 
 
 def dom_view(page: Page) -> dict:
@@ -363,6 +372,13 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         placed_on = {placed for _, _, placed in dom["prefixes"]}
         assert placed_on <= {"a", "b"} and len(placed_on) == 2, placed_on
         assert "2 pods · 2 in the routing table" in dom["summary"]
+        # The decision counters are the gateway's: same (policy, decision) pairs as /metrics,
+        # counts no higher than /metrics says after the page read them.
+        dom = wait_until(lambda: (d := dom_view(page))["decisions"].keys() == decisions(f.gw).keys() and d,
+                         timeout=15, interval=0.2, what="decision counters as /metrics has them")
+        after = decisions(f.gw)
+        assert dom["decisions"].get("lora load", 0) >= 2, dom["decisions"]
+        assert all(0 <= n <= after[k] for k, n in dom["decisions"].items()), (dom["decisions"], after)
         shot = page.screenshot(ARTIFACTS / "dashboard.png")
         assert shot.stat().st_size > 10_000
     finally:

@@ -1,6 +1,6 @@
-// prewarm dashboard: reads the gateway's open admin API every few seconds and renders pods,
-// the adapters x pods residency heatmap, the hot prefixes with their placement, and recent
-// warm-up and adapter events. No dependencies; every text from the API goes through
+// prewarm dashboard: reads the gateway's open admin API (and the decision counters of its
+// /metrics) every few seconds and renders pods, the adapters x pods residency heatmap, the hot
+// prefixes with their placement, the decisions so far and recent warm-up and adapter events. No dependencies; every text from the API goes through
 // textContent. `?refresh=MS` sets the period (default 2000, at least 500); `?k=N` the number
 // of prefixes shown (default 15).
 "use strict";
@@ -34,13 +34,29 @@ async function getJson(path) {
   return r.json();
 }
 
+// The policies' decision counters (`prewarm_policy_decisions_total{policy,decision}`) from the
+// gateway's /metrics: the API keeps no decision log, the counters say what was decided so far.
+async function decisionCounts() {
+  const r = await fetch("/metrics", { cache: "no-store" });
+  if (!r.ok) throw new Error(`/metrics: HTTP ${r.status}`);
+  const out = [];
+  for (const line of (await r.text()).split("\n")) {
+    const m = /^prewarm_policy_decisions_total\{([^}]*)\}\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = Object.fromEntries([...m[1].matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+    out.push({ policy: labels.policy, decision: labels.decision, count: Number(m[2]) });
+  }
+  return out.sort((a, b) => `${a.policy} ${a.decision}`.localeCompare(`${b.policy} ${b.decision}`));
+}
+
 // Everything the page shows, from the API; `pods` carry their detail and plan.
 async function load() {
-  const [list, heatmap, prompts, adapters] = await Promise.all([
+  const [list, heatmap, prompts, adapters, decisions] = await Promise.all([
     getJson("/admin/pods"),
     getJson("/admin/adapters/heatmap"),
     getJson(`/admin/prompts?k=${HOTNESS_K}`),
     getJson("/admin/adapters"),
+    decisionCounts(),
   ]);
   const pods = await Promise.all(list.pods.map(async (p) => {
     const id = encodeURIComponent(p.id);
@@ -50,7 +66,7 @@ async function load() {
     ]);
     return { ...p, detail, plan };
   }));
-  return { pods, heatmap, prompts, adapters: adapters.adapters };
+  return { pods, heatmap, prompts, adapters: adapters.adapters, decisions };
 }
 
 // warming / warm / down / idle (no warm-up yet).
@@ -220,6 +236,9 @@ function renderEvents(view) {
     el("span", { class: "muted mono" }, new Date(e.ms).toISOString().slice(11, 19), " "), e.text));
   if (items.length === 0) items.push(el("li", { class: "muted" }, "nothing yet"));
   document.getElementById("events").replaceChildren(...items);
+  const counts = view.decisions.map((d) => el("span", { class: "decision", "data-policy": d.policy,
+    "data-decision": d.decision, "data-count": d.count }, `${d.policy} ${d.decision} `, el("b", {}, d.count)));
+  document.getElementById("decisions").replaceChildren(...(counts.length ? counts : ["none yet"]));
 }
 
 let refreshes = 0;
