@@ -148,3 +148,24 @@ def test_users_across_workers_each_make_exactly_one_prefill(envoys, servers):
     assert envoy.metric("prewarm.shared_data.cas_give_ups") == 0
     workers = envoy.stats(r"listener\..*downstream_cx_total")
     assert sum(1 for k, v in workers.items() if "worker_" in k and v > 0) == 2, workers
+
+
+def test_with_routing_off_no_envoy_setting_is_needed(envoys, servers):
+    """Where allow_on_headers_stop_iteration cannot be set (Istio's WasmPlugin), `routing: false`
+    lets the headers go at once and still observes the buffered body: nothing hangs and signals
+    are made."""
+    gateway, pod = servers
+
+    def plain_plugin(config):
+        from harness.envoy import wasm_plugin
+
+        wasm_plugin(config).pop("allow_on_headers_stop_iteration")
+
+    envoy = envoys.start(pods=[pod.address], gateway=gateway.address, mutate=plain_plugin,
+                         filter_config={"tick_period_ms": 200, "routing": False, "base_models": ["base-model"]})
+    for q in ["Alpha?", "Bravo?", "Charlie?"]:
+        status, _, _ = envoy.post("/v1/chat/completions", chat(q), {"x-prewarm-user": "dave"}, timeout=5)
+        assert status == 200
+    assert envoy.metric("prewarm.requests_inspected") == 3
+    assert envoy.metric("prewarm.unrouted.disabled") == 3
+    wait_until(lambda: len(gateway.signals("prefill")) == 1, 10, what="prefill without held headers")

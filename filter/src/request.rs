@@ -2,7 +2,8 @@
 //! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
 //! never makes Envoy buffer past its limit, which would be a 413); pause until the whole body
 //! is buffered, reading only each new tail; then parse, fingerprint and sketch with core,
-//! observe, enqueue the signals, route, and continue. Anything unexpected: count it and let the
+//! observe, enqueue the signals, route, and continue. With `routing` off the headers are not
+//! held (only the body is buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it and let the
 //! request through untouched.
 
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
@@ -81,7 +82,15 @@ impl RequestFlow {
             tenant: header_text(host, &config.tenant_header),
             user: header_text(host, &config.user_header),
         });
-        Verdict::Pause
+        // Routing must set a header, so the headers wait for the body (which needs Envoy's
+        // allow_on_headers_stop_iteration). Without routing nothing is written to the headers:
+        // let them go, and observe from the buffered body alone — which also works where that
+        // setting is unavailable (Istio's WasmPlugin).
+        if config.routing {
+            Verdict::Pause
+        } else {
+            Verdict::Continue
+        }
     }
 
     /// `buffered` is the size of everything buffered so far.

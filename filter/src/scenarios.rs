@@ -467,3 +467,24 @@ fn shared_key_space_is_bounded_by_the_slots() {
     assert!(keys.len() <= 4 + 2 + 2 + 1, "{keys:?}");
     assert!(keys.iter().all(|k| k.starts_with("prewarm/")));
 }
+
+#[test]
+fn without_routing_the_headers_are_not_held_and_the_body_is_still_observed() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        routing: false,
+        ..FilterConfig::default()
+    });
+    worker
+        .table
+        .install(7, table(&[("p1", "127.0.0.1:1001", &[])]));
+    let body = chat_body("m", &template(), "q");
+    let v = send(&host, &worker, "/v1/chat/completions", &[], &body);
+    assert_eq!(
+        v,
+        vec![Verdict::Continue, Verdict::Pause, Verdict::Continue]
+    );
+    assert_eq!(host.metric(Metric::RequestsInspected), 1);
+    assert_eq!(host.metric(Metric::UnroutedDisabled), 1);
+    assert_eq!(host.header("x-gateway-destination-endpoint"), None);
+}
