@@ -340,3 +340,6 @@ fn placements(pods: &[PodSnapshot]) -> HashMap<&str, Vec<String>> {
     }
     placed
 }
+
+#[cfg(test)]
+mod tests;
