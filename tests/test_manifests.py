@@ -627,14 +627,8 @@ def wasmplugin_equivalent(pods, gateway) -> dict:
     return config
 
 
-# Not strict: when the filter is fixed this XPASSes without breaking anyone's build; then drop
-# the marker and the limitation notes in docs/deploy.md and envoy/istio/wasmplugin.yaml.
-@pytest.mark.xfail(
-    strict=False,
-    reason="the filter pauses in on_request_headers even with routing=false; without "
-    "allow_on_headers_stop_iteration (which WasmPlugin cannot set) the body callbacks never run "
-    "and the request hangs. Needs the filter to continue in headers when routing is off.",
-)
+# With routing off the filter continues in the headers and reads the body in the body
+# callbacks, so it works without allow_on_headers_stop_iteration (which WasmPlugin cannot set).
 def test_wasmplugin_configuration_inspects_requests_without_hanging(envoys, pods, fake_gateway):
     envoy = envoys.start(config=wasmplugin_equivalent(pods, fake_gateway))
     status, _, _ = envoy.post("/v1/chat/completions", chat(50, 0), headers={"host": "inference.example.com"},
