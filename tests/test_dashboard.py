@@ -381,6 +381,12 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         assert all(0 <= n <= after[k] for k, n in dom["decisions"].items()), (dom["decisions"], after)
         shot = page.screenshot(ARTIFACTS / "dashboard.png")
         assert shot.stat().st_size > 10_000
+
+        # The gateway goes away: the page says so and keeps the last data it read.
+        f.gw.proc.stop()
+        gone = wait_until(lambda: "cannot read the admin API" in (d := dom_view(page))["summary"] and d,
+                          timeout=15, interval=0.2, what="the page noticing the gateway is gone")
+        assert [p["id"] for p in gone["pods"]] == ["a", "b"] and gone["refreshes"] == dom_view(page)["refreshes"]
     finally:
         f.stop()
 
@@ -390,6 +396,8 @@ def test_dashboard_assets_are_served_read_only(tmp_path):
     try:
         page = gw.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "connect-src 'self'" in csp, csp
         for path, kind in (("/dashboard/app.js", "text/javascript"), ("/dashboard/style.css", "text/css")):
             assert path in page.text
             r = gw.get(path)

@@ -4,7 +4,9 @@
 //! and the policy decision counters of `/metrics`, and refreshes on its own; nothing is fetched
 //! from outside the gateway. See `docs/dashboard.md`.
 
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS,
+};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -34,6 +36,10 @@ const ASSETS: [Asset; 3] = [
     },
 ];
 
+/// The browser may load and fetch from the gateway only (inline styles: the heatmap's colours).
+const POLICY: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+    connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
 /// The dashboard's routes (GET only), to merge into the API router.
 pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     ASSETS.iter().fold(Router::new(), |router, asset| {
@@ -42,7 +48,12 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
             asset.path,
             get(move || async move {
                 (
-                    [(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")],
+                    [
+                        (CONTENT_TYPE, content_type),
+                        (CACHE_CONTROL, "no-cache"),
+                        (CONTENT_SECURITY_POLICY, POLICY),
+                        (X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                    ],
                     body,
                 )
                     .into_response()
