@@ -238,15 +238,7 @@ mod tests {
     use super::*;
 
     fn req(ts: u64, ids: &[u64]) -> TraceRequest {
-        TraceRequest {
-            timestamp: ts,
-            input_length: 600,
-            output_length: 1,
-            hash_ids: ids.to_vec(),
-            adapter: None,
-            tenant: None,
-            user: None,
-        }
+        TraceRequest::synthetic(ts, ids, 600, 1)
     }
 
     #[test]

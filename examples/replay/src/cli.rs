@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::assign::{assign, read_servegen, zipf, AdapterSource, Assignment};
-use crate::offline::run::{evaluate, Setup, POLICIES};
-use crate::outcome::{series, summarize};
+use crate::offline::run::{evaluate, summaries, Setup, POLICIES};
+use crate::outcome::series;
 use crate::report::{table, Report};
-use crate::scenario::{parse_at, pod_windows, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
+use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
 use crate::trace::{load_trace, TraceRequest};
 
 #[derive(Debug, Parser)]
@@ -55,6 +55,9 @@ pub struct TraceArgs {
     /// Write the JSON report here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write the table as Markdown here.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
     /// Write PNG charts into this directory.
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -143,6 +146,10 @@ pub fn write_outputs<S: serde::Serialize>(
         let text = serde_json::to_string_pretty(report).map_err(|e| format!("--json: {e}"))?;
         std::fs::write(path, text).map_err(|e| format!("--json: {}: {e}", path.display()))?;
     }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, crate::report::markdown(&report.policies))
+            .map_err(|e| format!("--markdown: {}: {e}", path.display()))?;
+    }
     if let Some(dir) = &args.plot {
         crate::plot::write_charts(dir, &report.series, events)?;
     }
@@ -196,19 +203,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
     let runs = evaluate(&setup, &args.policies, |name, secs| {
         eprintln!("prewarm-replay: {name} replayed in {secs:.1} s");
     })?;
-    let windows = pod_windows(args.pods, &events);
-    let policies: Vec<_> = runs
-        .iter()
-        .map(|r| {
-            summarize(
-                &r.policy,
-                &r.outcomes,
-                r.failed,
-                r.warmup_prefill_tokens,
-                &windows,
-            )
-        })
-        .collect();
+    let policies = summaries(&runs, &fleet, &events);
     let series: BTreeMap<String, _> = runs
         .iter()
         .map(|r| (r.policy.clone(), series(&r.outcomes, args.common.bucket_s)))

@@ -38,6 +38,8 @@ pub struct PolicyReport {
     pub steady_ttft_p95_ms: Option<f64>,
     /// Requests the new-pod figure is over.
     pub new_pod_requests: usize,
+    /// Token hit ratio of those requests (cold misses on new pods show here).
+    pub new_pod_token_hit_ratio: Option<f64>,
 }
 
 /// Nearest-rank percentile `p` (0..100) of `values` (sorted in place).
@@ -77,11 +79,10 @@ pub fn summarize(
         .filter_map(|o| o.adapter_hit)
         .collect();
     let has_events = windows.iter().any(|w| !w.is_empty());
-    let mut new_pod: Vec<f64> = outcomes
-        .iter()
-        .filter(|o| on_new_pod(o, windows))
-        .map(|o| o.ttft_s * 1000.0)
-        .collect();
+    let fresh: Vec<&Outcome> = outcomes.iter().filter(|o| on_new_pod(o, windows)).collect();
+    let fresh_prompt: u64 = fresh.iter().map(|o| o.prompt_tokens).sum();
+    let fresh_cached: u64 = fresh.iter().map(|o| o.cached_tokens).sum();
+    let mut new_pod: Vec<f64> = fresh.iter().map(|o| o.ttft_s * 1000.0).collect();
     let mut steady: Vec<f64> = outcomes
         .iter()
         .filter(|o| o.arrival_s >= NEW_POD_WINDOW_S && !on_new_pod(o, windows))
@@ -99,6 +100,8 @@ pub fn summarize(
         gold_adapter_hit_ratio: ratio(gold.iter().filter(|h| **h).count(), gold.len()),
         warmup_prefill_tokens,
         new_pod_requests: new_pod.len(),
+        new_pod_token_hit_ratio: (fresh_prompt > 0)
+            .then(|| fresh_cached as f64 / fresh_prompt as f64),
         new_pod_ttft_p95_ms: if has_events {
             percentile(&mut new_pod, 95.0)
         } else {

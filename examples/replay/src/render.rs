@@ -151,15 +151,7 @@ mod tests {
     use super::*;
 
     fn req(ids: &[u64], input_length: u64) -> TraceRequest {
-        TraceRequest {
-            timestamp: 0,
-            input_length,
-            output_length: 1,
-            hash_ids: ids.to_vec(),
-            adapter: None,
-            tenant: None,
-            user: None,
-        }
+        TraceRequest::synthetic(0, ids, input_length, 1)
     }
 
     #[test]

@@ -21,66 +21,85 @@ fn f(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"))
 }
 
+/// Column headers of the text table, and the cells of one row, in the same order.
+const HEADERS: [&str; 12] = [
+    "policy",
+    "tok_hit",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "requests",
+    "lora_hit",
+    "gold_hit",
+    "warm_tokens",
+    "new_p95_ms",
+    "steady_p95",
+    "new_hit",
+];
+
+/// Markdown headers, same order as [`HEADERS`].
+const MD_HEADERS: [&str; 12] = [
+    "policy",
+    "token hit",
+    "TTFT p50 ms",
+    "TTFT p95 ms",
+    "TTFT p99 ms",
+    "requests",
+    "adapter hit",
+    "gold adapter hit",
+    "warm-up prefill tokens",
+    "new pods' first-5-min TTFT p95 ms",
+    "steady TTFT p95 ms",
+    "new pods' token hit",
+];
+
+fn cells(p: &PolicyReport) -> [String; 12] {
+    [
+        p.policy.clone(),
+        f(p.token_hit_ratio, 4),
+        f(p.ttft_p50_ms, 1),
+        f(p.ttft_p95_ms, 1),
+        f(p.ttft_p99_ms, 1),
+        p.requests.to_string(),
+        f(p.adapter_hit_ratio, 4),
+        f(p.gold_adapter_hit_ratio, 4),
+        p.warmup_prefill_tokens
+            .map_or_else(|| "-".to_string(), |t| t.to_string()),
+        f(p.new_pod_ttft_p95_ms, 1),
+        f(p.steady_ttft_p95_ms, 1),
+        f(p.new_pod_token_hit_ratio, 4),
+    ]
+}
+
+fn text_row(out: &mut String, cells: &[String]) {
+    for (i, c) in cells.iter().enumerate() {
+        let _ = match i {
+            0 => write!(out, "{c:<12}"),
+            _ => write!(out, " {c:>11}"),
+        };
+    }
+    out.push('\n');
+}
+
 /// The table: one row per policy.
 pub fn table(policies: &[PolicyReport]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>12} {:>11} {:>10}",
-        "policy",
-        "tok_hit",
-        "p50_ms",
-        "p95_ms",
-        "p99_ms",
-        "requests",
-        "lora_hit",
-        "gold_hit",
-        "warm_tokens",
-        "new_p95_ms",
-        "steady_p95"
-    );
+    text_row(&mut out, &HEADERS.map(str::to_string));
     for p in policies {
-        let _ = writeln!(
-            out,
-            "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>12} {:>11} {:>10}",
-            p.policy,
-            f(p.token_hit_ratio, 4),
-            f(p.ttft_p50_ms, 1),
-            f(p.ttft_p95_ms, 1),
-            f(p.ttft_p99_ms, 1),
-            p.requests.to_string(),
-            f(p.adapter_hit_ratio, 4),
-            f(p.gold_adapter_hit_ratio, 4),
-            p.warmup_prefill_tokens
-                .map_or_else(|| "-".to_string(), |t| t.to_string()),
-            f(p.new_pod_ttft_p95_ms, 1),
-            f(p.steady_ttft_p95_ms, 1),
-        );
+        text_row(&mut out, &cells(p));
     }
     out
 }
 
-/// The same table as Markdown (for docs/evaluation.md).
+/// The same table as Markdown (`--markdown`, for docs/evaluation.md).
 pub fn markdown(policies: &[PolicyReport]) -> String {
-    let mut out = String::from(
-        "| policy | token hit | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | adapter hit | gold adapter hit | warm-up prefill tokens | new pods' first-5-min TTFT p95 ms | steady TTFT p95 ms |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        MD_HEADERS.join(" | "),
+        "---|".repeat(MD_HEADERS.len())
     );
     for p in policies {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            p.policy,
-            f(p.token_hit_ratio, 4),
-            f(p.ttft_p50_ms, 1),
-            f(p.ttft_p95_ms, 1),
-            f(p.ttft_p99_ms, 1),
-            f(p.adapter_hit_ratio, 4),
-            f(p.gold_adapter_hit_ratio, 4),
-            p.warmup_prefill_tokens
-                .map_or_else(|| "-".to_string(), |t| t.to_string()),
-            f(p.new_pod_ttft_p95_ms, 1),
-            f(p.steady_ttft_p95_ms, 1),
-        );
+        let _ = writeln!(out, "| {} |", cells(p).join(" | "));
     }
     out
 }

@@ -74,6 +74,24 @@ impl TraceRequest {
         Ok(())
     }
 
+    /// A request without the optional fields (hand-made traces, tests).
+    pub fn synthetic(
+        timestamp: u64,
+        hash_ids: &[u64],
+        input_length: u64,
+        output_length: u64,
+    ) -> Self {
+        Self {
+            timestamp,
+            input_length,
+            output_length,
+            hash_ids: hash_ids.to_vec(),
+            adapter: None,
+            tenant: None,
+            user: None,
+        }
+    }
+
     /// Arrival in seconds.
     pub fn arrival_s(&self) -> f64 {
         self.timestamp as f64 / 1000.0

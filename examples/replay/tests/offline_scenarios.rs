@@ -3,10 +3,9 @@
 //! and a scale-up without warm-up shows cold misses that prewarm avoids.
 
 use prewarm_replay::assign::{assign, zipf, Assignment};
-use prewarm_replay::offline::run::{evaluate, PolicyRun, Setup, POLICIES};
-use prewarm_replay::outcome::summarize;
+use prewarm_replay::offline::run::{evaluate, summaries, PolicyRun, Setup, POLICIES};
 use prewarm_replay::render::splitmix64;
-use prewarm_replay::scenario::{pod_windows, FleetEvent, FleetSpec};
+use prewarm_replay::scenario::{FleetEvent, FleetSpec};
 use prewarm_replay::trace::TraceRequest;
 
 fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
@@ -22,15 +21,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
 }
 
 fn request(ms: u64, ids: &[u64], input: u64) -> TraceRequest {
-    TraceRequest {
-        timestamp: ms,
-        input_length: input,
-        output_length: 4,
-        hash_ids: ids.to_vec(),
-        adapter: None,
-        tenant: None,
-        user: None,
-    }
+    TraceRequest::synthetic(ms, ids, input, 4)
 }
 
 fn all_policies() -> Vec<String> {
@@ -115,19 +106,7 @@ fn the_oracle_never_loses_to_any_policy() {
             },
         ];
         let runs = run(&trace, &assignment, &spec, &events);
-        let windows = pod_windows(spec.pods, &events);
-        let reports: Vec<_> = runs
-            .iter()
-            .map(|r| {
-                summarize(
-                    &r.policy,
-                    &r.outcomes,
-                    r.failed,
-                    r.warmup_prefill_tokens,
-                    &windows,
-                )
-            })
-            .collect();
+        let reports = summaries(&runs, &spec, &events);
         let oracle = reports.iter().find(|r| r.policy == "oracle").unwrap();
         assert_eq!(oracle.requests, 400);
         for p in reports.iter().filter(|r| r.policy != "oracle") {

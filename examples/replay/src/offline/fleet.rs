@@ -4,6 +4,7 @@
 //! the host cache is podsim's LRU, or what a policy's touches make it.
 
 use podsim::{AdapterSpec, Admission, LatencyProfile, Pod, PodConfig, RequestError, RequestSpec};
+use prewarm_core::PlacementCandidate;
 
 use crate::scenario::FleetSpec;
 
@@ -126,6 +127,18 @@ impl Fleet {
                 model: spec.model.clone(),
             }),
         }
+    }
+
+    /// Placement candidates (equal weights) for the pods `members`, in that order.
+    pub fn candidates(&self, members: &[usize]) -> Vec<PlacementCandidate<'_>> {
+        members
+            .iter()
+            .filter_map(|&i| {
+                self.pods
+                    .get(i)
+                    .map(|p| PlacementCandidate::new(&p.id, 1.0))
+            })
+            .collect()
     }
 
     /// The adapter spec of `name`.

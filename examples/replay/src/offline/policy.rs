@@ -1,7 +1,7 @@
 //! The interface the event loop drives a policy through, and what a policy sees of a request.
 
 use podsim::Admission;
-use prewarm_core::{place, BlockChain, FingerprintConfig, PlacementCandidate};
+use prewarm_core::{place, BlockChain, FingerprintConfig};
 use prewarm_gateway::policy::Tier;
 
 use super::fleet::Fleet;
@@ -70,14 +70,6 @@ pub fn place_among(
     fingerprint: &FingerprintConfig,
 ) -> Option<usize> {
     let key = chain.routing_key(fingerprint)?;
-    let candidates: Vec<PlacementCandidate<'_>> = pool
-        .iter()
-        .filter_map(|&i| {
-            fleet
-                .pods
-                .get(i)
-                .map(|p| PlacementCandidate::new(&p.id, 1.0))
-        })
-        .collect();
+    let candidates = fleet.candidates(pool);
     place(key.0, &candidates).and_then(|i| pool.get(i).copied())
 }

@@ -169,6 +169,26 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
     Ok(run)
 }
 
+/// The report row of every run, new-pod windows from `spec` and `events`.
+pub fn summaries(
+    runs: &[PolicyRun],
+    spec: &FleetSpec,
+    events: &[FleetEvent],
+) -> Vec<crate::outcome::PolicyReport> {
+    let windows = crate::scenario::pod_windows(spec.pods, events);
+    runs.iter()
+        .map(|r| {
+            crate::outcome::summarize(
+                &r.policy,
+                &r.outcomes,
+                r.failed,
+                r.warmup_prefill_tokens,
+                &windows,
+            )
+        })
+        .collect()
+}
+
 /// Runs the chosen policies (report order); the oracle, when chosen, is built from the others'
 /// outcomes with the `prewarm` run's routing (else `affinity`'s, else `round_robin`'s).
 pub fn evaluate(

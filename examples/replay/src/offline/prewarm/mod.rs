@@ -212,15 +212,7 @@ impl Prewarm {
 
     /// The pods `adapter` is placed on among `members` (the gateway's adapter placement).
     fn placed_pods(&self, fleet: &Fleet, adapter: &str, members: &[usize]) -> Vec<usize> {
-        let candidates: Vec<PlacementCandidate<'_>> = members
-            .iter()
-            .filter_map(|&i| {
-                fleet
-                    .pods
-                    .get(i)
-                    .map(|p| PlacementCandidate::new(&p.id, 1.0))
-            })
-            .collect();
+        let candidates = fleet.candidates(members);
         rank(chain_seed(adapter), &candidates)
             .into_iter()
             .take(self.config.adapter_replicas)
@@ -288,15 +280,7 @@ impl Prewarm {
             return;
         };
         let members = self.members(fleet, Some(pod), all, now_s);
-        let candidates: Vec<PlacementCandidate<'_>> = members
-            .iter()
-            .filter_map(|&i| {
-                fleet
-                    .pods
-                    .get(i)
-                    .map(|p| PlacementCandidate::new(&p.id, 1.0))
-            })
-            .collect();
+        let candidates = fleet.candidates(&members);
         let mut adapters: Vec<(Tier, String)> = self
             .adapters
             .iter()
