@@ -173,14 +173,13 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
         if args.replayer == "python":
             json_path.write_text(json.dumps({"mode": mode, "summary": summary, "outcomes": outcomes}, indent=1))
         summary["json"] = str(json_path)
-        if keep:
-            print_urls(stack)
-            wait_for_ctrl_c()
-        return {"summary": summary, "outcomes": outcomes if args.replayer != "rust" else []}
+        kept = stack if keep else None
+        return {"summary": summary, "outcomes": outcomes if args.replayer != "rust" else [], "stack": kept}
     finally:
         if progress:
             progress.stop_event.set()
-        stack.stop()
+        if not keep or sys.exc_info()[0] is not None:
+            stack.stop()
 
 
 def pod_name(stack: Stack, address: str) -> str:
@@ -239,6 +238,8 @@ def wait_for_ctrl_c() -> None:
 
 def main() -> int:
     args = parse_args()
+    # Ctrl-C even when started with SIGINT ignored (a background job), and SIGTERM alike.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     args.out.mkdir(parents=True, exist_ok=True)
     trace = demo_replay.load_trace(TRACE, args.until_s)
@@ -254,26 +255,34 @@ def main() -> int:
     except KeyboardInterrupt:
         log("interrupted: everything started was stopped")
         return 130
-    window_min = (args.until_s - args.join_s) / 60
-    text = demo_report.table([("prewarm", runs["prewarm"]["summary"]),
-                              ("warm-up disabled", runs["no-warmup"]["summary"])], window_min)
-    charts = args.out / "charts"
-    charts.mkdir(exist_ok=True)
-    series = {f"{m} {scope}": demo_report.bucketed_p95(runs[m]["outcomes"], 30, pod)
-              for m in ("prewarm", "no-warmup") for scope, pod in (("new pod", NEW_POD),)}
-    (charts / "new-pod-ttft-p95.svg").write_text(demo_report.svg_chart(
-        series, "new pod TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
-    fleet = {f"{m} fleet": demo_report.bucketed_p95(runs[m]["outcomes"], 30) for m in ("prewarm", "no-warmup")}
-    (charts / "fleet-ttft-p95.svg").write_text(demo_report.svg_chart(
-        fleet, "fleet TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
-    summary_path = args.out / "summary.json"
-    summary_path.write_text(json.dumps({m: r["summary"] for m, r in runs.items()}, indent=2))
-    print()
-    print(f"prewarm demo: {len(trace)} mooncake-synthetic requests (trace 0-{args.until_s:g}s) at x{args.time_scale:g}, "
-          f"3 pods + {NEW_POD} joining at {args.join_s:g}s; times are model time ({PROFILE['name']})")
-    print(text)
-    print(f"\nJSON: {summary_path}, {runs['prewarm']['summary']['json']}, {runs['no-warmup']['summary']['json']}")
-    print(f"charts: {charts}/new-pod-ttft-p95.svg, {charts}/fleet-ttft-p95.svg")
+    kept = runs[modes[-1]].get("stack")
+    try:
+        window_min = (args.until_s - args.join_s) / 60
+        text = demo_report.table([("prewarm", runs["prewarm"]["summary"]),
+                                  ("warm-up disabled", runs["no-warmup"]["summary"])], window_min)
+        charts = args.out / "charts"
+        charts.mkdir(exist_ok=True)
+        series = {f"{m} {scope}": demo_report.bucketed_p95(runs[m]["outcomes"], 30, pod)
+                  for m in ("prewarm", "no-warmup") for scope, pod in (("new pod", NEW_POD),)}
+        (charts / "new-pod-ttft-p95.svg").write_text(demo_report.svg_chart(
+            series, "new pod TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
+        fleet = {f"{m} fleet": demo_report.bucketed_p95(runs[m]["outcomes"], 30) for m in ("prewarm", "no-warmup")}
+        (charts / "fleet-ttft-p95.svg").write_text(demo_report.svg_chart(
+            fleet, "fleet TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
+        summary_path = args.out / "summary.json"
+        summary_path.write_text(json.dumps({m: r["summary"] for m, r in runs.items()}, indent=2))
+        print()
+        print(f"prewarm demo: {len(trace)} mooncake-synthetic requests (trace 0-{args.until_s:g}s) at x{args.time_scale:g}, "
+              f"3 pods + {NEW_POD} joining at {args.join_s:g}s; times are model time ({PROFILE['name']})")
+        print(text)
+        print(f"\nJSON: {summary_path}, {runs['prewarm']['summary']['json']}, {runs['no-warmup']['summary']['json']}")
+        print(f"charts: {charts}/new-pod-ttft-p95.svg, {charts}/fleet-ttft-p95.svg")
+        if kept:
+            print_urls(kept)
+            wait_for_ctrl_c()
+    finally:
+        if kept:
+            kept.stop()
     return 0
 
 
