@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 
 from harness import bin_path, wait_until
-from test_dashboard import api_state, fleet
+from harness.podsim import start_podsim
+from test_dashboard import api_state, fleet, pod_spec
 
 
 def status(url: str, *flags: str) -> subprocess.CompletedProcess:
@@ -91,6 +92,21 @@ def test_status_prints_what_the_admin_api_says(tmp_path):
         assert view["prefixes"][0][0] == new_key and view["prefixes"][0][3] == "globex"
         assert {p[2] for p in view["prefixes"]} == {"a", "b"}
         assert set(view["per_pod"]) == {"a", "b"}
+
+        # A slow pod joins: while its first tier is being prefilled it is shown warming, outside
+        # the table, partly done, and the prefixes moving to it as placed on c(warming).
+        proc, url = start_podsim(tmp_path, "--prefill-overhead-ms", "5000", "--per-token-us", "0", name="pod-c")
+        f.pods["c"] = (proc, url)
+        assert gw.admin("POST", "/admin/pods", json=pod_spec("c", url)).status_code == 201
+        wait_until(lambda: (gw.get("/admin/pods/c/warmup").json()["warmup"] or {}).get("phase") == "first_tier",
+                   timeout=30, interval=0.05, what="c prefilling its first tier")
+        r = status(gw.url)
+        assert r.returncode == 0, r.stderr
+        c = next(p for p in shown(r.stdout)["pods"] if p["id"] == "c")
+        assert c["state"] == "warming" and not c["routable"] and c["progress"] != "100%", c
+        plan = gw.get("/admin/pods/c/plan").json()
+        moving = {k for k, _, placed, _ in shown(r.stdout)["prefixes"] if placed == "c(warming)"}
+        assert moving and moving <= set(plan["first_tier"] + plan["second_tier"]), (moving, plan)
     finally:
         f.stop()
 
