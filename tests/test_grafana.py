@@ -75,16 +75,17 @@ def test_dashboard_is_well_formed():
 
 def drive_gateway(tmp_path, pod_url: str):
     """A gateway whose /metrics has a series in every family: a warmed pod (prefills, warm-up
-    duration), a template for a model the pod does not serve (a failed prefill), an adapter
+    duration), a template longer than the pod's context (a failed prefill), an adapter
     loaded then removed (load, unload), signals, a snapshot, the modelled hit ratio."""
     gw = start_gateway(tmp_path, {
         "pods": {"base_model": BASE, "health_interval_ms": 100,
                  "static": [{"id": "a", "address": pod_url.removeprefix("http://"), "max_loras": 2}]},
         "warmup": {"first_tier": 8, "second_tier": 8, "deadline_ms": 60000, "max_attempts": 1},
     }, name="gateway")
-    text = ("You answer questions about invoices for tenant acme, politely and briefly. " * 20)[:900]
-    for model in (BASE, "ghost-lora"):
-        r = gw.admin("POST", "/admin/prompts", json={"model": model, "text": text})
+    text = "You answer questions about invoices for tenant acme, politely and briefly. " * 60
+    # The pod's context is 512 tokens: the 300-byte template prefills, the 4,000-byte one fails.
+    for size in (300, 4000):
+        r = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": text[:size]})
         assert r.status_code == 201, r.text
     path = make_adapter(tmp_path / "adapters", "sql-lora")
     r = gw.admin("POST", "/admin/adapters", json={"name": "sql-lora", "path": str(path), "pinned": True})
@@ -108,7 +109,8 @@ def test_dashboard_queries_only_exported_metrics(tmp_path):
     for p in panels(dashboard):
         for t in p.get("targets", []):
             used |= metric_names(t["expr"])
-    pod, pod_url = start_podsim(tmp_path, "--enable-lora", "--max-loras", "2", "--time-scale", "20", name="pod")
+    pod, pod_url = start_podsim(tmp_path, "--enable-lora", "--max-loras", "2", "--max-model-len", "512",
+                                "--time-scale", "20", name="pod")
     gw = drive_gateway(tmp_path, pod_url)
     fleet = EnvoyFleet(tmp_path)
     try:
