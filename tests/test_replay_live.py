@@ -99,3 +99,31 @@ def test_bad_flags_are_refused_with_the_flag_named(tmp_path):
     assert "--time-scale: 0" in done.stderr
     done = replay("--target", "127.0.0.1:9", "--trace", str(trace))
     assert done.returncode == 64 and "--target:" in done.stderr
+
+
+def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
+    """Through the whole stack (Envoy with the filter, the gateway, two pods): each request is
+    attributed to the pod Envoy names in `x-prewarm-upstream`, and a template's second request
+    reuses the first one's cache on its pod."""
+    from harness.stack import Stack, StackSpec
+
+    lines = []
+    for rnd in range(2):
+        for g in range(10):
+            ids = [g * 10, g * 10 + 1, g * 10 + 2]
+            lines.append(json.dumps({"timestamp": rnd * 2000 + g * 50, "input_length": 1536,
+                                     "output_length": 2, "hash_ids": ids}))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "live.json"
+    with Stack(tmp_path / "stack", StackSpec(pods=2, podsim_flags=["--time-scale", "20"])) as stack:
+        done = replay("--target", stack.envoy.url, "--trace", str(trace), "--time-scale", "4",
+                      "--json", str(out), "--progress-every", "0.5")
+        assert done.returncode == 0, done.stderr
+        addresses = {p.address for p in stack.pods}
+    report = json.loads(out.read_text())
+    row = report["policies"][0]
+    assert (row["requests"], row["failed"]) == (20, 0)
+    assert set(report["scenario"]["pods"]) == addresses
+    # the ten second requests each reuse 1,520 of 1,536 tokens on the pod that served the first
+    assert abs(row["token_hit_ratio"] - 10 * 1520 / (20 * 1536)) < 1e-9

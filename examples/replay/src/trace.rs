@@ -92,6 +92,14 @@ impl TraceRequest {
         }
     }
 
+    /// The user the filter's similarity trigger keys on: the trace's `user`, else the prefix
+    /// group (`group-<first block id>`), so a group's requests form one user's prompt stream.
+    pub fn user_key(&self) -> String {
+        self.user
+            .clone()
+            .unwrap_or_else(|| format!("group-{}", self.hash_ids.first().copied().unwrap_or(0)))
+    }
+
     /// Arrival in seconds.
     pub fn arrival_s(&self) -> f64 {
         self.timestamp as f64 / 1000.0

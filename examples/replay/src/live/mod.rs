@@ -2,7 +2,8 @@
 //! — at trace timestamps divided by `--time-scale`, each request a streamed completion
 //! ([`stream`]), with bounded concurrency, `--max-requests` and `--duration`.
 //!
-//! Requests are attributed to the pod named by the `--pod-header` response header (Envoy adds
+//! Each request carries `user` (the trace's, else its prefix group, as offline) and the tenant
+//! in `--tenant-header`. Requests are attributed to the pod named by the `--pod-header` response header (Envoy adds
 //! it from `%UPSTREAM_HOST%`), else to the target. Pods in `--new-pods`, or first seen after
 //! `--scale-at` trace seconds, are "new": their first 300 trace seconds are the new-pod window.
 //! While running, a progress line is printed every `--progress-every` seconds (sent, done,
@@ -53,6 +54,9 @@ pub struct LiveArgs {
     /// The base model name sent when a request has no adapter.
     #[arg(long, default_value = "meta-llama/Llama-3.1-8B-Instruct")]
     pub model: String,
+    /// Request header carrying the tenant (the filter's `tenant_header`).
+    #[arg(long, default_value = "x-prewarm-tenant")]
+    pub tenant_header: String,
     /// Seconds between progress lines.
     #[arg(long, default_value_t = 5.0)]
     pub progress_every: f64,
@@ -289,7 +293,13 @@ async fn dispatch(
             model: adapter.unwrap_or_else(|| args.model.clone()),
             prompt: texts.prompt(r),
             max_tokens: r.output_length,
-            user: r.user.clone(),
+            user: r.user_key(),
+            tenant: assignment
+                .tenants
+                .get(i)
+                .cloned()
+                .flatten()
+                .map(|t| (args.tenant_header.clone(), t)),
         };
         let client = client.clone();
         let target = args.target.clone();

@@ -30,7 +30,9 @@ pub struct Outgoing {
     pub model: String,
     pub prompt: String,
     pub max_tokens: u64,
-    pub user: Option<String>,
+    pub user: String,
+    /// `(header, tenant)` sent when the request has a tenant.
+    pub tenant: Option<(String, String)>,
 }
 
 /// Sends `req` to `target` and reads the reply to its end.
@@ -48,8 +50,8 @@ pub async fn send(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    if let (Some(user), Some(map)) = (req.user, body.as_object_mut()) {
-        map.insert("user".into(), Value::String(user));
+    if let Some(map) = body.as_object_mut() {
+        map.insert("user".into(), Value::String(req.user));
     }
     let url = format!("{}/v1/completions", target.trim_end_matches('/'));
     let started = Instant::now();

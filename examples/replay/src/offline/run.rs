@@ -122,10 +122,7 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
         let model = adapter.clone().unwrap_or_else(|| base.clone());
         let canonical = texts.prompt(r);
         let chain = memo.chain(&model, r, &mut texts);
-        let user = r
-            .user
-            .clone()
-            .unwrap_or_else(|| format!("group-{}", r.hash_ids.first().copied().unwrap_or(0)));
+        let user = r.user_key();
         let ctx = RequestCtx {
             index: i,
             now_s: now,
