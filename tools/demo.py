@@ -195,7 +195,7 @@ def rust_live(args, stack: Stack, trace, json_path: Path, join) -> dict:
     new_pod = stack.spares[0].address
     argv = [bin_path("prewarm-replay"), "live", "--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}",
             "--max-requests", str(len(trace)), "--target", stack.envoy.url, "--time-scale", f"{args.time_scale:g}",
-            "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--model", BASE_MODEL,
+            "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--model", BASE_MODEL, "--concurrency", "512",
             "--json", json_path, "--plot", plot_dir]
     proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = time.monotonic()
@@ -216,6 +216,7 @@ def rust_live(args, stack: Stack, trace, json_path: Path, join) -> dict:
     row = (json.loads(json_path.read_text()).get("policies") or [{}])[0]
     return {"requests": row.get("requests", 0), "failed": row.get("failed", 0),
             "new_pod_requests": row.get("new_pod_requests"), "new_pod_ttft_p95_ms": row.get("new_pod_ttft_p95_ms"),
+            "new_pod_token_hit_ratio": row.get("new_pod_token_hit_ratio"),
             "fleet_steady_ttft_p95_ms": row.get("steady_ttft_p95_ms"), "token_hit_ratio": row.get("token_hit_ratio"),
             "adapter_hit_ratio": row.get("adapter_hit_ratio")}
 
@@ -244,6 +245,10 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     trace = demo_replay.load_trace(TRACE, args.until_s)
     tiers = demo_replay.assign_adapters(trace, SERVEGEN)
+    if args.replayer == "rust":
+        # prewarm-replay draws its own assignment: serve every ServeGen customer's adapter
+        names, _ = demo_replay.read_servegen(SERVEGEN)
+        tiers = {name: tiers.get(name, "bronze") for name in names}
     log(f"trace: {len(trace)} requests, {len({r.user for r in trace})} prefix groups, "
         f"{len(tiers)} ServeGen adapters ({sum(t == 'gold' for t in tiers.values())} gold, "
         f"{sum(t == 'silver' for t in tiers.values())} silver)")
