@@ -10,7 +10,7 @@ use crate::assign::{assign, read_servegen, zipf, AdapterSource, Assignment};
 use crate::offline::run::{evaluate, summaries, Setup, POLICIES};
 use crate::outcome::series;
 use crate::report::{table, Report};
-use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
+use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, TableAdapters, NEW_POD_WINDOW_S};
 use crate::trace::{load_trace, TraceRequest};
 
 #[derive(Debug, Parser)]
@@ -91,6 +91,10 @@ pub struct OfflineArgs {
     /// Pods each adapter is placed on by `prewarm` (the gateway's `pods.adapter_replicas`).
     #[arg(long, default_value_t = 2)]
     pub adapter_replicas: usize,
+    /// Adapters the `prewarm` table lists per pod: `registered` (the gateway's behaviour) or
+    /// `resident` (modelled GPU slots only; an experiment).
+    #[arg(long, value_enum, default_value = "registered")]
+    pub prewarm_table_adapters: TableAdapters,
     /// `N@Ts`: N cold pods join at T seconds (repeatable).
     #[arg(long = "add-pods")]
     pub add_pods: Vec<String>,
@@ -193,6 +197,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         max_cpu_loras: args.max_cpu_loras,
         adapter_rank: args.adapter_rank,
         adapter_replicas: args.adapter_replicas,
+        table_adapters: args.prewarm_table_adapters,
     };
     let setup = Setup {
         trace: &trace,

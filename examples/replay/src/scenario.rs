@@ -22,6 +22,19 @@ pub struct FleetSpec {
     pub adapter_rank: u32,
     /// Pods an adapter is placed on by the prewarm policy (the gateway's `adapter_replicas`).
     pub adapter_replicas: usize,
+    /// Which adapters the prewarm policy's routing table lists per pod.
+    pub table_adapters: TableAdapters,
+}
+
+/// Which adapters the `prewarm` policy's routing table lists for a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum TableAdapters {
+    /// The registered ones (`LoraResidency::served`): what the gateway publishes.
+    #[default]
+    Registered,
+    /// Only those modelled in a GPU slot: an experiment, not the gateway's behaviour.
+    Resident,
 }
 
 /// Something that happens to the fleet.

@@ -5,7 +5,7 @@
 use prewarm_replay::assign::{assign, zipf, Assignment};
 use prewarm_replay::offline::run::{evaluate, summaries, PolicyRun, Setup, POLICIES};
 use prewarm_replay::render::splitmix64;
-use prewarm_replay::scenario::{FleetEvent, FleetSpec};
+use prewarm_replay::scenario::{FleetEvent, FleetSpec, TableAdapters};
 use prewarm_replay::trace::TraceRequest;
 
 fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
@@ -17,6 +17,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         max_cpu_loras: 8,
         adapter_rank: 16,
         adapter_replicas: 2,
+        table_adapters: TableAdapters::Registered,
     }
 }
 
@@ -91,10 +92,17 @@ fn pressured_trace(n: u64, seed: u64) -> Vec<TraceRequest> {
 
 #[test]
 fn the_oracle_never_loses_to_any_policy() {
-    for seed in [1u64, 2, 3] {
+    for (seed, table_adapters) in [
+        (1u64, TableAdapters::Registered),
+        (2, TableAdapters::Resident),
+        (3, TableAdapters::Registered),
+    ] {
         let trace = pressured_trace(400, seed);
         let assignment = assign(&trace, Some(&zipf(12, 1.1)), seed, 0.1, 0.2);
-        let spec = fleet(3, 900);
+        let spec = FleetSpec {
+            table_adapters,
+            ..fleet(3, 900)
+        };
         let events = [
             FleetEvent::AddPods {
                 count: 1,

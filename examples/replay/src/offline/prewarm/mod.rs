@@ -44,7 +44,7 @@ use self::triggers::FilterSide;
 use super::baselines::RoundRobin;
 use super::fleet::Fleet;
 use super::policy::{Policy, RequestCtx};
-use crate::scenario::FleetEvent;
+use crate::scenario::{FleetEvent, TableAdapters};
 
 /// The gateway's configuration sections the policy runs with (the gateway's defaults, except
 /// where the fleet fixes the pod geometry).
@@ -59,6 +59,8 @@ pub struct PrewarmConfig {
     pub routing: RoutingConfig,
     pub slots: LoraSlots,
     pub adapter_replicas: usize,
+    /// Which adapters the table lists (the gateway lists the registered ones).
+    pub table_adapters: TableAdapters,
     /// Keep-warm and table period, seconds (the gateway's loop runs every second).
     pub period_s: f64,
 }
@@ -87,6 +89,7 @@ impl PrewarmConfig {
             routing: RoutingConfig::default(),
             slots,
             adapter_replicas: adapter_replicas.max(1),
+            table_adapters: TableAdapters::Registered,
             period_s: 1.0,
         }
     }
@@ -186,17 +189,35 @@ impl Prewarm {
         let routable: Vec<bool> = (0..self.pods.len())
             .map(|i| self.routable(i, now_s))
             .collect();
+        let resident: Vec<Vec<String>> = self
+            .pods
+            .iter()
+            .map(|b| match self.config.table_adapters {
+                TableAdapters::Registered => Vec::new(),
+                TableAdapters::Resident => b
+                    .lora
+                    .adapters()
+                    .into_iter()
+                    .filter(|a| a.in_gpu)
+                    .map(|a| a.name)
+                    .collect(),
+            })
+            .collect();
         let routes: Vec<PodRoute<'_>> = fleet
             .pods
             .iter()
             .zip(&self.pods)
+            .zip(resident.iter())
             .zip(routable)
-            .map(|((p, b), routable)| PodRoute {
+            .map(|(((p, b), resident), routable)| PodRoute {
                 id: &p.id,
                 address: &p.id,
                 weight: 1.0,
                 load: None,
-                adapters: b.lora.served().collect(),
+                adapters: match self.config.table_adapters {
+                    TableAdapters::Registered => b.lora.served().collect(),
+                    TableAdapters::Resident => resident.iter().map(String::as_str).collect(),
+                },
                 routable,
             })
             .collect();
