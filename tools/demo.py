@@ -1,17 +1,22 @@
 """`make demo`: prewarm end to end on loopback, with warm-up and without, side by side.
 
 Each run starts the real Envoy (envoy/envoy.yaml, rewritten to free ports, with the prewarm
-filter .wasm and an `x-prewarm-upstream` response header), the gateway (static pool of 3 podsim
-pods, the trace's ServeGen adapters registered from real adapter directories with SHA-256
-manifests, tenant tiers) and 3 podsim pods (latency profile, time scale); replays a slice of
-`../shared/traces/mooncake-synthetic` with ServeGen adapters through Envoy (`prewarm-replay live`
-when it supports `--target`, else tools/demo_replay.py); midway starts a 4th pod and announces it
-to the gateway (`POST /admin/pods`); prints what is warming and how far while it runs. The second
-run is the same with warm-up disabled (`warmup.first_tier = second_tier = 0`). Then one table,
-and the JSON and charts under out/demo/.
+filter .wasm and an `x-prewarm-upstream: %UPSTREAM_HOST%` response header), the gateway (static
+pool of 3 podsim pods, the trace's ServeGen adapters registered from real adapter directories with
+SHA-256 manifests, tenant tiers) and 3 podsim pods (latency profile, time scale) — all through
+tests/harness/stack.py; replays a slice of `../shared/traces/mooncake-synthetic` with ServeGen
+adapters through Envoy; midway starts a 4th pod and announces it to the gateway
+(`POST /admin/pods`); prints what is warming and how far (`GET /admin/pods/pod-3/warmup`) and the
+replay's progress while it runs. The second run is the same with warm-up disabled
+(`warmup.first_tier = second_tier = 0`). Then one table (tools/demo_report.py), and the JSON and
+charts under out/demo/.
 
-Everything started is stopped by process id (also on Ctrl-C and on failure). `--keep` (make demo
-KEEP=1) runs the baseline first and leaves the prewarm stack up, printing its URLs.
+The replayer: tools/demo_replay.py by default (the conventions of examples/replay, and
+per-request outcomes, which the table's moved-prefix and adapter rows need); `--replayer rust`
+drives `prewarm-replay live` instead, whose report has per-run figures only (those rows: n/a).
+
+Everything started is stopped by process id (also on Ctrl-C, SIGTERM and failure). `--keep` (make
+demo KEEP=1) runs the baseline first and leaves the prewarm stack up, printing its URLs.
 """
 from __future__ import annotations
 
