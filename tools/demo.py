@@ -279,6 +279,10 @@ def main() -> int:
         fleet = {f"{m} fleet": demo_report.bucketed_p95(runs[m]["outcomes"], 30) for m in ("prewarm", "no-warmup")}
         (charts / "fleet-ttft-p95.svg").write_text(demo_report.svg_chart(
             fleet, "fleet TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
+        hits = {f"{m} new pod": demo_report.bucketed_hit_ratio(runs[m]["outcomes"], 30, NEW_POD)
+                for m in ("prewarm", "no-warmup")}
+        (charts / "new-pod-token-hit-ratio.svg").write_text(demo_report.svg_chart(
+            hits, "new pod token hit ratio per 30 s", args.join_s, "cached / prompt tokens"))
         summary_path = args.out / "summary.json"
         summary_path.write_text(json.dumps({m: r["summary"] for m, r in runs.items()}, indent=2))
         print()
@@ -286,7 +290,8 @@ def main() -> int:
               f"3 pods + {NEW_POD} joining at {args.join_s:g}s; times are model time ({PROFILE['name']})")
         print(text)
         print(f"\nJSON: {summary_path}, {runs['prewarm']['summary']['json']}, {runs['no-warmup']['summary']['json']}")
-        print(f"charts: {charts}/new-pod-ttft-p95.svg, {charts}/fleet-ttft-p95.svg")
+        print(f"charts: {charts}/new-pod-token-hit-ratio.svg, {charts}/new-pod-ttft-p95.svg, "
+              f"{charts}/fleet-ttft-p95.svg")
         if kept:
             print_urls(kept)
             wait_for_ctrl_c()

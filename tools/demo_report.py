@@ -129,10 +129,10 @@ def table(columns: list[tuple[str, dict]], window_min: float) -> str:
 
 def svg_chart(series: dict[str, list[tuple[float, float]]], title: str, join_s: float, y_label: str) -> str:
     """A line chart (x: trace seconds, y: value) of a few named series, as standalone SVG."""
-    w, h, pad = 760, 360, 50
-    xs = [x for pts in series.values() for x, _ in pts] or [0.0, 1.0]
+    w, h, pad = 760, 360, 64
+    xs = [x for pts in series.values() for x, _ in pts] + [join_s]
     ys = [y for pts in series.values() for _, y in pts] or [0.0, 1.0]
-    x0, x1 = min(xs), max(xs) or 1.0
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1.0)
     y1 = max(ys) * 1.1 or 1.0
 
     def px(x: float) -> float:
@@ -153,7 +153,7 @@ def svg_chart(series: dict[str, list[tuple[float, float]]], title: str, join_s: 
            f'<text x="{px(join_s) + 4}" y="{pad + 12}" fill="grey">pod joins</text>']
     for k in range(5):
         y = y1 * k / 4
-        out.append(f'<text x="{pad - 4}" y="{py(y) + 4}" text-anchor="end">{y:,.0f}</text>')
+        out.append(f'<text x="{pad - 4}" y="{py(y) + 4}" text-anchor="end">{y:,.{0 if y1 > 10 else 2}f}</text>')
     for k in range(6):
         x = x0 + (x1 - x0) * k / 5
         out.append(f'<text x="{px(x)}" y="{h - pad + 16}" text-anchor="middle">{x:,.0f}</text>')
@@ -164,6 +164,14 @@ def svg_chart(series: dict[str, list[tuple[float, float]]], title: str, join_s: 
         out.append(f'<text x="{w - pad - 150}" y="{pad + 16 * n + 10}" fill="{c}">{name}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def bucketed_hit_ratio(outcomes: list[dict], bucket_s: float, pod: Optional[str] = None) -> list[tuple[float, float]]:
+    buckets: dict[int, list[dict]] = {}
+    for o in outcomes:
+        if o["status"] == 200 and (pod is None or o["pod"] == pod):
+            buckets.setdefault(int(o["arrival_s"] // bucket_s), []).append(o)
+    return [((b + 0.5) * bucket_s, hit_ratio(v) or 0.0) for b, v in sorted(buckets.items())]
 
 
 def bucketed_p95(outcomes: list[dict], bucket_s: float, pod: Optional[str] = None) -> list[tuple[float, float]]:
