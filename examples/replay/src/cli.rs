@@ -234,3 +234,27 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
     let marks: Vec<f64> = events.iter().map(FleetEvent::at_s).collect();
     write_outputs(&args.common, &report, &marks)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offline(extra: &[&str]) -> OfflineArgs {
+        let mut argv = vec!["prewarm-replay", "offline", "--trace", "/nonexistent.jsonl"];
+        argv.extend_from_slice(extra);
+        match Cli::parse_from(argv).command {
+            Command::Offline(a) => a,
+            Command::Live(_) => unreachable!("offline was asked for"),
+        }
+    }
+
+    #[test]
+    fn bad_flags_are_refused_naming_the_flag() {
+        let err = |extra: &[&str]| run_offline(&offline(extra)).unwrap_err();
+        assert!(err(&["--policies", "lru"]).starts_with("--policies: \"lru\""));
+        assert!(err(&["--pods", "0"]).starts_with("--pods: 0"));
+        assert!(err(&["--add-pods", "two@600s"]).starts_with("--add-pods:"));
+        assert!(err(&["--restart-pod", "9@10s"]).starts_with("--restart-pod: 9@10s"));
+        assert!(err(&[]).contains("/nonexistent.jsonl"));
+    }
+}
