@@ -8,7 +8,6 @@
 //! allocation: the builder compares it with the table it holds before building anything.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
 use serde::{Deserialize, Serialize};
@@ -129,30 +128,34 @@ impl RoutingTableBuilder {
         if unchanged {
             return false;
         }
-        let adapters: Vec<Cow<'_, [&str]>> =
-            included.iter().map(|p| normalised(&p.adapters)).collect();
-        let mut previous: HashMap<String, RoutedPod> = std::mem::take(&mut self.table.pods)
-            .into_iter()
-            .map(|p| (p.id.clone(), p))
-            .collect();
-        self.table.pods = included
-            .iter()
-            .zip(adapters)
-            .map(|(p, a)| {
-                let kept = previous
-                    .remove(p.id)
-                    .map(|old| old.adapters)
-                    .filter(|old| same_adapters(old, &a));
-                RoutedPod {
-                    id: p.id.to_string(),
-                    address: p.address.to_string(),
-                    weight: p.weight,
-                    adapters: kept
-                        .unwrap_or_else(|| a.iter().map(|name| (*name).to_string()).collect()),
-                    load: self.rounded_load(p.load),
+        // The previous pods by id (the table is sorted by id): a pod whose adapter list did not
+        // change keeps its strings, and an input equal to it needs no normalising.
+        let mut previous = std::mem::take(&mut self.table.pods).into_iter().peekable();
+        let mut pods = Vec::with_capacity(included.len());
+        for p in &included {
+            while previous.next_if(|old| old.id.as_str() < p.id).is_some() {}
+            let old = previous
+                .next_if(|old| old.id == p.id)
+                .map(|old| old.adapters);
+            let adapters = match old {
+                Some(old) if same_adapters(&old, &p.adapters) => old,
+                old => {
+                    let a = normalised(&p.adapters);
+                    match old {
+                        Some(old) if same_adapters(&old, &a) => old,
+                        _ => a.iter().map(|name| (*name).to_string()).collect(),
+                    }
                 }
-            })
-            .collect();
+            };
+            pods.push(RoutedPod {
+                id: p.id.to_string(),
+                address: p.address.to_string(),
+                weight: p.weight,
+                adapters,
+                load: self.rounded_load(p.load),
+            });
+        }
+        self.table.pods = pods;
         self.table.generation = self.table.generation.saturating_add(1);
         self.table.generated_at_ms = now_ms;
         self.built = true;

@@ -96,6 +96,12 @@ fn the_generation_moves_only_when_the_content_changes() {
         }
         assert_eq!(b.table().generation, generation, "{name}");
     }
+    let last = &b.table().pods;
+    assert_eq!(last.len(), 1);
+    assert_eq!(
+        (last[0].id.as_str(), &last[0].adapters),
+        ("b", &vec!["q".to_string(), "r".to_string()])
+    );
 }
 
 #[test]
