@@ -144,10 +144,7 @@ impl SignalBatch {
 
     /// Decodes and checks the version.
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
-        let v: VersionOnly = serde_json::from_slice(bytes)
-            .map_err(|e| WireError::Malformed(format!("body: {e}")))?;
-        check_version(&v.version)?;
-        serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(format!("signals: {e}")))
+        decode_versioned(bytes, "signals", |b: &Self| &b.version)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -158,6 +155,27 @@ impl SignalBatch {
 #[derive(Deserialize)]
 struct VersionOnly {
     version: String,
+}
+
+/// One parse in the common case; only a document that does not parse is read again for its
+/// version, so that another major version is reported as such rather than as malformed.
+fn decode_versioned<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+    version: impl Fn(&T) -> &String,
+) -> Result<T, WireError> {
+    match serde_json::from_slice::<T>(bytes) {
+        Ok(doc) => {
+            check_version(version(&doc))?;
+            Ok(doc)
+        }
+        Err(e) => {
+            if let Ok(v) = serde_json::from_slice::<VersionOnly>(bytes) {
+                check_version(&v.version)?;
+            }
+            Err(WireError::Malformed(format!("{what}: {e}")))
+        }
+    }
 }
 
 /// A pod as the filter routes to it.
@@ -203,10 +221,7 @@ pub struct RoutingTable {
 impl RoutingTable {
     /// Decodes and checks the version.
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
-        let v: VersionOnly = serde_json::from_slice(bytes)
-            .map_err(|e| WireError::Malformed(format!("body: {e}")))?;
-        check_version(&v.version)?;
-        serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(format!("table: {e}")))
+        decode_versioned(bytes, "table", |t: &Self| &t.version)
     }
 
     pub fn encode(&self) -> Vec<u8> {
