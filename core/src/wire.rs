@@ -169,12 +169,13 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
             check_version(version(&doc))?;
             Ok(doc)
         }
-        Err(e) => {
-            if let Ok(v) = serde_json::from_slice::<VersionOnly>(bytes) {
+        Err(e) => match serde_json::from_slice::<VersionOnly>(bytes) {
+            Ok(v) => {
                 check_version(&v.version)?;
+                Err(WireError::Malformed(format!("{what}: {e}")))
             }
-            Err(WireError::Malformed(format!("{what}: {e}")))
-        }
+            Err(not_a_document) => Err(WireError::Malformed(format!("body: {not_a_document}"))),
+        },
     }
 }
 

@@ -36,4 +36,7 @@ pub use kv::{KvConfig, KvResidency};
 pub use lora::{LoraConfig, LoraDecision, LoraResidency, Tier};
 pub use prefix_key::{HotPrefix, PrefixKey};
 pub use routing::{PodRoute, RoutingConfig, RoutingTableBuilder};
-pub use warmup::{plan_warmup, WarmupAction, WarmupConfig, WarmupPlan, WarmupProgress};
+pub use warmup::{
+    candidates_for, plan_warmup, plan_warmup_scoped, ScopedCandidates, WarmupAction, WarmupConfig,
+    WarmupPlan, WarmupProgress,
+};

@@ -127,6 +127,33 @@ pub fn plan_warmup(
     hot: &[HotPrefix],
     config: &WarmupConfig,
 ) -> WarmupPlan {
+    plan_warmup_scoped(pod, candidates, &HashMap::new(), adapters, hot, config)
+}
+
+/// Placement candidates of the models that not every pod serves, by chain seed
+/// (`PrefixKey::model`): an adapter's prefixes are placed among the pods serving the adapter,
+/// as the filter places a request among the pods the routing table lists for its model.
+pub type ScopedCandidates<'a> = HashMap<u64, Vec<PlacementCandidate<'a>>>;
+
+/// The candidates a prefix of the model with chain seed `model` is placed among: its scope when
+/// it has one, else every candidate (the filter's fallback when no pod lists the model).
+pub fn candidates_for<'c, 'a>(
+    model: u64,
+    all: &'c [PlacementCandidate<'a>],
+    scoped: &'c ScopedCandidates<'a>,
+) -> &'c [PlacementCandidate<'a>] {
+    scoped.get(&model).map_or(all, Vec::as_slice)
+}
+
+/// [`plan_warmup`] where the prefixes of scoped models move only among their scope's pods.
+pub fn plan_warmup_scoped(
+    pod: &str,
+    candidates: &[PlacementCandidate<'_>],
+    scoped: &ScopedCandidates<'_>,
+    adapters: &[String],
+    hot: &[HotPrefix],
+    config: &WarmupConfig,
+) -> WarmupPlan {
     let mut plan = WarmupPlan {
         pod: pod.to_string(),
         adapters: adapters.to_vec(),
@@ -135,12 +162,16 @@ pub fn plan_warmup(
         lazy: Vec::new(),
         considered: 0,
     };
-    let Some(me) = candidates.iter().position(|c| c.id == pod) else {
+    if !candidates.iter().any(|c| c.id == pod) {
         return plan;
-    };
+    }
     for h in hot.iter().take(config.max_candidates) {
         plan.considered += 1;
-        if !wins(h.routing_key.0, me, candidates) {
+        let among = candidates_for(h.key.model, candidates, scoped);
+        let Some(me) = among.iter().position(|c| c.id == pod) else {
+            continue;
+        };
+        if !wins(h.routing_key.0, me, among) {
             continue;
         }
         if plan.first_tier.len() < config.first_tier {

@@ -5,8 +5,10 @@
 
 use prewarm_core::{place, PlacementCandidate};
 
+use super::placement::adapter_scopes;
 use super::State;
 use crate::config::GatewayConfig;
+use crate::policy::candidates_for;
 
 /// (pod id, ratio in [0, 1]) for every routable pod some hot prefix routes to.
 pub fn modelled_hit_ratios(
@@ -28,12 +30,17 @@ pub fn modelled_hit_ratios(
         .warmup
         .first_tier
         .saturating_add(config.warmup.second_tier);
+    let scopes = adapter_scopes(state, &candidates, None);
     let mut counts = vec![(0u64, 0u64); candidates.len()];
     for hot in state.pool.hot_prefixes(limit, &config.fingerprint.core()) {
-        let Some(i) = place(hot.routing_key.0, &candidates) else {
+        let among = candidates_for(hot.key.model, &candidates, &scopes);
+        let Some(c) = place(hot.routing_key.0, among).and_then(|i| among.get(i)) else {
             continue;
         };
-        let (Some(c), Some(count)) = (candidates.get(i), counts.get_mut(i)) else {
+        let Some(i) = candidates.iter().position(|x| x.id == c.id) else {
+            continue;
+        };
+        let Some(count) = counts.get_mut(i) else {
             continue;
         };
         count.1 += 1;

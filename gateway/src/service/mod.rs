@@ -11,6 +11,7 @@
 pub mod adapters;
 pub mod hit_ratio;
 pub mod persist;
+pub mod placement;
 pub mod planning;
 pub mod pods;
 pub mod signals;

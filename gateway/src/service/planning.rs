@@ -2,15 +2,16 @@
 //! down (up, or not checked yet: at a gateway restart every pod comes up in the same round, and
 //! each should warm only its own share) plus
 //! the pod itself, the adapters those placed on it (pinned first, then by tier), the hot prefixes
-//! the pool's hottest. Used by the executor, `GET /admin/pods/{id}/plan` and the `plan` command.
+//! the pool's hottest, an adapter's prefixes placed among the pods serving it ([`super::placement`]). Used by the executor, `GET /admin/pods/{id}/plan` and the `plan` command.
 
 use prewarm_core::PlacementCandidate;
 use serde::Serialize;
 
 use super::adapters::placed_pods_among;
+use super::placement::adapter_scopes;
 use super::pods::PodHealth;
 use super::{Gateway, State};
-use crate::policy::{plan_warmup, WarmupPlan};
+use crate::policy::{plan_warmup_scoped, WarmupPlan};
 
 /// Which pods count as placement candidates besides the planned one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +66,11 @@ pub fn plan_for(
         gateway.config.warmup.max_candidates,
         &gateway.config.fingerprint.core(),
     );
-    Some(plan_warmup(
+    let scopes = adapter_scopes(state, &candidates, Some((pod_id, &adapters)));
+    Some(plan_warmup_scoped(
         pod_id,
         &candidates,
+        &scopes,
         &adapters,
         &hot,
         &gateway.config.warmup,

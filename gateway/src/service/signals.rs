@@ -6,8 +6,9 @@ use prewarm_core::wire::{Signal, SignalBatch};
 use prewarm_core::{place, PlacementCandidate};
 use serde::Serialize;
 
+use super::placement::adapter_scopes;
 use super::{now_ms, Gateway, State};
-use crate::policy::PrefixKey;
+use crate::policy::{candidates_for, PrefixKey};
 use crate::telemetry::Telemetry;
 
 /// What `POST /v1/signals` answers.
@@ -73,7 +74,7 @@ impl Gateway {
 
 impl Gateway {
     /// Adds each signalled hot prefix to the warm set of the pod the filters route it to (core's
-    /// placement over the routable pods, keyed by its routing key), unless the KV model believes
+    /// placement over the routable pods serving its model, keyed by its routing key), unless the KV model believes
     /// it resident there; the keep-warm loop then prefills it within the pod's budget. Returns
     /// how many were added.
     fn keep_warm_where_routed(&self, state: &mut State, keys: &[PrefixKey], now: u64) -> usize {
@@ -88,6 +89,7 @@ impl Gateway {
             .iter()
             .map(|(id, w)| PlacementCandidate::new(id, *w))
             .collect();
+        let scopes = adapter_scopes(state, &candidates, None);
         let mut added = 0;
         for key in keys {
             let Some(view) = state.pool.get(key) else {
@@ -97,7 +99,8 @@ impl Gateway {
                 continue;
             };
             let shards = shards_of(view.blocks, &fingerprint);
-            let Some(pod_id) = place(rk.0, &candidates).and_then(|i| candidates.get(i)) else {
+            let among = candidates_for(key.model, &candidates, &scopes);
+            let Some(pod_id) = place(rk.0, among).and_then(|i| among.get(i)) else {
                 continue;
             };
             if let Some(pod) = state.pods.get_mut(pod_id.id) {

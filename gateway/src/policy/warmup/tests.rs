@@ -75,6 +75,46 @@ fn the_plan_takes_exactly_the_keys_that_move_hottest_first() {
 }
 
 #[test]
+fn an_adapters_prefixes_move_only_among_the_pods_serving_it() {
+    let pods = ids(6);
+    let all = cands(&pods);
+    // model 1 (the helper's prefixes) is an adapter served by pod-1 and pod-4 only
+    let mut scoped = ScopedCandidates::new();
+    scoped.insert(1, vec![all[1], all[4]]);
+    let prefixes = hot(3_000, 3);
+    let config = WarmupConfig {
+        first_tier: 10_000,
+        ..WarmupConfig::default()
+    };
+    for (i, pod) in pods.iter().enumerate() {
+        let plan = plan_warmup_scoped(pod, &all, &scoped, &[], &prefixes, &config);
+        if i == 1 || i == 4 {
+            let want = prefixes
+                .iter()
+                .filter(|h| {
+                    place(h.routing_key.0, &scoped[&1]).map(|w| scoped[&1][w].id) == Some(pod)
+                })
+                .count();
+            assert_eq!(plan.first_tier.len(), want, "{pod}");
+            assert!(want > 1_000, "{pod}: {want}");
+        } else {
+            assert!(plan.first_tier.is_empty(), "{pod} serves no adapter prefix");
+        }
+    }
+    // unscoped models still spread over every pod
+    let plan = plan_warmup_scoped(
+        "pod-0",
+        &all,
+        &ScopedCandidates::new(),
+        &[],
+        &prefixes,
+        &config,
+    );
+    assert!(!plan.first_tier.is_empty());
+    assert_eq!(candidates_for(7, &all, &scoped).len(), 6);
+}
+
+#[test]
 fn an_unknown_pod_gets_adapters_only_and_limits_apply() {
     let pods = ids(3);
     let plan = plan_warmup(
