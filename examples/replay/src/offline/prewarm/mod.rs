@@ -15,8 +15,9 @@
 //!   `LoraResidency::served`).
 //! - The initial pods are warmed at the start (their placed adapters: nothing is hot yet),
 //!   every pod a placement candidate.
-//! - A pod that joins or restarts gets a warm-up plan (`plan_warmup`: its placed adapters,
-//!   then the hot prefixes that move to it) paced by `WarmupProgress` (actions complete when
+//! - A pod that joins or restarts gets a warm-up plan (`plan_warmup_scoped`: its placed
+//!   adapters, then the hot prefixes that move to it, an adapter's prefixes placed among the
+//!   pods serving the adapter) paced by `WarmupProgress` (actions complete when
 //!   the pod model says they do); it enters the table when `routable`.
 //! - Routing is the filter's choice over the table: the pods serving the adapter first (all
 //!   when none does), core's placement on the prompt's routing key.
@@ -34,9 +35,9 @@ use prewarm_core::{place, rank, BlockChain, FingerprintConfig, PlacementCandidat
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::warmup::PodPressure;
 use prewarm_gateway::policy::{
-    plan_warmup, HotnessConfig, KvConfig, KvResidency, LoraConfig, LoraDecision, LoraResidency,
-    PodRoute, PromptPool, RoutingConfig, RoutingTableBuilder, Tier, WarmupAction, WarmupConfig,
-    WarmupProgress,
+    plan_warmup_scoped, HotnessConfig, KvConfig, KvResidency, LoraConfig, LoraDecision,
+    LoraResidency, PodRoute, PromptPool, RoutingConfig, RoutingTableBuilder, ScopedCandidates,
+    Tier, WarmupAction, WarmupConfig, WarmupProgress,
 };
 
 use self::execute::Executed;
@@ -294,6 +295,33 @@ impl Prewarm {
         Some(e)
     }
 
+    /// The placement scope of every adapter some member serves (as the gateway's
+    /// `service/placement.rs` builds it): the pods serving it, the planned pod counting as
+    /// serving the adapters its warm-up is about to load.
+    fn adapter_scopes<'a>(
+        &self,
+        members: &[usize],
+        candidates: &[PlacementCandidate<'a>],
+        planned_pod: usize,
+        planned: &[String],
+    ) -> ScopedCandidates<'a> {
+        let mut scopes = ScopedCandidates::new();
+        for (&i, c) in members.iter().zip(candidates) {
+            let served = self.pods.get(i).into_iter().flat_map(|b| b.lora.served());
+            let planned_here = planned
+                .iter()
+                .map(String::as_str)
+                .filter(|_| i == planned_pod);
+            let mut names: Vec<&str> = served.chain(planned_here).collect();
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                scopes.entry(chain_seed(name)).or_default().push(*c);
+            }
+        }
+        scopes
+    }
+
     /// Plans and starts `pod`'s warm-up; `all`: every pod is a placement candidate (the
     /// initial pods, which start together).
     fn start_warmup(&mut self, fleet: &Fleet, pod: usize, all: bool, now_s: f64) {
@@ -313,7 +341,15 @@ impl Prewarm {
         let hot = self
             .pool
             .hot_prefixes(self.config.warmup.max_candidates, &self.config.fingerprint);
-        let plan = plan_warmup(&id, &candidates, &adapters, &hot, &self.config.warmup);
+        let scopes = self.adapter_scopes(&members, &candidates, pod, &adapters);
+        let plan = plan_warmup_scoped(
+            &id,
+            &candidates,
+            &scopes,
+            &adapters,
+            &hot,
+            &self.config.warmup,
+        );
         let cold = self.cold_brain();
         if let Some(b) = self.pods.get_mut(pod) {
             let previous = b.warmup.take();
