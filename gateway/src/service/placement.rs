@@ -6,31 +6,41 @@
 use prewarm_core::fingerprint::chain_seed;
 use prewarm_core::PlacementCandidate;
 
+use super::adapters::placed_pods_among;
 use super::State;
 use crate::policy::ScopedCandidates;
 
-/// The scope of every adapter some candidate serves. `planned` adds the adapters a pod's
-/// warm-up is about to load, so a joining pod counts as serving them already.
+/// The scope of every registered or served adapter: the candidates it is placed on (where the
+/// gateway loads it, so a joining pod counts before its load completes) and those already
+/// serving it. Every pod's plan sees the same scopes, so a prefix moves to exactly one pod.
 pub fn adapter_scopes<'a>(
     state: &State,
     candidates: &[PlacementCandidate<'a>],
-    planned: Option<(&str, &[String])>,
+    replicas: usize,
 ) -> ScopedCandidates<'a> {
-    let mut scopes = ScopedCandidates::new();
+    let mut members: Vec<(&str, &str)> = Vec::new();
+    for r in state.registry.iter() {
+        for pod in placed_pods_among(candidates, &r.name, replicas) {
+            if let Some(c) = candidates.iter().find(|c| c.id == pod) {
+                members.push((r.name.as_str(), c.id));
+            }
+        }
+    }
     for c in candidates {
-        let served = state
+        for name in state
             .pods
             .get(c.id)
             .into_iter()
-            .flat_map(|p| p.lora.served());
-        let planned_here = planned
-            .filter(|(pod, _)| *pod == c.id)
-            .into_iter()
-            .flat_map(|(_, adapters)| adapters.iter().map(String::as_str));
-        let mut names: Vec<&str> = served.chain(planned_here).collect();
-        names.sort_unstable();
-        names.dedup();
-        for name in names {
+            .flat_map(|p| p.lora.served())
+        {
+            members.push((name, c.id));
+        }
+    }
+    members.sort_unstable();
+    members.dedup();
+    let mut scopes = ScopedCandidates::new();
+    for (name, pod) in members {
+        if let Some(c) = candidates.iter().find(|c| c.id == pod) {
             scopes.entry(chain_seed(name)).or_default().push(*c);
         }
     }

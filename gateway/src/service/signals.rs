@@ -89,7 +89,7 @@ impl Gateway {
             .iter()
             .map(|(id, w)| PlacementCandidate::new(id, *w))
             .collect();
-        let scopes = adapter_scopes(state, &candidates, None);
+        let scopes = adapter_scopes(state, &candidates, self.config.pods.adapter_replicas);
         let mut added = 0;
         for key in keys {
             let Some(view) = state.pool.get(key) else {
