@@ -15,6 +15,7 @@ pub mod fingerprint;
 pub mod placement;
 pub mod rate;
 pub mod request;
+pub mod route;
 pub mod similarity;
 pub mod tokens;
 pub mod trigger;

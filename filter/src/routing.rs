@@ -6,8 +6,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use prewarm_core::route::route_request;
 use prewarm_core::wire::{RoutedPod, RoutingTable};
-use prewarm_core::{place, place_bounded, rank, BlockChain, FingerprintConfig, PlacementCandidate};
+use prewarm_core::{rank, BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::host::{Host, Metric};
 use crate::shared::{read_u64, Keys};
@@ -68,30 +69,7 @@ pub fn choose_pod<'t>(
     let key = chain
         .routing_key(fingerprint)
         .ok_or(Unrouted::NoFullBlock)?;
-    let holders: Vec<&RoutedPod> = table
-        .pods
-        .iter()
-        .filter(|p| p.adapters.iter().any(|a| a == model))
-        .collect();
-    let pool: Vec<&RoutedPod> = if holders.is_empty() {
-        table.pods.iter().collect()
-    } else {
-        holders
-    };
-    let candidates: Vec<PlacementCandidate<'_>> = pool
-        .iter()
-        .map(|p| PlacementCandidate::new(&p.id, p.weight))
-        .collect();
-    let chosen = match table.load_factor {
-        Some(factor) => {
-            let loads: Vec<f64> = pool.iter().map(|p| p.load.unwrap_or(0.0)).collect();
-            place_bounded(key.0, &candidates, &loads, factor)
-        }
-        None => place(key.0, &candidates),
-    };
-    let primary = chosen
-        .and_then(|i| pool.get(i).copied())
-        .ok_or(Unrouted::NoPod)?;
+    let (primary, pool) = route_request(table, model, key.0).ok_or(Unrouted::NoPod)?;
     let mut route = Route {
         primary,
         alternatives: Vec::new(),

@@ -31,7 +31,7 @@ use podsim::Admission;
 use prewarm_core::fingerprint::{chain_seed, shards_of};
 use prewarm_core::trigger::TriggerConfig;
 use prewarm_core::wire::{RoutingTable, Signal};
-use prewarm_core::{place, rank, BlockChain, FingerprintConfig, PlacementCandidate};
+use prewarm_core::{rank, BlockChain, FingerprintConfig, PlacementCandidate};
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::warmup::PodPressure;
 use prewarm_gateway::policy::{
@@ -488,7 +488,7 @@ impl Prewarm {
     }
 }
 
-/// The filter's pod choice over a routing table (as `filter/src/routing.rs` makes it).
+/// The filter's pod choice over a routing table (core's `route_request`, as the filter makes it).
 pub fn choose_from_table(
     table: &RoutingTable,
     model: &str,
@@ -496,28 +496,7 @@ pub fn choose_from_table(
     fingerprint: &FingerprintConfig,
 ) -> Option<String> {
     let key = chain.routing_key(fingerprint)?;
-    let holders: Vec<_> = table
-        .pods
-        .iter()
-        .filter(|p| p.adapters.iter().any(|a| a == model))
-        .collect();
-    let pool: Vec<_> = if holders.is_empty() {
-        table.pods.iter().collect()
-    } else {
-        holders
-    };
-    let candidates: Vec<PlacementCandidate<'_>> = pool
-        .iter()
-        .map(|p| PlacementCandidate::new(&p.id, p.weight))
-        .collect();
-    let chosen = match table.load_factor {
-        Some(f) => {
-            let loads: Vec<f64> = pool.iter().map(|p| p.load.unwrap_or(0.0)).collect();
-            prewarm_core::place_bounded(key.0, &candidates, &loads, f)
-        }
-        None => place(key.0, &candidates),
-    };
-    chosen.and_then(|i| pool.get(i)).map(|p| p.id.clone())
+    prewarm_core::route::route_request(table, model, key.0).map(|(p, _)| p.id.clone())
 }
 
 impl Policy for Prewarm {
