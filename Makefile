@@ -74,7 +74,7 @@ test: lint unit-tests wasm-tests validate manifests e2e-tests
 	@echo "make test: all passed"
 
 bench: setup
-	cargo bench -p prewarm-core
+	cargo bench -p prewarm-core -p prewarm-gateway -p podsim
 
 bench-filter: setup wasm
 	tools/bench-filter.sh
