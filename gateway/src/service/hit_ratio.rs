@@ -3,9 +3,9 @@
 //! resident. Exported as `prewarm_modelled_hit_ratio{pod}`; a pod no hot prefix routes to has no
 //! ratio.
 
-use prewarm_core::{place, PlacementCandidate};
+use prewarm_core::place;
 
-use super::placement::adapter_scopes;
+use super::placement::{adapter_scopes, candidates_of, routable_pods};
 use super::State;
 use crate::config::GatewayConfig;
 use crate::policy::candidates_for;
@@ -16,16 +16,8 @@ pub fn modelled_hit_ratios(
     config: &GatewayConfig,
     now_ms: u64,
 ) -> Vec<(String, f64)> {
-    let routable: Vec<(&str, f64)> = state
-        .pods
-        .values()
-        .filter(|p| p.routable(now_ms))
-        .map(|p| (p.spec.id.as_str(), p.spec.weight))
-        .collect();
-    let candidates: Vec<PlacementCandidate<'_>> = routable
-        .iter()
-        .map(|(id, w)| PlacementCandidate::new(id, *w))
-        .collect();
+    let routable = routable_pods(state, now_ms);
+    let candidates = candidates_of(&routable);
     let limit = config
         .warmup
         .first_tier

@@ -46,3 +46,21 @@ pub fn adapter_scopes<'a>(
     }
     scopes
 }
+
+/// The routable pods as (id, weight): the members of placement the filters see in the table.
+pub fn routable_pods(state: &State, now_ms: u64) -> Vec<(String, f64)> {
+    state
+        .pods
+        .values()
+        .filter(|p| p.routable(now_ms))
+        .map(|p| (p.spec.id.clone(), p.spec.weight))
+        .collect()
+}
+
+/// Placement candidates of (id, weight) members.
+pub fn candidates_of(members: &[(String, f64)]) -> Vec<PlacementCandidate<'_>> {
+    members
+        .iter()
+        .map(|(id, w)| PlacementCandidate::new(id, *w))
+        .collect()
+}

@@ -2,11 +2,11 @@
 //! signals to the LoRA residency of the pods the adapter is placed on.
 
 use prewarm_core::fingerprint::{routing_key, shards_of};
+use prewarm_core::place;
 use prewarm_core::wire::{Signal, SignalBatch};
-use prewarm_core::{place, PlacementCandidate};
 use serde::Serialize;
 
-use super::placement::adapter_scopes;
+use super::placement::{adapter_scopes, candidates_of, routable_pods};
 use super::{now_ms, Gateway, State};
 use crate::policy::{candidates_for, PrefixKey};
 use crate::telemetry::Telemetry;
@@ -74,21 +74,13 @@ impl Gateway {
 
 impl Gateway {
     /// Adds each signalled hot prefix to the warm set of the pod the filters route it to (core's
-    /// placement over the routable pods serving its model, keyed by its routing key), unless the KV model believes
-    /// it resident there; the keep-warm loop then prefills it within the pod's budget. Returns
+    /// placement over the routable pods serving its model, keyed by its routing key), unless the
+    /// KV model believes it resident there; the keep-warm loop then prefills it within the pod's budget. Returns
     /// how many were added.
     fn keep_warm_where_routed(&self, state: &mut State, keys: &[PrefixKey], now: u64) -> usize {
         let fingerprint = self.config.fingerprint.core();
-        let routable: Vec<(String, f64)> = state
-            .pods
-            .values()
-            .filter(|p| p.routable(now))
-            .map(|p| (p.spec.id.clone(), p.spec.weight))
-            .collect();
-        let candidates: Vec<PlacementCandidate<'_>> = routable
-            .iter()
-            .map(|(id, w)| PlacementCandidate::new(id, *w))
-            .collect();
+        let routable = routable_pods(state, now);
+        let candidates = candidates_of(&routable);
         let scopes = adapter_scopes(state, &candidates, self.config.pods.adapter_replicas);
         let mut added = 0;
         for key in keys {
