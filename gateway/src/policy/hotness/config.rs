@@ -26,7 +26,8 @@ pub struct HotnessConfig {
     pub max_entries: usize,
     /// Maximum templates (default 1,000).
     pub max_templates: usize,
-    /// Maximum bytes of prefix text per entry (default 65,536 = 16,384 tokens).
+    /// Maximum bytes of prefix text per entry (default 131,072 = 32,768 tokens: the filter's
+    /// default `max_prefix_tokens`, so every prefix a default filter signals is accepted).
     pub max_prefix_bytes: usize,
     /// Maximum distinct model and tenant names held (default 10,000).
     pub max_names: usize,
@@ -46,7 +47,7 @@ impl Default for HotnessConfig {
             retire_below: 0.05,
             max_entries: 100_000,
             max_templates: 1_000,
-            max_prefix_bytes: 65_536,
+            max_prefix_bytes: 131_072,
             max_names: 10_000,
             max_tags: 16,
         }
