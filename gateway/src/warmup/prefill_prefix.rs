@@ -15,7 +15,8 @@ use crate::telemetry::Telemetry;
 pub enum PrefillOutcome {
     Done,
     Failed,
-    /// The prefix left the pool or the pod left the pool.
+    /// The prefix or the pod left the pool, or the prefix is an adapter's that the pod does
+    /// not serve.
     Gone,
 }
 
@@ -27,6 +28,19 @@ pub async fn prefill_prefix(
 ) -> PrefillOutcome {
     let request = {
         let state = gateway.state();
+        // An adapter's prefix is only warm where the adapter is: when the pod did not get the
+        // adapter (its load was refused or failed), the filter does not route the adapter
+        // here, and a prefill would only earn a 404.
+        let unserved = state.pool.get(&key).is_some_and(|v| {
+            state.registry.get(v.model).is_some()
+                && !state
+                    .pods
+                    .get(pod_id)
+                    .is_some_and(|p| p.lora.served().any(|a| a == v.model))
+        });
+        if unserved {
+            return PrefillOutcome::Gone;
+        }
         state.pool.get(&key).map(|v| {
             (
                 PrefillRequest {
