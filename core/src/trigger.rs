@@ -12,8 +12,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fingerprint::{common_prefix_len, BlockHash};
+use crate::fingerprint::{blocks_to_tokens, common_prefix_len, BlockHash, FingerprintConfig};
+use crate::request::Endpoint;
 use crate::similarity::Sketch;
+use crate::tokens::truncate_to_tokens;
+use crate::wire::{PatternState, PrefillSignal};
 
 /// The thresholds of the trigger rules.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -88,6 +91,45 @@ pub struct UserPattern {
 pub struct PrefillDecision {
     /// The shared block prefix (non-empty).
     pub prefix: Vec<BlockHash>,
+}
+
+/// The request a prefill decision came from, as its signal needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptOrigin<'a> {
+    pub model: &'a str,
+    pub tenant: Option<&'a str>,
+    pub endpoint: Endpoint,
+    /// The request's canonical prompt; the signal carries the part its prefix covers.
+    pub canonical: &'a str,
+}
+
+impl PrefillDecision {
+    /// The signal this decision becomes: the prefix's hashes, the tokens and canonical text they
+    /// cover, whether the pattern was signalled before, and the priority of its rate.
+    pub fn into_signal(
+        self,
+        origin: PromptOrigin<'_>,
+        fingerprint: &FingerprintConfig,
+        signalled_before: bool,
+        rate_per_minute: f64,
+        config: &TriggerConfig,
+    ) -> PrefillSignal {
+        let tokens = blocks_to_tokens(self.prefix.len(), fingerprint);
+        PrefillSignal {
+            model: origin.model.to_string(),
+            tenant: origin.tenant.map(str::to_string),
+            endpoint: origin.endpoint,
+            prefix_tokens: tokens,
+            prefix_text: truncate_to_tokens(origin.canonical, tokens).to_string(),
+            prefix: self.prefix,
+            state: if signalled_before {
+                PatternState::Known
+            } else {
+                PatternState::New
+            },
+            priority: priority(rate_per_minute, config),
+        }
+    }
 }
 
 /// Feeds one prompt of a user into its pattern state; returns the new state and, when this
@@ -230,6 +272,27 @@ mod tests {
         assert!(!d3.prefix.is_empty());
         assert!(d3.prefix.len() < full.blocks.len() + 1);
         assert_eq!(&full.blocks[..d3.prefix.len()], &d3.prefix[..]);
+    }
+
+    #[test]
+    fn a_decision_becomes_a_signal_with_the_prefix_text() {
+        let canonical = "x".repeat(1000);
+        let d = PrefillDecision {
+            prefix: vec![BlockHash(1), BlockHash(2)],
+        };
+        let origin = PromptOrigin {
+            model: "m",
+            tenant: Some("t"),
+            endpoint: Endpoint::ChatCompletions,
+            canonical: &canonical,
+        };
+        let c = TriggerConfig::default();
+        let s = d.into_signal(origin, &FingerprintConfig::default(), true, 20.0, &c);
+        assert_eq!(s.prefix_tokens, 128);
+        assert_eq!(s.prefix_text.len(), 512);
+        assert_eq!(s.state, PatternState::Known);
+        assert_eq!(s.priority, 50);
+        assert_eq!(s.tenant.as_deref(), Some("t"));
     }
 
     #[test]

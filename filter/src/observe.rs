@@ -6,12 +6,8 @@
 //! ([`fold_tally`]), so a request of a hot template costs one shared-data update, not four.
 //! The decisions are core's; this module only loads and stores their state.
 
-use prewarm_core::fingerprint::blocks_to_tokens;
-use prewarm_core::tokens::truncate_to_tokens;
-use prewarm_core::trigger::{observe_prompt, priority, should_pin, UserPattern};
-use prewarm_core::wire::{
-    FeedbackOutcome, FeedbackSignal, PatternState, PinSignal, PrefillSignal, Signal,
-};
+use prewarm_core::trigger::{observe_prompt, priority, should_pin, PromptOrigin, UserPattern};
+use prewarm_core::wire::{FeedbackOutcome, FeedbackSignal, PinSignal, Signal};
 use prewarm_core::{BlockChain, BlockHash, Endpoint, Sketch};
 
 use crate::config::FilterConfig;
@@ -108,21 +104,19 @@ fn observe_user<H: Host + ?Sized>(
         let last = *decision.prefix.last()?;
         let now = host.now_ms();
         let (was_signalled, rate) = count_pattern(host, config, keys, last, 1, now)?;
-        let tokens = blocks_to_tokens(decision.prefix.len(), &config.fingerprint());
-        return Some(Signal::Prefill(PrefillSignal {
-            model: seen.model.to_string(),
-            tenant: seen.tenant.map(str::to_string),
+        let origin = PromptOrigin {
+            model: seen.model,
+            tenant: seen.tenant,
             endpoint: seen.endpoint,
-            prefix_tokens: tokens,
-            prefix_text: truncate_to_tokens(seen.canonical, tokens).to_string(),
-            prefix: decision.prefix,
-            state: if was_signalled {
-                PatternState::Known
-            } else {
-                PatternState::New
-            },
-            priority: priority(rate, &config.triggers),
-        }));
+            canonical: seen.canonical,
+        };
+        return Some(Signal::Prefill(decision.into_signal(
+            origin,
+            &config.fingerprint(),
+            was_signalled,
+            rate,
+            &config.triggers,
+        )));
     }
     let hot = state.streak > config.triggers.similar_prompts;
     let last = *state.common.last()?;

@@ -5,13 +5,11 @@
 
 use std::collections::HashMap;
 
-use prewarm_core::fingerprint::blocks_to_tokens;
 use prewarm_core::rate::RateWindow;
-use prewarm_core::tokens::truncate_to_tokens;
-use prewarm_core::trigger::{observe_prompt, priority, should_pin, TriggerConfig, UserPattern};
-use prewarm_core::wire::{
-    FeedbackOutcome, FeedbackSignal, PatternState, PinSignal, PrefillSignal, Signal,
+use prewarm_core::trigger::{
+    observe_prompt, priority, should_pin, PromptOrigin, TriggerConfig, UserPattern,
 };
+use prewarm_core::wire::{FeedbackOutcome, FeedbackSignal, PinSignal, Signal};
 use prewarm_core::{Endpoint, FingerprintConfig, Sketch};
 
 use super::super::policy::RequestCtx;
@@ -77,21 +75,19 @@ impl FilterSide {
         if let Some(decision) = decision {
             let last = *decision.prefix.last()?;
             let (was, rate) = self.count_pattern(last.0, now_ms);
-            let tokens = blocks_to_tokens(decision.prefix.len(), &self.fingerprint);
-            return Some(Signal::Prefill(PrefillSignal {
-                model: r.model.to_string(),
-                tenant: r.tenant.map(str::to_string),
+            let origin = PromptOrigin {
+                model: r.model,
+                tenant: r.tenant,
                 endpoint: Endpoint::Completions,
-                prefix_tokens: tokens,
-                prefix_text: truncate_to_tokens(r.canonical, tokens).to_string(),
-                prefix: decision.prefix,
-                state: if was {
-                    PatternState::Known
-                } else {
-                    PatternState::New
-                },
-                priority: priority(rate, &self.triggers),
-            }));
+                canonical: r.canonical,
+            };
+            return Some(Signal::Prefill(decision.into_signal(
+                origin,
+                &self.fingerprint,
+                was,
+                rate,
+                &self.triggers,
+            )));
         }
         let last = last?;
         if hot {
