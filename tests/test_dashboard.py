@@ -370,7 +370,9 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         assert any(s == "resident" for a, _, _, s in dom["cells"] if a == "chat-lora")
         assert dom["prefixes"][0][0] == new_key
         placed_on = {placed for _, _, placed in dom["prefixes"]}
-        assert placed_on <= {"a", "b"} and len(placed_on) == 2, placed_on
+        # Placement follows the filter's rule (an adapter's prefixes only on pods serving it);
+        # which pods win is the fixture's hashes, checked against the API by `agrees` above.
+        assert placed_on <= {"a", "b"} and placed_on, placed_on
         assert "2 pods · 2 in the routing table" in dom["summary"]
         # The decision counters are the gateway's: same (policy, decision) pairs as /metrics,
         # counts no higher than /metrics says after the page read them.

@@ -10,18 +10,22 @@ use super::adapters::placed_pods_among;
 use super::State;
 use crate::policy::ScopedCandidates;
 
-/// The scope of every registered or served adapter: the candidates it is placed on (where the
-/// gateway loads it, so a joining pod counts before its load completes) and those already
-/// serving it. Every pod's plan sees the same scopes, so a prefix moves to exactly one pod.
+/// The scope of every registered or served adapter: the candidates serving it, and the
+/// candidates still warming that it is placed on (where the gateway is about to load it, so a
+/// joining pod counts before its load completes). Every pod's plan sees the same scopes, so a
+/// prefix moves to exactly one pod; once a pod is routable only what it serves counts, as for
+/// the filter, which routes an adapter among the pods the table lists for it.
 pub fn adapter_scopes<'a>(
     state: &State,
     candidates: &[PlacementCandidate<'a>],
     replicas: usize,
+    now_ms: u64,
 ) -> ScopedCandidates<'a> {
     let mut members: Vec<(&str, &str)> = Vec::new();
     for r in state.registry.iter() {
         for pod in placed_pods_among(candidates, &r.name, replicas) {
-            if let Some(c) = candidates.iter().find(|c| c.id == pod) {
+            let warming = state.pods.get(&pod).is_some_and(|p| !p.routable(now_ms));
+            if let Some(c) = candidates.iter().find(|c| c.id == pod).filter(|_| warming) {
                 members.push((r.name.as_str(), c.id));
             }
         }

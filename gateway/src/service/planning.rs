@@ -66,7 +66,7 @@ pub fn plan_for(
         gateway.config.warmup.max_candidates,
         &gateway.config.fingerprint.core(),
     );
-    let scopes = adapter_scopes(state, &candidates, replicas);
+    let scopes = adapter_scopes(state, &candidates, replicas, super::now_ms());
     Some(plan_warmup_scoped(
         pod_id,
         &candidates,
