@@ -183,6 +183,8 @@ impl RequestFlow {
             host.count(Metric::UnroutedDisabled, 1);
             return;
         }
+        // a table another worker published since this worker's last tick routes this request
+        worker.table.refresh(host, &worker.keys);
         let table = worker.table.table();
         let route = choose_pod(
             table.as_deref(),

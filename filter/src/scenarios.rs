@@ -425,6 +425,34 @@ fn table_is_polled_conditionally_and_published_to_other_workers() {
     assert_eq!(worker.table.generation(), Some(7));
 }
 
+#[test]
+fn a_request_routes_with_the_table_another_worker_just_published() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut root = RootTasks::default();
+    root.on_tick(&host, &worker);
+    let get = host.take_calls().pop().unwrap();
+    let body = table(&[("p1", "127.0.0.1:1", &[])]).encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(&host, &worker, get.token, body.len());
+    // a sibling worker whose tick has not come yet routes its next request with that table
+    let other_host = host.sibling();
+    let other = Worker::new(FilterConfig::default());
+    send(
+        &other_host,
+        &other,
+        "/v1/chat/completions",
+        &[],
+        &chat_body("m", &template(), "q"),
+    );
+    assert_eq!(other.table.generation(), Some(7));
+    assert_eq!(
+        other_host.header("x-gateway-destination-endpoint"),
+        Some(b"127.0.0.1:1".to_vec())
+    );
+    assert_eq!(other_host.metric(Metric::Routed), 1);
+}
+
 fn host_now(h: &FakeHost) -> u64 {
     use crate::host::Host;
     h.now_ms()
