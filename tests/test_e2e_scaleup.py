@@ -4,22 +4,23 @@ serves its first requests for the prefixes it now wins from cache.
 """
 from __future__ import annotations
 
+import pytest
 import requests
 
 from harness import wait_until
 from harness.stack import (BASE_MODEL, TEMPLATE_BYTES, AdapterSpec, Stack, StackSpec, cached_tokens,
                            question_text as question)
 
-# (template index, model): base-model templates and two for an adapter.
-TEMPLATES = [(i, BASE_MODEL) for i in range(8)] + [(8, "sql-lora"), (9, "sql-lora")]
+# (template index, model): base-model templates and eight for an adapter.
+TEMPLATES = [(i, BASE_MODEL) for i in range(8)] + [(i, "sql-lora") for i in range(8, 16)]
 
 
-def scaleup_spec() -> StackSpec:
+def scaleup_spec(preload_adapters: bool) -> StackSpec:
     return StackSpec(
         pods=2, spare_pods=1,
         podsim_flags=["--time-scale", "50"],
         adapters=[AdapterSpec("sql-lora", tier="gold"), AdapterSpec("chat-lora", tier="bronze")],
-        preload_adapters=False,
+        preload_adapters=preload_adapters,
         gateway={"pods": {"adapter_replicas": 1}},
     )
 
@@ -33,8 +34,12 @@ def establish_templates(stack: Stack) -> None:
                what="every template hot in the gateway")
 
 
-def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path):
-    stack = Stack(tmp_path, scaleup_spec()).start()
+@pytest.mark.parametrize("preload_adapters", [False, True], ids=["adapters-loaded-by-gateway", "adapters-static"])
+def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path, preload_adapters):
+    """Adapters either reach pods only through the gateway's loads, or every pod serves them
+    from its start (`--lora-modules`): then the joining pod wins a share of the adapter's
+    prefixes too, and its plan must know that before it is routable."""
+    stack = Stack(tmp_path, scaleup_spec(preload_adapters)).start()
     try:
         establish_templates(stack)
         new = stack.join_spare(0)
@@ -52,13 +57,15 @@ def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path):
         assert status["adapters"]["done"] == status["adapters"]["total"], status
         assert status["first_tier_done_ms"] is not None
         plan = stack.gateway.get(f"/admin/pods/{new.id}/plan").json()
-        served = {m["id"] for m in models["data"]}
+        served = {m["id"] for m in models["data"]} - {BASE_MODEL}
         assert set(plan["adapters"]) <= served, (plan, served)
-        # The table lists a pod's adapters from its /v1/models, reconciled every 5th health
-        # round: until then the filter keeps sending that adapter's requests to its old holders.
-        wait_until(lambda: set(plan["adapters"]) <= next(
+        # The table lists a pod's adapters from its /v1/models, reconciled when it joins and every
+        # 5th health round (so the gateway's own loads show a round later): until then the filter
+        # sends that adapter's requests to its other holders. Once the table lists all of them,
+        # every prefix of those adapters the pod wins must be warm.
+        wait_until(lambda: served <= next(
             set(p["adapters"]) for p in stack.routing()["pods"] if p["id"] == new.id), 30,
-            what="the table lists the new pod's adapters")
+            what="the table lists every adapter the new pod serves")
         stack.wait_envoy_routes(new.address)
 
         # The first real request of every template Envoy now sends to the new pod is a cache hit
@@ -70,6 +77,9 @@ def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path):
                 moved.append(i)
                 assert cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64, (i, reply["usage"])
         assert moved, "no template moved to the new pod: choose more templates"
+        if preload_adapters:
+            assert any(dict(TEMPLATES)[i] != BASE_MODEL for i in moved), \
+                f"no adapter template moved to the new pod ({moved}): choose more templates"
         # exactly the templates it now wins were prefilled before it was routable
         assert len(moved) == status["first_tier"]["done"] == len(plan["first_tier"]), \
             (moved, status, plan, stack.routing())

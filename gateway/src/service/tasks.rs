@@ -1,6 +1,7 @@
 //! The background loops, each stopping on the shutdown signal:
 //! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod; a pod
-//!   that comes up starts a warm-up; every 5th round `/v1/models` reconciles the LoRA model;
+//!   that comes up has its `/v1/models` reconciled, then starts a warm-up; every 5th round
+//!   `/v1/models` reconciles the LoRA model of every pod;
 //!   the routing table is rebuilt (a warm-up deadline may have passed);
 //! - keep-warm: the KV and LoRA policies' re-touches for up pods, within their budgets;
 //! - DNS: re-resolution of `pods.dns.name`, adding and removing discovered pods;
@@ -18,6 +19,7 @@ use super::hit_ratio::modelled_hit_ratios;
 use super::pods::{PodHealth, PodSource};
 use super::{now_ms, Gateway};
 use crate::config::PodSpec;
+use crate::engine::Engine;
 use crate::policy::lora::LoraObservation;
 use crate::telemetry::Telemetry;
 use crate::warmup::executor::start_warmup;
@@ -57,40 +59,50 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
     let ok = engine.health().await.is_ok();
     let load = if ok { engine.load().await.ok() } else { None };
     if let Some(epoch) = gateway.record_health(&id, ok, load) {
+        // What the pod already serves (adapters configured with `--lora-modules`) decides which
+        // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
+        reconcile_models(&gateway, &id, engine.as_ref()).await;
         start_warmup(&gateway, &id, epoch);
         return;
     }
     if ok && reconcile {
-        let before = gateway.state().pods.get(&id).map(|p| p.adapter_ops);
-        if let Ok(served) = engine.models().await {
-            let decisions = {
-                let mut state = gateway.state();
-                let Some(pod) = state.pods.get_mut(&id) else {
-                    return;
-                };
-                if before != Some(pod.adapter_ops) || pod.adapter_ops.in_flight > 0 {
-                    // An adapter call overlapped the fetch: the list may predate it.
-                    return;
-                }
-                let observed = LoraObservation {
-                    registered: served.adapters.iter().map(|(n, _)| n.clone()).collect(),
-                    running: pod.load.running_adapters.clone(),
-                    waiting: pod.load.waiting_adapters.clone(),
-                };
-                let decisions = pod.lora.reconcile(&observed, now_ms());
-                pod.served = served;
-                decisions
-            };
-            let decisions: Vec<PodDecision> = decisions
-                .into_iter()
-                .map(|decision| PodDecision {
-                    pod: id.clone(),
-                    decision,
-                })
-                .collect();
-            gateway.execute_decisions(decisions).await;
-        }
+        reconcile_models(&gateway, &id, engine.as_ref()).await;
     }
+}
+
+/// Reconciles the LoRA model of pod `id` with its `/v1/models` and executes what that decides
+/// (re-pins); keeps the previous view when the fetch fails or an adapter call overlapped it.
+async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine) {
+    let before = gateway.state().pods.get(id).map(|p| p.adapter_ops);
+    let Ok(served) = engine.models().await else {
+        return;
+    };
+    let decisions = {
+        let mut state = gateway.state();
+        let Some(pod) = state.pods.get_mut(id) else {
+            return;
+        };
+        if before != Some(pod.adapter_ops) || pod.adapter_ops.in_flight > 0 {
+            // An adapter call overlapped the fetch: the list may predate it.
+            return;
+        }
+        let observed = LoraObservation {
+            registered: served.adapters.iter().map(|(n, _)| n.clone()).collect(),
+            running: pod.load.running_adapters.clone(),
+            waiting: pod.load.waiting_adapters.clone(),
+        };
+        let decisions = pod.lora.reconcile(&observed, now_ms());
+        pod.served = served;
+        decisions
+    };
+    let decisions: Vec<PodDecision> = decisions
+        .into_iter()
+        .map(|decision| PodDecision {
+            pod: id.to_string(),
+            decision,
+        })
+        .collect();
+    gateway.execute_decisions(decisions).await;
 }
 
 fn count_pods(gateway: &Gateway) {
