@@ -49,14 +49,11 @@ async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) ->
     let before = versions_on_pods(gateway, &registered.name);
     let mut decisions = Vec::new();
     for pod in before.keys() {
-        decisions.push(PodDecision {
-            pod: pod.clone(),
-            decision: LoraDecision::Unload(registered.name.clone()),
-        });
-        decisions.push(PodDecision {
-            pod: pod.clone(),
-            decision: LoraDecision::Load(registered.name.clone()),
-        });
+        let reload = vec![
+            LoraDecision::Unload(registered.name.clone()),
+            LoraDecision::Load(registered.name.clone()),
+        ];
+        decisions.extend(PodDecision::on_pod(pod, reload));
     }
     let outcomes = gateway.execute_decisions(decisions).await;
     let after = versions_on_pods(gateway, &registered.name);
@@ -219,10 +216,7 @@ async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<
         for pod_id in placed_pods(&state, name, gateway.config.pods.adapter_replicas) {
             if let Some(pod) = state.pods.get_mut(&pod_id) {
                 match pod.lora.pin(name, tier, now) {
-                    Ok(ds) => decisions.extend(ds.into_iter().map(|decision| PodDecision {
-                        pod: pod_id.clone(),
-                        decision,
-                    })),
+                    Ok(ds) => decisions.extend(PodDecision::on_pod(&pod_id, ds)),
                     Err(refusal) => pod.note_error(refusal.to_string()),
                 }
             }
@@ -271,16 +265,8 @@ pub async fn remove(
         }
         let mut decisions = Vec::new();
         for pod in state.pods.values_mut() {
-            let id = pod.spec.id.clone();
-            decisions.extend(
-                pod.lora
-                    .remove(&name)
-                    .into_iter()
-                    .map(|decision| PodDecision {
-                        pod: id.clone(),
-                        decision,
-                    }),
-            );
+            let removals = pod.lora.remove(&name);
+            decisions.extend(PodDecision::on_pod(&pod.spec.id, removals));
         }
         decisions
     };

@@ -24,6 +24,19 @@ pub struct PodDecision {
     pub decision: LoraDecision,
 }
 
+impl PodDecision {
+    /// `decisions` for pod `pod`, in order.
+    pub fn on_pod(pod: &str, decisions: Vec<LoraDecision>) -> Vec<Self> {
+        decisions
+            .into_iter()
+            .map(|decision| Self {
+                pod: pod.to_string(),
+                decision,
+            })
+            .collect()
+    }
+}
+
 /// How one executed decision ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionOutcome {
@@ -131,10 +144,7 @@ impl Gateway {
                 .lora
                 .ensure_resident(&pin.adapter, tier, pin.priority, now)
             {
-                Ok(ds) => decisions.extend(ds.into_iter().map(|decision| PodDecision {
-                    pod: pod_id.clone(),
-                    decision,
-                })),
+                Ok(ds) => decisions.extend(PodDecision::on_pod(&pod_id, ds)),
                 Err(refusal) => {
                     Telemetry::count(
                         &self.telemetry.decisions,

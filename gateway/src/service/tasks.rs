@@ -95,14 +95,9 @@ async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine)
         pod.served = served;
         decisions
     };
-    let decisions: Vec<PodDecision> = decisions
-        .into_iter()
-        .map(|decision| PodDecision {
-            pod: id.to_string(),
-            decision,
-        })
-        .collect();
-    gateway.execute_decisions(decisions).await;
+    gateway
+        .execute_decisions(PodDecision::on_pod(id, decisions))
+        .await;
 }
 
 fn count_pods(gateway: &Gateway) {
@@ -156,12 +151,8 @@ async fn keep_warm_loop(gateway: Arc<Gateway>) {
                 for k in pod.kv.keep_warm(now) {
                     prefills.push((pod.spec.id.clone(), k.key));
                 }
-                for d in pod.lora.keep_warm(now) {
-                    decisions.push(PodDecision {
-                        pod: pod.spec.id.clone(),
-                        decision: d,
-                    });
-                }
+                let touches = pod.lora.keep_warm(now);
+                decisions.extend(PodDecision::on_pod(&pod.spec.id, touches));
             }
             for (pod, ratio) in modelled_hit_ratios(&state, &gateway.config, now) {
                 gateway.telemetry.set_hit_ratio(&pod, ratio);

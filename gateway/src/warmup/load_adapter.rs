@@ -29,13 +29,8 @@ pub async fn load_adapter(gateway: &Arc<Gateway>, pod_id: &str, name: &str) -> O
             }
         }
     };
-    let decisions: Vec<PodDecision> = decisions
-        .into_iter()
-        .map(|decision| PodDecision {
-            pod: pod_id.to_string(),
-            decision,
-        })
-        .collect();
-    let outcomes = gateway.execute_decisions(decisions).await;
+    let outcomes = gateway
+        .execute_decisions(PodDecision::on_pod(pod_id, decisions))
+        .await;
     Some(outcomes.iter().all(|o| o.error.is_none()))
 }
