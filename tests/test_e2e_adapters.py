@@ -11,6 +11,8 @@ request for an evicted adapter waits for a disk load (1 s here, real time as mod
   host cache holds), the gold adapter is never evicted: the gateway never unloads it, and none of
   its requests waits for a load — read from the serving pod's own TTFT histogram (model time),
   not from a wall clock.
+- With a gold pool (`pods.gold_pool_share`), the gold adapter is listed, and routed, on the gold
+  pool's pods only and the bronze ones on the others; base-model requests use every pod.
 
 Known limit (seen): with a single GPU slot (`max_loras = 1`) the gateway stops touching the gold
 adapter once bronze traffic holds the slot in its model (keep-warm touches only adapters modelled
@@ -99,5 +101,44 @@ def test_a_hot_gold_adapter_is_pinned_where_routed_and_never_waits_under_bronze_
         row = heat["cells"][heat["adapters"].index("gold-a")]
         for p in pinned_on:
             assert row[heat["pods"].index(p)] in ("gpu", "registered"), heat
+    finally:
+        stack.close()
+
+
+def test_a_gold_pool_serves_gold_adapters_on_its_pods_only(tmp_path):
+    """`pods.gold_pool_share = 0.5` over 4 pods that all serve every adapter: the table lists the
+    gold adapter on the 2 gold-pool pods only and the bronze ones on the other 2, so Envoy
+    sends each adapter's requests only to its pool, while base-model requests use every pod."""
+    spec = StackSpec(
+        pods=4,
+        podsim_flags=["--time-scale", "50"],
+        adapters=[AdapterSpec("gold-lora", tier="gold")] + [AdapterSpec(b) for b in BRONZE[:2]],
+        max_loras=2, max_cpu_loras=4,
+        gateway={"pods": {"gold_pool_share": 0.5}},
+    )
+    stack = Stack(tmp_path, spec).start()
+    try:
+        def listed():
+            pods = stack.routing()["pods"]
+            by_adapter = {a: {p["id"] for p in pods if a in p["adapters"]} for a in ["gold-lora", *BRONZE[:2]]}
+            return by_adapter if len(pods) == 4 and all(by_adapter.values()) else None
+
+        by_adapter = wait_until(listed, 30, what="every adapter listed in the table")
+        gold = by_adapter["gold-lora"]
+        assert len(gold) == 2, by_adapter
+        for b in BRONZE[:2]:
+            assert by_adapter[b] and not by_adapter[b] & gold, by_adapter
+        ids = {p.id for p in stack.pods}
+        stack.wait_envoy_routes(*(p.address for p in stack.pods))
+        seen = {"gold-lora": set(), BRONZE[0]: set(), "base": set()}
+        for i in range(40):
+            for model in ("gold-lora", BRONZE[0]):
+                pod, _ = stack.completion(question(i, 0), model=model, user=f"u-{model}-{i}")
+                seen[model].add(pod.id)
+            pod, _ = stack.completion(question(i, 0), user=f"u-base-{i}")
+            seen["base"].add(pod.id)
+        assert seen["gold-lora"] <= gold and seen[BRONZE[0]] <= ids - gold, (seen, by_adapter)
+        assert seen["gold-lora"] == gold, "the gold adapter's requests use both gold pods"
+        assert seen["base"] == ids, "base-model requests still use every pod"
     finally:
         stack.close()

@@ -91,6 +91,10 @@ pub struct OfflineArgs {
     /// Pods each adapter is placed on by `prewarm` (the gateway's `pods.adapter_replicas`).
     #[arg(long, default_value_t = 2)]
     pub adapter_replicas: usize,
+    /// Share of the pods serving gold tenants' adapters under `prewarm`, the rest serving the
+    /// other tiers' (the gateway's `pods.gold_pool_share`; 0: one pool), in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
+    pub gold_pool_share: f64,
     /// Adapters the `prewarm` table lists per pod: `registered` (the gateway's behaviour) or
     /// `resident` (modelled GPU slots only; an experiment).
     #[arg(long, value_enum, default_value = "registered")]
@@ -173,6 +177,12 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
     if args.adapter_replicas == 0 {
         return Err("--adapter-replicas: 0: must be at least 1".into());
     }
+    if !(0.0..1.0).contains(&args.gold_pool_share) {
+        return Err(format!(
+            "--gold-pool-share: {}: must be in [0, 1)",
+            args.gold_pool_share
+        ));
+    }
     let mut events = Vec::new();
     for v in &args.add_pods {
         let (count, at_s) = parse_at("--add-pods", v)?;
@@ -197,6 +207,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         max_cpu_loras: args.max_cpu_loras,
         adapter_rank: args.adapter_rank,
         adapter_replicas: args.adapter_replicas,
+        gold_pool_share: args.gold_pool_share,
         table_adapters: args.prewarm_table_adapters,
     };
     let setup = Setup {

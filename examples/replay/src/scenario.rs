@@ -22,6 +22,8 @@ pub struct FleetSpec {
     pub adapter_rank: u32,
     /// Pods an adapter is placed on by the prewarm policy (the gateway's `adapter_replicas`).
     pub adapter_replicas: usize,
+    /// Share of the pods serving gold tenants' adapters (the gateway's `gold_pool_share`).
+    pub gold_pool_share: f64,
     /// Which adapters the prewarm policy's routing table lists per pod.
     pub table_adapters: TableAdapters,
 }

@@ -17,6 +17,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         max_cpu_loras: 8,
         adapter_rank: 16,
         adapter_replicas: 2,
+        gold_pool_share: 0.0,
         table_adapters: TableAdapters::Registered,
     }
 }
@@ -92,15 +93,17 @@ fn pressured_trace(n: u64, seed: u64) -> Vec<TraceRequest> {
 
 #[test]
 fn the_oracle_never_loses_to_any_policy() {
-    for (seed, table_adapters) in [
-        (1u64, TableAdapters::Registered),
-        (2, TableAdapters::Resident),
-        (3, TableAdapters::Registered),
+    for (seed, table_adapters, gold_pool_share) in [
+        (1u64, TableAdapters::Registered, 0.0),
+        (2, TableAdapters::Resident, 0.0),
+        (3, TableAdapters::Registered, 0.0),
+        (4, TableAdapters::Registered, 0.5),
     ] {
         let trace = pressured_trace(400, seed);
         let assignment = assign(&trace, Some(&zipf(12, 1.1)), seed, 0.1, 0.2);
         let spec = FleetSpec {
             table_adapters,
+            gold_pool_share,
             ..fleet(3, 900)
         };
         let events = [
@@ -198,4 +201,35 @@ fn a_scale_up_without_warm_up_misses_cold_where_prewarm_does_not() {
         .warmup_prefill_tokens
         .unwrap();
     assert!(warm > 0);
+}
+
+#[test]
+fn a_gold_pool_keeps_gold_adapters_resident_that_the_long_tail_evicts() {
+    // 12 adapters (Zipf), 2 GPU slots a pod, 6 pods: with one pool every pod serves the long
+    // tail and swaps its gold adapters out; with a gold pool they stay in their slots.
+    for seed in [1u64, 2] {
+        let trace = pressured_trace(600, seed);
+        let assignment = assign(&trace, Some(&zipf(12, 1.1)), seed, 0.1, 0.2);
+        let gold_hit = |gold_pool_share: f64| {
+            let spec = FleetSpec {
+                gold_pool_share,
+                ..fleet(6, 4096)
+            };
+            let setup = Setup {
+                trace: &trace,
+                assignment: &assignment,
+                fleet: &spec,
+                events: &[],
+            };
+            let runs = evaluate(&setup, &["prewarm".to_string()], |_, _| {}).unwrap();
+            let report = summaries(&runs, &spec, &[]).remove(0);
+            assert_eq!(report.requests, 600);
+            report.gold_adapter_hit_ratio.unwrap()
+        };
+        let (one_pool, gold_pool) = (gold_hit(0.0), gold_hit(0.5));
+        assert!(
+            gold_pool > one_pool,
+            "seed {seed}: gold adapter hit {gold_pool} with a gold pool, {one_pool} without"
+        );
+    }
 }

@@ -213,7 +213,7 @@ async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<
     {
         let mut state = gateway.state();
         let tier = state.registry.get(name).map(|r| r.tier).unwrap_or_default();
-        for pod_id in placed_pods(&state, name, gateway.config.pods.adapter_replicas) {
+        for pod_id in placed_pods(&state, name, &gateway.config.pods) {
             if let Some(pod) = state.pods.get_mut(&pod_id) {
                 match pod.lora.pin(name, tier, now) {
                     Ok(ds) => decisions.extend(PodDecision::on_pod(&pod_id, ds)),

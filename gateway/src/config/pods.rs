@@ -192,6 +192,9 @@ pub struct PodsConfig {
     pub max_in_flight_per_pod: usize,
     /// Pods each adapter is placed on (rendezvous over the adapter name; default 2).
     pub adapter_replicas: usize,
+    /// Share of the pods that serve gold tenants' adapters, the others serving the other tiers'
+    /// (`policy::pools`); 0 (default): every pod serves every tier.
+    pub gold_pool_share: f64,
 }
 
 impl Default for PodsConfig {
@@ -208,6 +211,7 @@ impl Default for PodsConfig {
             retry_backoff_ms: 50,
             max_in_flight_per_pod: 8,
             adapter_replicas: 2,
+            gold_pool_share: 0.0,
         }
     }
 }

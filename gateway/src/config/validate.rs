@@ -138,6 +138,12 @@ fn pods_problems(config: &GatewayConfig, p: &mut Vec<String>) {
             pods.adapter_replicas
         ));
     }
+    if !(0.0..1.0).contains(&pods.gold_pool_share) {
+        p.push(format!(
+            "pods.gold_pool_share: {}: must be in [0, 1)",
+            pods.gold_pool_share
+        ));
+    }
     if pods.max_in_flight_per_pod == 0 || pods.max_in_flight_per_pod > 1024 {
         p.push(format!(
             "pods.max_in_flight_per_pod: {}: must be 1..1024",
@@ -157,6 +163,7 @@ mod tests {
         c.registry.max_manifest_files = 0;
         c.hotness.decay_factor = 1.5;
         c.pods.static_pods = vec![PodSpec::new("a", "h:1"), PodSpec::new("a", "h:2")];
+        c.pods.gold_pool_share = 1.0;
         let problems = super::validate(&c);
         let fields: Vec<&str> = problems
             .iter()
@@ -167,6 +174,7 @@ mod tests {
             [
                 "server.listen",
                 "pods.static[1].id",
+                "pods.gold_pool_share",
                 "registry.max_manifest_files",
                 "hotness.decay_factor"
             ],

@@ -11,6 +11,7 @@
 //! - [`lora`]: LoRA adapter residency on one pod (LRU-2, tiers, pins) → load/unload/touch.
 //! - [`warmup`]: the warm-up plan of a joining pod and its progress state machine.
 //! - [`routing`]: the routing table built from pod states, versioned by content.
+//! - [`pools`]: which pods serve gold tenants' adapters and which the other tiers'.
 //!
 //! Every config struct has serde defaults, refuses unknown fields and has a `validate(prefix)`
 //! returning every problem as `field: value: rule` (the prefix names the TOML section, e.g.
@@ -26,6 +27,7 @@ pub mod hotness;
 mod interner;
 pub mod kv;
 pub mod lora;
+pub mod pools;
 mod prefix_key;
 pub mod routing;
 mod rules;
@@ -34,6 +36,7 @@ pub mod warmup;
 pub use hotness::{HotnessConfig, PromptPool};
 pub use kv::{KvConfig, KvResidency};
 pub use lora::{LoraConfig, LoraDecision, LoraResidency, Tier};
+pub use pools::TierPools;
 pub use prefix_key::{HotPrefix, PrefixKey};
 pub use routing::{PodRoute, RoutingConfig, RoutingTableBuilder};
 pub use warmup::{

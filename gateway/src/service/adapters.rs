@@ -1,5 +1,5 @@
 //! Adapters on pods: where an adapter is placed (core's rendezvous over the adapter name among
-//! healthy pods, `pods.adapter_replicas` of them), how pin signals and operator pins become the
+//! the healthy pods of its tier's pool, `pods.adapter_replicas` of them), how pin signals and operator pins become the
 //! LoRA policy's decisions, and the execution of those decisions (load after manifest
 //! verification, unload, touch) with their outcomes fed back to the policy and the metrics.
 
@@ -10,10 +10,12 @@ use prewarm_core::wire::PinSignal;
 use prewarm_core::{rank, PlacementCandidate};
 use serde::Serialize;
 
+use super::placement::{tier_of, tier_pools};
 use super::pods::{LoadedAdapter, PodHealth};
 use super::{now_ms, Gateway, State};
+use crate::config::PodsConfig;
 use crate::engine::{AdapterLoad, AdapterOutcome, Engine, EngineError, PrefillRequest};
-use crate::policy::{LoraDecision, Tier};
+use crate::policy::LoraDecision;
 use crate::registry::{verify_for_load, AdapterVersion, RegistryError};
 use crate::telemetry::Telemetry;
 
@@ -49,19 +51,16 @@ pub struct DecisionOutcome {
     pub error: Option<String>,
 }
 
-/// The pods `adapter` is placed on among the healthy ones, best first.
-pub fn placed_pods(state: &State, adapter: &str, replicas: usize) -> Vec<String> {
-    let up: Vec<(&str, f64)> = state
+/// The pods `adapter` is placed on among the healthy ones of its tier's pool, best first.
+pub fn placed_pods(state: &State, adapter: &str, pods: &PodsConfig) -> Vec<String> {
+    let up: Vec<PlacementCandidate<'_>> = state
         .pods
         .values()
         .filter(|p| p.health == PodHealth::Up)
-        .map(|p| (p.spec.id.as_str(), p.spec.weight))
+        .map(|p| PlacementCandidate::new(&p.spec.id, p.spec.weight))
         .collect();
-    let candidates: Vec<PlacementCandidate<'_>> = up
-        .iter()
-        .map(|(id, w)| PlacementCandidate::new(id, *w))
-        .collect();
-    placed_pods_among(&candidates, adapter, replicas)
+    let pool = tier_pools(state, pods).candidates(tier_of(state, adapter), &up);
+    placed_pods_among(&pool, adapter, pods.adapter_replicas)
 }
 
 /// The `replicas` best of `candidates` for `adapter` (rendezvous over its name's chain seed).
@@ -116,14 +115,6 @@ impl Gateway {
         }
     }
 
-    fn tier_of(state: &State, adapter: &str) -> Tier {
-        state
-            .registry
-            .get(adapter)
-            .map(|r| r.tier)
-            .unwrap_or_default()
-    }
-
     /// A pin signal: make the adapter resident where it is placed. Decisions are executed in the
     /// background. Unregistered adapters are counted and skipped (the gateway has no path).
     pub(super) fn apply_pin_signal(&self, state: &mut State, pin: &PinSignal, now: u64) {
@@ -134,9 +125,9 @@ impl Gateway {
             );
             return;
         }
-        let tier = Self::tier_of(state, &pin.adapter);
+        let tier = tier_of(state, &pin.adapter);
         let mut decisions = Vec::new();
-        for pod_id in placed_pods(state, &pin.adapter, self.config.pods.adapter_replicas) {
+        for pod_id in placed_pods(state, &pin.adapter, &self.config.pods) {
             let Some(pod) = state.pods.get_mut(&pod_id) else {
                 continue;
             };

@@ -22,7 +22,7 @@ pub fn modelled_hit_ratios(
         .warmup
         .first_tier
         .saturating_add(config.warmup.second_tier);
-    let scopes = adapter_scopes(state, &candidates, config.pods.adapter_replicas, now_ms);
+    let scopes = adapter_scopes(state, &candidates, &config.pods, now_ms);
     let mut counts = vec![(0u64, 0u64); candidates.len()];
     for hot in state.pool.hot_prefixes(limit, &config.fingerprint.core()) {
         let among = candidates_for(hot.key.model, &candidates, &scopes);

@@ -8,7 +8,7 @@ use prewarm_core::PlacementCandidate;
 use serde::Serialize;
 
 use super::adapters::placed_pods_among;
-use super::placement::adapter_scopes;
+use super::placement::{adapter_scopes, tier_pools};
 use super::pods::PodHealth;
 use super::{Gateway, State};
 use crate::policy::{plan_warmup_scoped, WarmupPlan};
@@ -47,11 +47,12 @@ pub fn plan_for(
         .map(|(id, w)| PlacementCandidate::new(id, *w))
         .collect();
     let replicas = gateway.config.pods.adapter_replicas;
+    let pools = tier_pools(state, &gateway.config.pods);
     let mut adapters: Vec<(bool, crate::policy::Tier, &str)> = state
         .registry
         .iter()
         .filter(|r| {
-            placed_pods_among(&candidates, &r.name, replicas)
+            placed_pods_among(&pools.candidates(r.tier, &candidates), &r.name, replicas)
                 .iter()
                 .any(|p| p == pod_id)
         })
@@ -66,7 +67,7 @@ pub fn plan_for(
         gateway.config.warmup.max_candidates,
         &gateway.config.fingerprint.core(),
     );
-    let scopes = adapter_scopes(state, &candidates, replicas, super::now_ms());
+    let scopes = adapter_scopes(state, &candidates, &gateway.config.pods, super::now_ms());
     Some(plan_warmup_scoped(
         pod_id,
         &candidates,

@@ -81,7 +81,7 @@ impl Gateway {
         let fingerprint = self.config.fingerprint.core();
         let routable = routable_pods(state, now);
         let candidates = candidates_of(&routable);
-        let scopes = adapter_scopes(state, &candidates, self.config.pods.adapter_replicas, now);
+        let scopes = adapter_scopes(state, &candidates, &self.config.pods, now);
         let mut added = 0;
         for key in keys {
             let Some(view) = state.pool.get(key) else {

@@ -1,11 +1,12 @@
 //! The published routing table: rebuilt by the policy's builder from the pods' state whenever it
-//! may have changed, and kept as ready-to-serve JSON with its generation, which is the ETag
+//! may have changed (each pod listed with the adapters it serves of its tier pool), and kept as ready-to-serve JSON with its generation, which is the ETag
 //! (`"<generation>"`) `GET /v1/routing` compares with `If-None-Match`.
 
 use std::sync::Arc;
 
 use prewarm_core::wire::RoutingTable;
 
+use super::placement::{listed_adapters, tier_pools};
 use super::{now_ms, Gateway};
 use crate::policy::PodRoute;
 
@@ -59,6 +60,7 @@ impl Gateway {
         let published = {
             let mut guard = self.state();
             let state = &mut *guard;
+            let pools = tier_pools(state, &self.config.pods);
             let routes: Vec<PodRoute<'_>> = state
                 .pods
                 .values()
@@ -67,7 +69,7 @@ impl Gateway {
                     address: &p.spec.address,
                     weight: p.spec.weight,
                     load: Some(p.load.kv_usage),
-                    adapters: p.lora.served().collect(),
+                    adapters: listed_adapters(p, &state.registry, &pools),
                     routable: p.routable(now),
                 })
                 .collect();

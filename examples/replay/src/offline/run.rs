@@ -211,6 +211,7 @@ pub fn evaluate(
             _ => {
                 let config = PrewarmConfig {
                     table_adapters: spec.table_adapters,
+                    gold_pool_share: spec.gold_pool_share,
                     ..PrewarmConfig::for_fleet(
                         spec.kv_blocks,
                         LoraSlots {

@@ -37,7 +37,7 @@ use prewarm_gateway::policy::warmup::PodPressure;
 use prewarm_gateway::policy::{
     plan_warmup_scoped, HotnessConfig, KvConfig, KvResidency, LoraConfig, LoraDecision,
     LoraResidency, PodRoute, PromptPool, RoutingConfig, RoutingTableBuilder, ScopedCandidates,
-    Tier, WarmupAction, WarmupConfig, WarmupProgress,
+    Tier, TierPools, WarmupAction, WarmupConfig, WarmupProgress,
 };
 
 use self::execute::Executed;
@@ -60,6 +60,8 @@ pub struct PrewarmConfig {
     pub routing: RoutingConfig,
     pub slots: LoraSlots,
     pub adapter_replicas: usize,
+    /// Share of the pods serving gold tenants' adapters (the gateway's `pods.gold_pool_share`).
+    pub gold_pool_share: f64,
     /// Which adapters the table lists (the gateway lists the registered ones).
     pub table_adapters: TableAdapters,
     /// Keep-warm and table period, seconds (the gateway's loop runs every second).
@@ -90,6 +92,7 @@ impl PrewarmConfig {
             routing: RoutingConfig::default(),
             slots,
             adapter_replicas: adapter_replicas.max(1),
+            gold_pool_share: 0.0,
             table_adapters: TableAdapters::Registered,
             period_s: 1.0,
         }
@@ -186,10 +189,17 @@ impl Prewarm {
         self.table.table()
     }
 
+    /// The tier pools over every pod of the fleet (as the gateway's, over every pod in its pool).
+    fn pools(&self, fleet: &Fleet) -> TierPools {
+        let all: Vec<usize> = (0..fleet.pods.len()).collect();
+        TierPools::new(self.config.gold_pool_share, &fleet.candidates(&all))
+    }
+
     fn rebuild_table(&mut self, fleet: &Fleet, now_s: f64) {
         let routable: Vec<bool> = (0..self.pods.len())
             .map(|i| self.routable(i, now_s))
             .collect();
+        let pools = self.pools(fleet);
         let resident: Vec<Vec<String>> = self
             .pods
             .iter()
@@ -216,9 +226,12 @@ impl Prewarm {
                 weight: 1.0,
                 load: None,
                 adapters: match self.config.table_adapters {
-                    TableAdapters::Registered => b.lora.served().collect(),
+                    TableAdapters::Registered => b.lora.served().collect::<Vec<_>>(),
                     TableAdapters::Resident => resident.iter().map(String::as_str).collect(),
-                },
+                }
+                .into_iter()
+                .filter(|a| pools.admits(self.tier(a), &p.id))
+                .collect(),
                 routable,
             })
             .collect();
@@ -232,9 +245,17 @@ impl Prewarm {
             .collect()
     }
 
-    /// The pods `adapter` is placed on among `members` (the gateway's adapter placement).
+    /// The pods `adapter` is placed on among `members` of its tier's pool (the gateway's
+    /// adapter placement).
     fn placed_pods(&self, fleet: &Fleet, adapter: &str, members: &[usize]) -> Vec<usize> {
-        let candidates = fleet.candidates(members);
+        let pools = self.pools(fleet);
+        let tier = self.tier(adapter);
+        let members: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&i| fleet.pods.get(i).is_some_and(|p| pools.admits(tier, &p.id)))
+            .collect();
+        let candidates = fleet.candidates(&members);
         rank(chain_seed(adapter), &candidates)
             .into_iter()
             .take(self.config.adapter_replicas)
@@ -296,10 +317,11 @@ impl Prewarm {
     }
 
     /// The placement scope of every adapter some member serves (as the gateway's
-    /// `service/placement.rs` builds it): the pods serving it, the planned pod counting as
-    /// serving the adapters its warm-up is about to load.
+    /// `service/placement.rs` builds it): the pods whose table entry lists it, the planned pod
+    /// counting as serving the adapters its warm-up is about to load.
     fn adapter_scopes<'a>(
         &self,
+        pools: &TierPools,
         members: &[usize],
         candidates: &[PlacementCandidate<'a>],
         planned_pod: usize,
@@ -307,7 +329,12 @@ impl Prewarm {
     ) -> ScopedCandidates<'a> {
         let mut scopes = ScopedCandidates::new();
         for (&i, c) in members.iter().zip(candidates) {
-            let served = self.pods.get(i).into_iter().flat_map(|b| b.lora.served());
+            let served = self
+                .pods
+                .get(i)
+                .into_iter()
+                .flat_map(|b| b.lora.served())
+                .filter(|a| pools.admits(self.tier(a), c.id));
             let planned_here = planned
                 .iter()
                 .map(String::as_str)
@@ -341,7 +368,8 @@ impl Prewarm {
         let hot = self
             .pool
             .hot_prefixes(self.config.warmup.max_candidates, &self.config.fingerprint);
-        let scopes = self.adapter_scopes(&members, &candidates, pod, &adapters);
+        let pools = self.pools(fleet);
+        let scopes = self.adapter_scopes(&pools, &members, &candidates, pod, &adapters);
         let plan = plan_warmup_scoped(
             &id,
             &candidates,
