@@ -10,6 +10,8 @@
 //! leaving moves at most one other pod between the pools. With fewer than two pods, or a share
 //! of 0 (the default), there is one pool serving every tier.
 
+use std::collections::BTreeSet;
+
 use prewarm_core::fingerprint::chain_seed;
 use prewarm_core::{rank, PlacementCandidate};
 
@@ -22,7 +24,7 @@ const GOLD_POOL_SEED: &str = "prewarm/gold-pool";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TierPools {
     /// Ids of the gold pool's pods; empty: one pool for every tier.
-    gold: Vec<String>,
+    gold: BTreeSet<String>,
 }
 
 impl TierPools {
@@ -41,9 +43,14 @@ impl TierPools {
         Self { gold }
     }
 
+    /// Whether every pod serves every tier (no gold pool).
+    pub fn is_one_pool(&self) -> bool {
+        self.gold.is_empty()
+    }
+
     /// Whether `pod` serves adapters of `tier`.
     pub fn admits(&self, tier: Tier, pod: &str) -> bool {
-        self.gold.is_empty() || (tier == Tier::Gold) == self.gold.iter().any(|g| g == pod)
+        self.is_one_pool() || (tier == Tier::Gold) == self.gold.contains(pod)
     }
 
     /// The members of `candidates` that serve adapters of `tier`.
@@ -60,7 +67,7 @@ impl TierPools {
     }
 
     /// The gold pool's pod ids (empty when there is one pool).
-    pub fn gold_pods(&self) -> &[String] {
+    pub fn gold_pods(&self) -> &BTreeSet<String> {
         &self.gold
     }
 }

@@ -1,7 +1,8 @@
 //! Adapters on pods: where an adapter is placed (core's rendezvous over the adapter name among
-//! the healthy pods of its tier's pool, `pods.adapter_replicas` of them), how pin signals and operator pins become the
-//! LoRA policy's decisions, and the execution of those decisions (load after manifest
-//! verification, unload, touch) with their outcomes fed back to the policy and the metrics.
+//! the healthy pods of its tier's pool, `pods.adapter_replicas` of them), how pin signals and
+//! operator pins become the LoRA policy's decisions, and the execution of those decisions (load
+//! after manifest verification, unload, touch) with their outcomes fed back to the policy and
+//! the metrics.
 
 use std::sync::Arc;
 

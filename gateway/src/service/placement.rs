@@ -40,7 +40,7 @@ pub fn listed_adapters<'p>(
 ) -> Vec<&'p str> {
     pod.lora
         .served()
-        .filter(|a| pools.admits(registry_tier(registry, a), &pod.spec.id))
+        .filter(|a| pools.is_one_pool() || pools.admits(registry_tier(registry, a), &pod.spec.id))
         .collect()
 }
 

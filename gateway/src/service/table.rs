@@ -1,6 +1,7 @@
 //! The published routing table: rebuilt by the policy's builder from the pods' state whenever it
-//! may have changed (each pod listed with the adapters it serves of its tier pool), and kept as ready-to-serve JSON with its generation, which is the ETag
-//! (`"<generation>"`) `GET /v1/routing` compares with `If-None-Match`.
+//! may have changed (each pod listed with the adapters it serves of its tier's pool), and kept
+//! as ready-to-serve JSON with its generation, which is the ETag (`"<generation>"`)
+//! `GET /v1/routing` compares with `If-None-Match`.
 
 use std::sync::Arc;
 
