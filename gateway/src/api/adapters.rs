@@ -17,6 +17,7 @@ use super::AppState;
 use crate::policy::LoraDecision;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
 use crate::service::adapters::{placed_pods, DecisionOutcome, PodDecision};
+use crate::service::placement::tier_of;
 use crate::service::{now_ms, Gateway};
 
 /// What a rollout (or rollback) found and did.
@@ -212,7 +213,7 @@ async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<
     let mut decisions = Vec::new();
     {
         let mut state = gateway.state();
-        let tier = state.registry.get(name).map(|r| r.tier).unwrap_or_default();
+        let tier = tier_of(&state, name);
         for pod_id in placed_pods(&state, name, &gateway.config.pods) {
             if let Some(pod) = state.pods.get_mut(&pod_id) {
                 match pod.lora.pin(name, tier, now) {
