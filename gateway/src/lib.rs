@@ -2,12 +2,12 @@
 //! and serves the routing table.
 //!
 //! - [`policy`]: the pure state machines (hotness, KV and LoRA residency, warm-up planning,
-//!   routing table) — events and `now` in, decisions out;
+//!   routing table) and the fleet core that drives them — events and `now` in, actions out;
 //! - [`config`]: TOML configuration and its validation;
 //! - [`engine`]: pod clients (vLLM, SGLang) behind one trait;
 //! - [`registry`]: adapters, their metadata and SHA-256 manifests;
-//! - [`service`]: the running gateway (pool, table, signals, snapshots, background loops);
-//! - [`warmup`]: executing warm-up plans against pods;
+//! - [`service`]: the running gateway, a shell around the fleet core (pods' I/O, executing
+//!   actions, table, signals, snapshots, background loops);
 //! - [`api`]: the HTTP API; [`telemetry`]: Prometheus metrics; [`state`]: snapshot files;
 //! - [`server`]: the `serve` lifecycle (bind, spawn, drain, final snapshot).
 
@@ -22,4 +22,3 @@ pub mod service;
 pub mod state;
 pub mod status;
 pub mod telemetry;
-pub mod warmup;

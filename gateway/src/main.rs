@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use prewarm_gateway::config::{ConfigError, GatewayConfig};
+use prewarm_gateway::policy::fleet::Candidates;
 use prewarm_gateway::server::{serve, shutdown_requested};
-use prewarm_gateway::service::planning::{plan_for, Candidates, PlanView};
-use prewarm_gateway::service::Gateway;
+use prewarm_gateway::service::planning::PlanView;
+use prewarm_gateway::service::{now_ms, Gateway};
 
 const EXIT_CONFIG: u8 = 64;
 
@@ -118,8 +119,11 @@ fn main() -> ExitCode {
             runtime.block_on(async move {
                 let gateway = Gateway::new(config);
                 gateway.restore();
-                let state = gateway.state();
-                match plan_for(&gateway, &state, &pod, Candidates::All) {
+                let plan = gateway
+                    .state()
+                    .fleet
+                    .plan_for(&pod, Candidates::All, now_ms());
+                match plan {
                     Some(plan) => {
                         println!(
                             "{}",

@@ -599,5 +599,5 @@ async fn snapshot_on_demand_round_trips_through_restore() {
     let again = Gateway::new(f.gateway.config.clone());
     let restored = again.restore();
     assert_eq!(restored.prompts, 1);
-    assert!(again.state().pool.templates() == 1);
+    assert!(again.state().fleet.pool().templates() == 1);
 }

@@ -10,7 +10,7 @@ use crate::assign::{assign, read_servegen, zipf, AdapterSource, Assignment};
 use crate::offline::run::{evaluate, summaries, Setup, POLICIES};
 use crate::outcome::series;
 use crate::report::{table, Report};
-use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, TableAdapters, NEW_POD_WINDOW_S};
+use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
 use crate::trace::{load_trace, TraceRequest};
 
 #[derive(Debug, Parser)]
@@ -95,10 +95,6 @@ pub struct OfflineArgs {
     /// other tiers' (the gateway's `pods.gold_pool_share`; 0: one pool), in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub gold_pool_share: f64,
-    /// Adapters the `prewarm` table lists per pod: `registered` (the gateway's behaviour) or
-    /// `resident` (modelled GPU slots only; an experiment).
-    #[arg(long, value_enum, default_value = "registered")]
-    pub prewarm_table_adapters: TableAdapters,
     /// `N@Ts`: N cold pods join at T seconds (repeatable).
     #[arg(long = "add-pods")]
     pub add_pods: Vec<String>,
@@ -208,7 +204,6 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         adapter_rank: args.adapter_rank,
         adapter_replicas: args.adapter_replicas,
         gold_pool_share: args.gold_pool_share,
-        table_adapters: args.prewarm_table_adapters,
     };
     let setup = Setup {
         trace: &trace,

@@ -24,19 +24,6 @@ pub struct FleetSpec {
     pub adapter_replicas: usize,
     /// Share of the pods serving gold tenants' adapters (the gateway's `gold_pool_share`).
     pub gold_pool_share: f64,
-    /// Which adapters the prewarm policy's routing table lists per pod.
-    pub table_adapters: TableAdapters,
-}
-
-/// Which adapters the `prewarm` policy's routing table lists for a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum TableAdapters {
-    /// The registered ones (`LoraResidency::served`): what the gateway publishes.
-    #[default]
-    Registered,
-    /// Only those modelled in a GPU slot: an experiment, not the gateway's behaviour.
-    Resident,
 }
 
 /// Something that happens to the fleet.

@@ -5,7 +5,7 @@
 use prewarm_replay::assign::{assign, zipf, Assignment};
 use prewarm_replay::offline::run::{evaluate, summaries, PolicyRun, Setup, POLICIES};
 use prewarm_replay::render::splitmix64;
-use prewarm_replay::scenario::{FleetEvent, FleetSpec, TableAdapters};
+use prewarm_replay::scenario::{FleetEvent, FleetSpec};
 use prewarm_replay::trace::TraceRequest;
 
 fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
@@ -18,7 +18,6 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         adapter_rank: 16,
         adapter_replicas: 2,
         gold_pool_share: 0.0,
-        table_adapters: TableAdapters::Registered,
     }
 }
 
@@ -93,16 +92,10 @@ fn pressured_trace(n: u64, seed: u64) -> Vec<TraceRequest> {
 
 #[test]
 fn the_oracle_never_loses_to_any_policy() {
-    for (seed, table_adapters, gold_pool_share) in [
-        (1u64, TableAdapters::Registered, 0.0),
-        (2, TableAdapters::Resident, 0.0),
-        (3, TableAdapters::Registered, 0.0),
-        (4, TableAdapters::Registered, 0.5),
-    ] {
+    for (seed, gold_pool_share) in [(1u64, 0.0), (2, 0.0), (3, 0.0), (4, 0.5)] {
         let trace = pressured_trace(400, seed);
         let assignment = assign(&trace, Some(&zipf(12, 1.1)), seed, 0.1, 0.2);
         let spec = FleetSpec {
-            table_adapters,
             gold_pool_share,
             ..fleet(3, 900)
         };

@@ -14,10 +14,8 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input::{json_body, require_admin};
 use super::AppState;
-use crate::policy::LoraDecision;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
-use crate::service::adapters::{placed_pods, DecisionOutcome, PodDecision};
-use crate::service::placement::tier_of;
+use crate::service::adapters::DecisionOutcome;
 use crate::service::{now_ms, Gateway};
 
 /// What a rollout (or rollback) found and did.
@@ -48,15 +46,9 @@ fn versions_on_pods(gateway: &Gateway, name: &str) -> BTreeMap<String, String> {
 /// Re-loads the adapter's new current version on every pod that holds it.
 async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) -> RolloutReport {
     let before = versions_on_pods(gateway, &registered.name);
-    let mut decisions = Vec::new();
-    for pod in before.keys() {
-        let reload = vec![
-            LoraDecision::Unload(registered.name.clone()),
-            LoraDecision::Load(registered.name.clone()),
-        ];
-        decisions.extend(PodDecision::on_pod(pod, reload));
-    }
-    let outcomes = gateway.execute_decisions(decisions).await;
+    let holders: Vec<String> = before.keys().cloned().collect();
+    let actions = gateway.fleet(|f| f.reload_adapter(&registered.name, &holders));
+    let outcomes = gateway.execute_all(actions).await;
     let after = versions_on_pods(gateway, &registered.name);
     let consistent = before
         .keys()
@@ -76,7 +68,8 @@ async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) ->
 fn check_consistent_before(gateway: &Gateway, name: &str) -> Result<(), ApiError> {
     let expected = gateway
         .state()
-        .registry
+        .fleet
+        .registry()
         .get(name)
         .map(|r| r.current.version.clone());
     let Some(expected) = expected else {
@@ -111,13 +104,18 @@ pub async fn register(
         .map_err(|_| ApiError::Internal)??;
     let rollout_pending = gateway
         .state()
-        .registry
+        .fleet
+        .registry()
         .get(&request.name)
         .is_some_and(|rec| rec.current.version != version.version);
     if rollout_pending {
         check_consistent_before(&gateway, &request.name)?;
     }
-    let registered = gateway.state().registry.register(&request, version)?;
+    let registered = gateway
+        .state()
+        .fleet
+        .registry_mut()
+        .register(&request, version)?;
     let rollout = match registered.previous_version {
         Some(_) => Some(roll_out(&gateway, &registered).await),
         None => None,
@@ -132,7 +130,12 @@ pub async fn register(
     } else {
         StatusCode::CREATED
     };
-    let record = gateway.state().registry.get(&registered.name).cloned();
+    let record = gateway
+        .state()
+        .fleet
+        .registry()
+        .get(&registered.name)
+        .cloned();
     Ok((
         status,
         Json(json!({"registered": registered, "adapter": record, "rollout": rollout, "pin_outcomes": pins})),
@@ -154,14 +157,14 @@ pub async fn rollback(
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
     let request: RollbackRequest = json_body(&body)?;
-    if gateway.state().registry.get(&name).is_none() {
+    if gateway.state().fleet.registry().get(&name).is_none() {
         return Err(ApiError::NotFound(format!(
             "adapter {name:?}: not registered"
         )));
     }
     check_consistent_before(&gateway, &name)?;
     // The old version's files must still match its manifest before any pod is touched.
-    let target = gateway.state().registry.get(&name).and_then(|r| {
+    let target = gateway.state().fleet.registry().get(&name).and_then(|r| {
         r.history
             .iter()
             .find(|v| v.version == request.version)
@@ -174,13 +177,17 @@ pub async fn rollback(
             .await
             .map_err(|_| ApiError::Internal)??;
     }
-    let registered = gateway.state().registry.rollback(&name, &request.version)?;
+    let registered = gateway
+        .state()
+        .fleet
+        .registry_mut()
+        .rollback(&name, &request.version)?;
     let rollout = roll_out(&gateway, &registered).await;
     Ok(Json(json!({"registered": registered, "rollout": rollout})).into_response())
 }
 
 pub async fn list(State(gateway): State<AppState>) -> Json<serde_json::Value> {
-    let adapters: Vec<_> = gateway.state().registry.iter().cloned().collect();
+    let adapters: Vec<_> = gateway.state().fleet.registry().iter().cloned().collect();
     Json(json!({ "adapters": adapters }))
 }
 
@@ -190,40 +197,30 @@ pub async fn detail(
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
     let record = state
-        .registry
+        .fleet
+        .registry()
         .get(&name)
         .ok_or_else(|| ApiError::NotFound(format!("adapter {name:?}: not registered")))?;
     let pods: BTreeMap<&str, _> = state
-        .pods
-        .values()
+        .fleet
+        .pods()
         .filter_map(|p| {
             p.lora
                 .adapters()
                 .into_iter()
                 .find(|a| a.name == name)
-                .map(|a| (p.spec.id.as_str(), a))
+                .map(|a| (p.shape.id.as_str(), a))
         })
         .collect();
     Ok(Json(json!({"adapter": record, "pods": pods})).into_response())
 }
 
-/// Pins the adapter in the LoRA model of the pods it is placed on and executes the decisions.
+/// Pins the adapter where it is placed and executes the core's calls.
 async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<DecisionOutcome> {
-    let now = now_ms();
-    let mut decisions = Vec::new();
-    {
-        let mut state = gateway.state();
-        let tier = tier_of(&state, name);
-        for pod_id in placed_pods(&state, name, &gateway.config.pods) {
-            if let Some(pod) = state.pods.get_mut(&pod_id) {
-                match pod.lora.pin(name, tier, now) {
-                    Ok(ds) => decisions.extend(PodDecision::on_pod(&pod_id, ds)),
-                    Err(refusal) => pod.note_error(refusal.to_string()),
-                }
-            }
-        }
+    match gateway.fleet(|f| f.pin_adapter(name, now_ms())) {
+        Ok(actions) => gateway.execute_all(actions).await,
+        Err(_) => Vec::new(),
     }
-    gateway.execute_decisions(decisions).await
 }
 
 pub async fn pin(
@@ -232,8 +229,8 @@ pub async fn pin(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
-    gateway.state().registry.set_pinned(&name, true)?;
-    let outcomes = pin_where_placed(&gateway, &name).await;
+    let actions = gateway.fleet(|f| f.pin_adapter(&name, now_ms()))?;
+    let outcomes = gateway.execute_all(actions).await;
     Ok(Json(json!({"adapter": name, "pinned": true, "outcomes": outcomes})).into_response())
 }
 
@@ -243,11 +240,7 @@ pub async fn unpin(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
-    let mut state = gateway.state();
-    state.registry.set_pinned(&name, false)?;
-    for pod in state.pods.values_mut() {
-        pod.lora.unpin(&name);
-    }
+    gateway.fleet(|f| f.unpin_adapter(&name))?;
     Ok(Json(json!({"adapter": name, "pinned": false})).into_response())
 }
 
@@ -257,21 +250,10 @@ pub async fn remove(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
-    let decisions = {
-        let mut state = gateway.state();
-        if state.registry.remove(&name).is_none() {
-            return Err(ApiError::NotFound(format!(
-                "adapter {name:?}: not registered"
-            )));
-        }
-        let mut decisions = Vec::new();
-        for pod in state.pods.values_mut() {
-            let removals = pod.lora.remove(&name);
-            decisions.extend(PodDecision::on_pod(&pod.spec.id, removals));
-        }
-        decisions
-    };
-    let outcomes = gateway.execute_decisions(decisions).await;
+    let actions = gateway
+        .fleet(|f| f.remove_adapter(&name))
+        .ok_or_else(|| ApiError::NotFound(format!("adapter {name:?}: not registered")))?;
+    let outcomes = gateway.execute_all(actions).await;
     Ok(Json(json!({"removed": name, "outcomes": outcomes})).into_response())
 }
 
@@ -288,11 +270,16 @@ pub enum Residency {
 
 pub async fn heatmap(State(gateway): State<AppState>) -> Json<serde_json::Value> {
     let state = gateway.state();
-    let adapters: Vec<String> = state.registry.iter().map(|r| r.name.clone()).collect();
-    let pods: Vec<String> = state.pods.keys().cloned().collect();
+    let adapters: Vec<String> = state
+        .fleet
+        .registry()
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    let pods: Vec<String> = state.fleet.pods().map(|p| p.shape.id.clone()).collect();
     let per_pod: Vec<BTreeMap<String, Residency>> = state
-        .pods
-        .values()
+        .fleet
+        .pods()
         .map(|p| {
             p.lora
                 .adapters()

@@ -12,10 +12,10 @@ use super::input::{json_body, require_admin};
 use super::views::{detail as pod_detail, summary, PodSummary};
 use super::AppState;
 use crate::config::PodSpec;
+use crate::policy::fleet::Candidates;
 use crate::service::now_ms;
-use crate::service::planning::{plan_for, Candidates, PlanView};
-use crate::service::pods::{PodHealth, PodSource};
-use crate::warmup::executor::start_warmup;
+use crate::service::planning::PlanView;
+use crate::service::pods::PodSource;
 
 fn unknown(id: &str) -> ApiError {
     ApiError::NotFound(format!("pod {id:?}: not in the pool"))
@@ -23,11 +23,11 @@ fn unknown(id: &str) -> ApiError {
 
 pub async fn list(State(gateway): State<AppState>) -> Json<serde_json::Value> {
     let now = now_ms();
-    let pods: Vec<PodSummary> = gateway
-        .state()
-        .pods
-        .values()
-        .map(|p| summary(p, now))
+    let state = gateway.state();
+    let pods: Vec<PodSummary> = state
+        .fleet
+        .pods()
+        .filter_map(|p| Some(summary(p, state.pods.get(&p.shape.id)?, now)))
         .collect();
     Json(json!({ "pods": pods }))
 }
@@ -38,8 +38,10 @@ pub async fn detail(
 ) -> Result<Response, ApiError> {
     let now = now_ms();
     let state = gateway.state();
-    let pod = state.pods.get(&id).ok_or_else(|| unknown(&id))?;
-    Ok(Json(pod_detail(pod, now)).into_response())
+    let (Some(pod), Some(io)) = (state.fleet.pod(&id), state.pods.get(&id)) else {
+        return Err(unknown(&id));
+    };
+    Ok(Json(pod_detail(pod, io, now)).into_response())
 }
 
 pub async fn add(
@@ -70,21 +72,22 @@ pub async fn trigger_warmup(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
-    let (health, epoch) = {
-        let state = gateway.state();
-        let pod = state.pods.get(&id).ok_or_else(|| unknown(&id))?;
-        (pod.health, pod.epoch)
-    };
-    if health != PodHealth::Up {
+    let started = gateway.fleet(|f| {
+        if f.pod(&id).is_none() {
+            return Err(unknown(&id));
+        }
+        Ok(f.start_warmup(&id, now_ms()))
+    })?;
+    if !started {
         return Err(ApiError::Conflict(format!(
             "pod {id:?}: not up: its warm-up starts when it is"
         )));
     }
-    start_warmup(&gateway, &id, epoch);
+    gateway.republish_table();
     let status = gateway
         .state()
-        .pods
-        .get(&id)
+        .fleet
+        .pod(&id)
         .and_then(|p| p.warmup.status(now_ms()));
     Ok((StatusCode::ACCEPTED, Json(status)).into_response())
 }
@@ -94,7 +97,7 @@ pub async fn warmup_progress(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
-    let pod = state.pods.get(&id).ok_or_else(|| unknown(&id))?;
+    let pod = state.fleet.pod(&id).ok_or_else(|| unknown(&id))?;
     Ok(Json(json!({"pod": id, "warmup": pod.warmup.status(now_ms())})).into_response())
 }
 
@@ -102,7 +105,10 @@ pub async fn plan(
     State(gateway): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let state = gateway.state();
-    let plan = plan_for(&gateway, &state, &id, Candidates::Live).ok_or_else(|| unknown(&id))?;
+    let plan = gateway
+        .state()
+        .fleet
+        .plan_for(&id, Candidates::Live, now_ms())
+        .ok_or_else(|| unknown(&id))?;
     Ok(Json(PlanView::from(&plan)).into_response())
 }

@@ -42,8 +42,8 @@ pub async fn pod_ready(
     let now = now_ms();
     let state = gateway.state();
     let pod = state
-        .pods
-        .get(&id)
+        .fleet
+        .pod(&id)
         .ok_or_else(|| ApiError::NotFound(format!("pod {id:?}: not in the pool")))?;
     let ready = pod.routable(now);
     let body = Json(json!({"pod": id, "ready": ready, "health": pod.health}));

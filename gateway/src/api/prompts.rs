@@ -57,8 +57,8 @@ pub async fn top(
             .ok_or_else(|| ApiError::BadRequest(format!("k: {s:?}: must be 1..{MAX_TOP_K}")))?,
     };
     let state = gateway.state();
-    let prompts: Vec<PromptSummary> = state
-        .pool
+    let pool = state.fleet.pool();
+    let prompts: Vec<PromptSummary> = pool
         .top(k)
         .into_iter()
         .map(|v| PromptSummary {
@@ -77,8 +77,8 @@ pub async fn top(
         })
         .collect();
     Ok(Json(json!({
-        "total": state.pool.len(),
-        "templates": state.pool.templates(),
+        "total": pool.len(),
+        "templates": pool.templates(),
         "prompts": prompts,
     })))
 }
@@ -93,7 +93,8 @@ pub async fn add(
     let fingerprint = gateway.config.fingerprint.core();
     let key = gateway
         .state()
-        .pool
+        .fleet
+        .pool_mut()
         .add_template(template, &fingerprint, now_ms())
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((StatusCode::CREATED, Json(json!({"key": key.to_string()}))).into_response())
@@ -108,7 +109,7 @@ pub async fn remove(
     let parsed = key
         .parse::<PrefixKey>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if gateway.state().pool.remove_template(&parsed) {
+    if gateway.state().fleet.pool_mut().remove_template(&parsed) {
         Ok(Json(json!({"removed": key})).into_response())
     } else {
         Err(ApiError::NotFound(format!(

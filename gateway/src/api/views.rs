@@ -6,9 +6,10 @@ use serde::Serialize;
 
 use crate::config::{EngineKind, PodSpec};
 use crate::engine::PodLoad;
+use crate::policy::fleet::{FleetPod, PodHealth};
 use crate::policy::lora::AdapterResidency;
 use crate::policy::warmup::WarmupStatus;
-use crate::service::pods::{LoadedAdapter, PodEntry, PodHealth, PodSource};
+use crate::service::pods::{LoadedAdapter, PodEntry, PodSource};
 
 /// One pod in `GET /admin/pods`.
 #[derive(Debug, Serialize)]
@@ -54,12 +55,13 @@ pub struct PodDetail {
     pub errors: Vec<String>,
 }
 
-pub fn summary(pod: &PodEntry, now_ms: u64) -> PodSummary {
+/// A pod's summary from its model in the fleet core and its I/O side.
+pub fn summary(pod: &FleetPod, io: &PodEntry, now_ms: u64) -> PodSummary {
     PodSummary {
-        id: pod.spec.id.clone(),
-        address: pod.spec.address.clone(),
-        engine: pod.spec.engine,
-        source: pod.source,
+        id: io.spec.id.clone(),
+        address: io.spec.address.clone(),
+        engine: io.spec.engine,
+        source: io.source,
         health: pod.health,
         routable: pod.routable(now_ms),
         epoch: pod.epoch,
@@ -71,20 +73,20 @@ pub fn summary(pod: &PodEntry, now_ms: u64) -> PodSummary {
     }
 }
 
-pub fn detail(pod: &PodEntry, now_ms: u64) -> PodDetail {
+pub fn detail(pod: &FleetPod, io: &PodEntry, now_ms: u64) -> PodDetail {
     PodDetail {
-        summary: summary(pod, now_ms),
-        spec: pod.spec.clone(),
+        summary: summary(pod, io, now_ms),
+        spec: io.spec.clone(),
         last_ok_ms: pod.last_ok_ms,
         consecutive_failures: pod.consecutive_failures,
         load: pod.load.clone(),
-        served: pod.served.clone(),
+        served: io.served.clone(),
         lora: pod.lora.adapters(),
-        versions: pod.versions.clone(),
+        versions: io.versions.clone(),
         warm_prefixes: pod.kv.warm_prefixes(now_ms).len(),
         resident_shards: pod.kv.resident_shards(),
         modelled_hit_ratio: pod.kv.hit_ratio(),
         warmup: pod.warmup.status(now_ms),
-        errors: pod.errors.iter().cloned().collect(),
+        errors: io.errors.iter().cloned().collect(),
     }
 }

@@ -155,6 +155,43 @@ pub enum ConfigError {
 }
 
 impl GatewayConfig {
+    /// The fleet core's configuration: the policies' sections and the pool's placement knobs.
+    pub fn fleet(&self) -> policy::fleet::FleetConfig {
+        policy::fleet::FleetConfig {
+            fingerprint: self.fingerprint.core(),
+            hotness: self.hotness.clone(),
+            lora: self.lora.clone(),
+            warmup: self.warmup.clone(),
+            routing: self.routing.clone(),
+            adapter_replicas: self.pods.adapter_replicas,
+            gold_pool_share: self.pods.gold_pool_share,
+            unhealthy_after: self.pods.unhealthy_after,
+            keep_warm_period_ms: 1_000,
+        }
+    }
+
+    /// The fleet core's view of pod `spec`: its address, weight, LoRA slots, and the `[kv]`
+    /// section with the pod's geometry overrides.
+    pub fn pod_shape(&self, spec: &PodSpec) -> policy::fleet::PodShape {
+        let mut kv = self.kv.clone();
+        if let Some(b) = spec.block_size {
+            kv.block_tokens = b;
+        }
+        if let Some(n) = spec.num_blocks {
+            kv.capacity_blocks = n as u64;
+        }
+        policy::fleet::PodShape {
+            id: spec.id.clone(),
+            address: spec.address.clone(),
+            weight: spec.weight,
+            slots: policy::lora::LoraSlots {
+                max_loras: spec.max_loras,
+                max_cpu_loras: spec.max_cpu_loras.unwrap_or(spec.max_loras),
+            },
+            kv,
+        }
+    }
+
     /// Parses TOML text (no environment overrides, no validation).
     pub fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string())

@@ -5,23 +5,7 @@
 //! SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
 //! read too.
 
-use serde::Serialize;
-
-/// Live load of one pod, as its last scrape said.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct PodLoad {
-    pub waiting: u64,
-    pub running: u64,
-    /// 0..1.
-    pub kv_usage: f64,
-    /// From `vllm:cache_config_info`.
-    pub block_size: Option<usize>,
-    pub num_gpu_blocks: Option<usize>,
-    /// From the newest non-empty `vllm:lora_requests_info` series.
-    pub max_lora: Option<usize>,
-    pub running_adapters: Vec<String>,
-    pub waiting_adapters: Vec<String>,
-}
+pub use crate::policy::fleet::PodLoad;
 
 /// One sample line: name, labels, value.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,6 +12,8 @@
 //! - [`warmup`]: the warm-up plan of a joining pod and its progress state machine.
 //! - [`routing`]: the routing table built from pod states, versioned by content.
 //! - [`pools`]: which pods serve gold tenants' adapters and which the other tiers'.
+//! - [`fleet`]: the fleet core above them all: one owner of every fleet decision (which pod
+//!   warms what, when, the table), shared by the gateway's shell and the evaluator.
 //!
 //! Every config struct has serde defaults, refuses unknown fields and has a `validate(prefix)`
 //! returning every problem as `field: value: rule` (the prefix names the TOML section, e.g.
@@ -23,6 +25,7 @@
     clippy::indexing_slicing
 )]
 
+pub mod fleet;
 pub mod hotness;
 mod interner;
 pub mod kv;

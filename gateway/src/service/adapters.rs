@@ -1,44 +1,18 @@
-//! Adapters on pods: where an adapter is placed (core's rendezvous over the adapter name among
-//! the healthy pods of its tier's pool, `pods.adapter_replicas` of them), how pin signals and
-//! operator pins become the LoRA policy's decisions, and the execution of those decisions (load
-//! after manifest verification, unload, touch) with their outcomes fed back to the policy and
-//! the metrics.
+//! The LoRA calls of the fleet core's decisions on a pod: load (after manifest verification),
+//! unload, touch (a one-token request with the adapter), each counted in the metrics and, when
+//! it failed, kept in the pod's recent errors. Where adapters go is the core's decision
+//! ([`crate::policy::fleet`]).
 
 use std::sync::Arc;
 
-use prewarm_core::fingerprint::chain_seed;
-use prewarm_core::wire::PinSignal;
-use prewarm_core::{rank, PlacementCandidate};
 use serde::Serialize;
 
-use super::placement::{tier_of, tier_pools};
-use super::pods::{LoadedAdapter, PodHealth};
-use super::{now_ms, Gateway, State};
-use crate::config::PodsConfig;
+use super::pods::LoadedAdapter;
+use super::{now_ms, Gateway};
 use crate::engine::{AdapterLoad, AdapterOutcome, Engine, EngineError, PrefillRequest};
 use crate::policy::LoraDecision;
 use crate::registry::{verify_for_load, AdapterVersion, RegistryError};
 use crate::telemetry::Telemetry;
-
-/// A decision for one pod, ready to execute outside the lock.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodDecision {
-    pub pod: String,
-    pub decision: LoraDecision,
-}
-
-impl PodDecision {
-    /// `decisions` for pod `pod`, in order.
-    pub fn on_pod(pod: &str, decisions: Vec<LoraDecision>) -> Vec<Self> {
-        decisions
-            .into_iter()
-            .map(|decision| Self {
-                pod: pod.to_string(),
-                decision,
-            })
-            .collect()
-    }
-}
 
 /// How one executed decision ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,31 +24,6 @@ pub struct DecisionOutcome {
     pub outcome: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-}
-
-/// The pods `adapter` is placed on among the healthy ones of its tier's pool, best first.
-pub fn placed_pods(state: &State, adapter: &str, pods: &PodsConfig) -> Vec<String> {
-    let up: Vec<PlacementCandidate<'_>> = state
-        .pods
-        .values()
-        .filter(|p| p.health == PodHealth::Up)
-        .map(|p| PlacementCandidate::new(&p.spec.id, p.spec.weight))
-        .collect();
-    let pool = tier_pools(state, pods).candidates(tier_of(state, adapter), &up);
-    placed_pods_among(&pool, adapter, pods.adapter_replicas)
-}
-
-/// The `replicas` best of `candidates` for `adapter` (rendezvous over its name's chain seed).
-pub fn placed_pods_among(
-    candidates: &[PlacementCandidate<'_>],
-    adapter: &str,
-    replicas: usize,
-) -> Vec<String> {
-    rank(chain_seed(adapter), candidates)
-        .into_iter()
-        .take(replicas.max(1))
-        .filter_map(|i| candidates.get(i).map(|c| c.id.to_string()))
-        .collect()
 }
 
 /// The metric label of a step's result.
@@ -116,96 +65,37 @@ impl Gateway {
         }
     }
 
-    /// A pin signal: make the adapter resident where it is placed. Decisions are executed in the
-    /// background. Unregistered adapters are counted and skipped (the gateway has no path).
-    pub(super) fn apply_pin_signal(&self, state: &mut State, pin: &PinSignal, now: u64) {
-        if state.registry.get(&pin.adapter).is_none() {
-            Telemetry::count(
-                &self.telemetry.decisions,
-                &[("policy", "lora"), ("decision", "unregistered")],
-            );
-            return;
-        }
-        let tier = tier_of(state, &pin.adapter);
-        let mut decisions = Vec::new();
-        for pod_id in placed_pods(state, &pin.adapter, &self.config.pods) {
-            let Some(pod) = state.pods.get_mut(&pod_id) else {
-                continue;
-            };
-            match pod
-                .lora
-                .ensure_resident(&pin.adapter, tier, pin.priority, now)
-            {
-                Ok(ds) => decisions.extend(PodDecision::on_pod(&pod_id, ds)),
-                Err(refusal) => {
-                    Telemetry::count(
-                        &self.telemetry.decisions,
-                        &[("policy", "lora"), ("decision", "refused")],
-                    );
-                    pod.note_error(refusal.to_string());
-                }
-            }
-        }
-        self.spawn_decisions(decisions);
-    }
-
-    /// Runs decisions in the background, in order per call.
-    pub fn spawn_decisions(&self, decisions: Vec<PodDecision>) {
-        if decisions.is_empty() {
-            return;
-        }
-        let Some(me) = self.me() else {
-            return;
-        };
-        tokio::spawn(async move {
-            me.execute_decisions(decisions).await;
-        });
-    }
-
-    /// Executes decisions one after another (a pod's unload must precede the load it frees a
-    /// slot for); returns their outcomes.
-    pub async fn execute_decisions(
+    /// Executes one decision on `pod_id` (the core hears of a failure from the caller).
+    pub(super) async fn execute_decision(
         self: &Arc<Self>,
-        decisions: Vec<PodDecision>,
-    ) -> Vec<DecisionOutcome> {
-        let mut outcomes = Vec::with_capacity(decisions.len());
-        for d in decisions {
-            outcomes.push(self.execute_decision(&d).await);
-        }
-        if !outcomes.is_empty() {
-            self.republish_table();
-        }
-        outcomes
-    }
-
-    async fn execute_decision(self: &Arc<Self>, d: &PodDecision) -> DecisionOutcome {
-        let adapter = d.decision.adapter().to_string();
+        pod_id: &str,
+        decision: &LoraDecision,
+    ) -> DecisionOutcome {
+        let adapter = decision.adapter().to_string();
         Telemetry::count(
             &self.telemetry.decisions,
-            &[("policy", "lora"), ("decision", action(&d.decision))],
+            &[("policy", "lora"), ("decision", action(decision))],
         );
-        self.adapter_op_boundary(&d.pod, true);
-        let result = match &d.decision {
-            LoraDecision::Load(name) => self.load_adapter_on(&d.pod, name).await,
-            LoraDecision::Unload(name) => self.unload_adapter_on(&d.pod, name).await,
-            LoraDecision::Touch(name) => self.touch_adapter_on(&d.pod, name).await,
+        self.adapter_op_boundary(pod_id, true);
+        let result = match decision {
+            LoraDecision::Load(name) => self.load_adapter_on(pod_id, name).await,
+            LoraDecision::Unload(name) => self.unload_adapter_on(pod_id, name).await,
+            LoraDecision::Touch(name) => self.touch_adapter_on(pod_id, name).await,
         };
-        self.adapter_op_boundary(&d.pod, false);
+        self.adapter_op_boundary(pod_id, false);
         let (outcome, error) = match result {
             Ok(label) => (label.to_string(), None),
             Err((label, message)) => {
-                let mut state = self.state();
-                if let Some(pod) = state.pods.get_mut(&d.pod) {
-                    pod.lora.record_failure(&d.decision);
+                if let Some(pod) = self.state().pods.get_mut(pod_id) {
                     pod.note_error(message.clone());
                 }
-                tracing::warn!(pod = %d.pod, adapter = %adapter, action = action(&d.decision), error = %message, "adapter action failed");
+                tracing::warn!(pod = %pod_id, adapter = %adapter, action = action(decision), error = %message, "adapter action failed");
                 (label, Some(message))
             }
         };
         DecisionOutcome {
-            pod: d.pod.clone(),
-            action: action(&d.decision),
+            pod: pod_id.to_string(),
+            action: action(decision),
             adapter,
             outcome,
             error,
@@ -218,7 +108,12 @@ impl Gateway {
         pod_id: &str,
         name: &str,
     ) -> Result<&'static str, (String, String)> {
-        let version = self.state().registry.get(name).map(|r| r.current.clone());
+        let version = self
+            .state()
+            .fleet
+            .registry()
+            .get(name)
+            .map(|r| r.current.clone());
         let Some(version) = version else {
             return Err((
                 "unregistered".into(),

@@ -1,17 +1,22 @@
-//! The running gateway: one [`Gateway`] shared by the HTTP API and the background tasks. It owns
-//! the policies' state behind one lock (policies are pure and fast; no I/O happens under the
-//! lock), the published routing table, the metrics and the shutdown signal.
+//! The running gateway: the async shell around the fleet core ([`crate::policy::fleet`]). One
+//! [`Gateway`] is shared by the HTTP API and the background tasks. It holds the core and each
+//! pod's I/O side (client, source, served models, loaded versions, errors) behind one lock — the
+//! core is pure and fast; no I/O happens under the lock — plus the published encoding of the
+//! core's routing table, the metrics and the shutdown signal. The shell makes no decision of its
+//! own: it feeds the core what it observes and executes the core's actions.
 //!
-//! - [`pods`]: the pool (add, remove, health transitions) and per-pod state;
-//! - [`table`]: rebuilding and publishing the routing table;
+//! - [`pods`]: the pool (add, remove, health checks) and each pod's I/O side;
+//! - [`actions`]: executing the core's actions and reporting their ends;
+//! - [`adapters`]: the LoRA calls of an action (verified load, unload, touch);
+//! - [`table`]: publishing the core's routing table;
 //! - [`persist`]: snapshot load at start and writes (periodic, on demand, at shutdown);
 //! - [`signals`]: ingesting filter signals;
-//! - [`tasks`]: the background loops (health, DNS, snapshots, lazy warm-up).
+//! - [`planning`]: the plan view the API and the `plan` command print;
+//! - [`tasks`]: the background loops (health, the core's tick, DNS, snapshots).
 
+pub mod actions;
 pub mod adapters;
-pub mod hit_ratio;
 pub mod persist;
-pub mod placement;
 pub mod planning;
 pub mod pods;
 pub mod signals;
@@ -27,10 +32,10 @@ use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::engine::{HttpPod, RetryPolicy};
-use crate::policy::{PromptPool, RoutingTableBuilder};
-use crate::registry::AdapterRegistry;
+use crate::policy::fleet::Fleet;
+pub use crate::policy::fleet::PodHealth;
 use crate::telemetry::Telemetry;
-pub use pods::{PodEntry, PodHealth, PodSource};
+pub use pods::{PodEntry, PodSource};
 pub use table::PublishedTable;
 
 /// Milliseconds since the Unix epoch: the `now` every policy is given.
@@ -41,12 +46,11 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Everything the policies hold, behind the gateway's one lock.
+/// Everything behind the gateway's one lock: the fleet core, and each pod's I/O side by id (the
+/// same ids as the core's pods).
 pub struct State {
-    pub pool: PromptPool,
-    pub registry: AdapterRegistry,
+    pub fleet: Fleet,
     pub pods: BTreeMap<String, PodEntry>,
-    pub routing: RoutingTableBuilder,
 }
 
 /// The running service.
@@ -64,10 +68,7 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway with empty state (call [`persist::restore`] to load the snapshot).
     pub fn new(config: GatewayConfig) -> Arc<Self> {
-        let now = now_ms();
-        let pool = PromptPool::new(config.hotness.clone(), now);
-        let routing =
-            RoutingTableBuilder::new(config.fingerprint.block_tokens, config.routing.clone(), 0);
+        let fleet = Fleet::new(config.fleet(), now_ms(), 0);
         let client = HttpPod::client(
             Duration::from_millis(config.pods.connect_timeout_ms),
             Duration::from_millis(config.pods.request_timeout_ms),
@@ -77,10 +78,8 @@ impl Gateway {
             me: me.clone(),
             telemetry: Telemetry::new(),
             state: Mutex::new(State {
-                pool,
-                registry: AdapterRegistry::default(),
+                fleet,
                 pods: BTreeMap::new(),
-                routing,
             }),
             table: RwLock::new(Arc::new(PublishedTable::empty())),
             ready: AtomicBool::new(false),

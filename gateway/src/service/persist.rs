@@ -6,7 +6,6 @@
 use serde::Serialize;
 
 use super::{now_ms, Gateway};
-use crate::policy::RoutingTableBuilder;
 use crate::state::snapshot_file::{self, Generation};
 use crate::state::Snapshot;
 use crate::telemetry::Telemetry;
@@ -34,9 +33,9 @@ impl Gateway {
         let state = self.state();
         Snapshot {
             written_at_ms: now_ms(),
-            prompts: state.pool.export(),
-            registry: state.registry.clone(),
-            table_generation: state.routing.table().generation,
+            prompts: state.fleet.pool().export(),
+            registry: state.fleet.registry().clone(),
+            table_generation: state.fleet.table().generation,
         }
     }
 
@@ -73,18 +72,15 @@ impl Gateway {
         };
         if let Some(snapshot) = loaded.value {
             let mut state = self.state();
-            let refused = state.pool.restore(snapshot.prompts, now_ms());
+            let fleet = &mut state.fleet;
+            let refused = fleet.pool_mut().restore(snapshot.prompts, now_ms());
             restored
                 .problems
                 .extend(refused.iter().map(|e| format!("prompt refused: {e}")));
-            restored.prompts = state.pool.len();
+            restored.prompts = fleet.pool().len();
             restored.adapters = snapshot.registry.len();
-            state.registry = snapshot.registry;
-            state.routing = RoutingTableBuilder::new(
-                self.config.fingerprint.block_tokens,
-                self.config.routing.clone(),
-                snapshot.table_generation,
-            );
+            *fleet.registry_mut() = snapshot.registry;
+            fleet.resume_generations(snapshot.table_generation);
         }
         tracing::info!(generation = ?restored.generation, prompts = restored.prompts, adapters = restored.adapters, "snapshot loaded");
         self.republish_table();

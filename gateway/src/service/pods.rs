@@ -1,7 +1,8 @@
-//! The pool: pods from the static list, DNS discovery and the admin API, each with its client,
-//! health, last scrape, registered adapters and warm-up state. Health transitions decide when a
-//! pod (re)joins: a pod that comes up (first time or after being down) gets a new `epoch` and a
-//! fresh warm-up; an executor working for an older epoch stops.
+//! The pool's I/O side: pods from the static list, DNS discovery and the admin API, each with
+//! its client, source, last `/v1/models`, the adapter versions the gateway loaded on it and its
+//! recent errors. Health checks are fed to the fleet core, which decides when a pod (re)joins:
+//! a pod that comes up gets a new epoch and a fresh warm-up, and completions of an older epoch
+//! are ignored.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -11,9 +12,7 @@ use serde::Serialize;
 use super::{now_ms, Gateway};
 use crate::config::PodSpec;
 use crate::engine::{engine_for, Engine, HttpPod, PodLoad, ServedModels};
-use crate::policy::lora::LoraSlots;
-use crate::policy::{KvConfig, KvResidency, LoraResidency};
-use crate::warmup::PodWarmup;
+use crate::policy::fleet::{FleetError, HealthChange, MAX_PODS};
 
 /// Errors kept per pod for the admin API.
 const RECENT_ERRORS: usize = 16;
@@ -27,16 +26,6 @@ pub enum PodSource {
     Admin,
 }
 
-/// Health as the health loop sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PodHealth {
-    /// Not checked yet.
-    Unknown,
-    Up,
-    Down,
-}
-
 /// An adapter the gateway loaded (or found registered) on a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoadedAdapter {
@@ -46,24 +35,15 @@ pub struct LoadedAdapter {
     pub loaded_at_ms: u64,
 }
 
-/// One pod.
+/// One pod's I/O side (its models are the fleet core's pod of the same id).
 pub struct PodEntry {
     pub spec: PodSpec,
     pub source: PodSource,
     pub engine: Arc<dyn Engine>,
-    pub health: PodHealth,
-    pub consecutive_failures: u32,
-    pub last_ok_ms: u64,
-    /// Increases each time the pod (re)joins; executors compare it to know they are current.
-    pub epoch: u64,
-    pub load: PodLoad,
     pub served: ServedModels,
     /// Which version of each adapter the gateway loaded on the pod, by name (for rollout
-    /// consistency); registration itself is modelled by `lora`.
+    /// consistency); registration itself is modelled by the core's LoRA model.
     pub versions: BTreeMap<String, LoadedAdapter>,
-    pub lora: LoraResidency,
-    pub kv: KvResidency,
-    pub warmup: PodWarmup,
     pub errors: VecDeque<String>,
     pub adapter_ops: AdapterOps,
 }
@@ -83,11 +63,6 @@ impl PodEntry {
         }
         self.errors.push_back(format!("{} {message}", now_ms()));
     }
-
-    /// Whether the pod may take traffic: up and past its first warm-up tier (or deadline).
-    pub fn routable(&self, now_ms: u64) -> bool {
-        self.health == PodHealth::Up && self.warmup.routable(now_ms)
-    }
 }
 
 /// Why a pod could not be added.
@@ -103,8 +78,15 @@ pub enum PoolError {
     Full(usize),
 }
 
-/// Pods the pool holds at most.
-pub const MAX_PODS: usize = 4096;
+impl From<FleetError> for PoolError {
+    fn from(e: FleetError) -> Self {
+        match e {
+            FleetError::Exists(id) => PoolError::Exists(id),
+            FleetError::Unknown(id) => PoolError::Unknown(id),
+            FleetError::Full(n) => PoolError::Full(n),
+        }
+    }
+}
 
 impl Gateway {
     /// Adds a pod (health unknown: the health loop brings it up and starts its warm-up).
@@ -123,18 +105,12 @@ impl Gateway {
             self.retry_policy(),
         );
         let engine = engine_for(spec.engine, pod, &self.config.pods.base_model);
-        let kv = KvResidency::new(self.kv_config_for(&spec), now_ms());
-        let slots = LoraSlots {
-            max_loras: spec.max_loras,
-            max_cpu_loras: spec.max_cpu_loras.unwrap_or(spec.max_loras),
-        };
+        let shape = self.config.pod_shape(&spec);
         let mut state = self.state();
-        if state.pods.contains_key(&spec.id) {
-            return Err(PoolError::Exists(spec.id));
-        }
         if state.pods.len() >= MAX_PODS {
             return Err(PoolError::Full(MAX_PODS));
         }
+        state.fleet.add_pod(shape, now_ms())?;
         tracing::info!(pod = %spec.id, address = %spec.address, source = ?source, "pod added");
         state.pods.insert(
             spec.id.clone(),
@@ -142,16 +118,8 @@ impl Gateway {
                 spec,
                 source,
                 engine,
-                health: PodHealth::Unknown,
-                consecutive_failures: 0,
-                last_ok_ms: 0,
-                epoch: 0,
-                load: PodLoad::default(),
                 served: ServedModels::default(),
                 versions: BTreeMap::new(),
-                lora: LoraResidency::new(slots, self.config.lora.clone()),
-                kv,
-                warmup: PodWarmup::default(),
                 errors: VecDeque::new(),
                 adapter_ops: AdapterOps::default(),
             },
@@ -159,96 +127,51 @@ impl Gateway {
         Ok(())
     }
 
-    /// The KV model's configuration for a pod: the `[kv]` section with the pod's overrides.
-    fn kv_config_for(&self, spec: &PodSpec) -> KvConfig {
-        let mut kv = self.config.kv.clone();
-        if let Some(b) = spec.block_size {
-            kv.block_tokens = b;
-        }
-        if let Some(n) = spec.num_blocks {
-            kv.capacity_blocks = n as u64;
-        }
-        kv
-    }
-
-    /// Removes a pod; its warm-up stops and it leaves the routing table.
+    /// Removes a pod; it leaves the routing table at once (in-flight actions for it end
+    /// ignored: the core no longer has it).
     pub fn remove_pod(&self, id: &str) -> Result<(), PoolError> {
-        let removed = self.state().pods.remove(id);
-        match removed {
-            Some(mut entry) => {
-                entry.warmup.abort();
-                tracing::info!(pod = %id, "pod removed");
-                self.republish_table();
-                Ok(())
-            }
-            None => Err(PoolError::Unknown(id.to_string())),
+        {
+            let mut state = self.state();
+            state.fleet.remove_pod(id, now_ms())?;
+            state.pods.remove(id);
         }
+        tracing::info!(pod = %id, "pod removed");
+        self.republish_table();
+        Ok(())
     }
 
     /// The engine and epoch of a pod, for work outside the lock.
     pub fn pod_handle(&self, id: &str) -> Option<(Arc<dyn Engine>, u64)> {
-        self.state()
-            .pods
-            .get(id)
-            .map(|p| (p.engine.clone(), p.epoch))
-    }
-
-    /// Whether `id` is still at `epoch` and up (an executor's check before each step).
-    pub fn pod_current(&self, id: &str, epoch: u64) -> bool {
-        self.state()
-            .pods
-            .get(id)
-            .is_some_and(|p| p.epoch == epoch && p.health == PodHealth::Up)
+        let state = self.state();
+        let epoch = state.fleet.pod(id)?.epoch;
+        state.pods.get(id).map(|p| (p.engine.clone(), epoch))
     }
 
     /// Records a health check. Returns the new epoch when the pod just (re)joined and needs a
     /// warm-up.
     pub fn record_health(&self, id: &str, ok: bool, load: Option<PodLoad>) -> Option<u64> {
-        let failures_allowed = self.config.pods.unhealthy_after;
-        let now = now_ms();
-        let mut changed = false;
-        let joined = {
+        let change = {
             let mut state = self.state();
-            let pod = state.pods.get_mut(id)?;
-            if let Some(l) = load {
-                pod.kv.observe_usage(l.kv_usage);
-                if let (Some(b), Some(n)) = (l.block_size, l.num_gpu_blocks) {
-                    pod.kv.set_geometry(b, n as u64);
-                }
-                pod.load = l;
+            let change = state.fleet.on_health(id, ok, load, now_ms());
+            if let (HealthChange::Joined(_), Some(pod)) = (change, state.pods.get_mut(id)) {
+                // A returning pod lost its adapters.
+                pod.versions.clear();
             }
-            if ok {
-                pod.consecutive_failures = 0;
-                pod.last_ok_ms = now;
-                if pod.health != PodHealth::Up {
-                    pod.health = PodHealth::Up;
-                    pod.epoch = pod.epoch.saturating_add(1);
-                    pod.warmup.reset_for_rejoin();
-                    // A returning pod lost its adapters and its prefix cache.
-                    pod.versions.clear();
-                    pod.kv.reset();
-                    pod.lora = LoraResidency::new(pod.lora.slots(), self.config.lora.clone());
-                    changed = true;
-                    tracing::info!(pod = %id, epoch = pod.epoch, "pod up: warm-up will start");
-                    Some(pod.epoch)
-                } else {
-                    None
-                }
-            } else {
-                pod.consecutive_failures = pod.consecutive_failures.saturating_add(1);
-                if pod.health != PodHealth::Down && pod.consecutive_failures >= failures_allowed {
-                    pod.health = PodHealth::Down;
-                    pod.warmup.abort();
-                    changed = true;
-                    tracing::warn!(pod = %id, "pod down");
-                }
+            change
+        };
+        match change {
+            HealthChange::Joined(epoch) => {
+                tracing::info!(pod = %id, epoch, "pod up: warm-up will start");
+                self.republish_table();
+                Some(epoch)
+            }
+            HealthChange::Down => {
+                tracing::warn!(pod = %id, "pod down");
+                self.republish_table();
                 None
             }
-        };
-        if changed {
-            self.republish_table();
+            HealthChange::Unchanged => None,
         }
-        joined
     }
 
     /// Ids of every pod.

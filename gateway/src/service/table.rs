@@ -1,15 +1,12 @@
-//! The published routing table: rebuilt by the policy's builder from the pods' state whenever it
-//! may have changed (each pod listed with the adapters it serves of its tier's pool), and kept
-//! as ready-to-serve JSON with its generation, which is the ETag (`"<generation>"`)
-//! `GET /v1/routing` compares with `If-None-Match`.
+//! The published routing table: the fleet core's table (its one owner), kept as ready-to-serve
+//! JSON with its generation, which is the ETag (`"<generation>"`) `GET /v1/routing` compares
+//! with `If-None-Match`. Re-encoded only when the core's generation moves.
 
 use std::sync::Arc;
 
 use prewarm_core::wire::RoutingTable;
 
-use super::placement::{listed_adapters, tier_pools};
 use super::{now_ms, Gateway};
-use crate::policy::PodRoute;
 
 /// The table as served.
 #[derive(Debug, Clone)]
@@ -55,30 +52,16 @@ impl Gateway {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Rebuilds the table from the pods' state; publishes it when its content changed.
+    /// Rebuilds the core's table; publishes it when its generation moved.
     pub fn republish_table(&self) {
-        let now = now_ms();
         let published = {
-            let mut guard = self.state();
-            let state = &mut *guard;
-            let pools = tier_pools(state, &self.config.pods);
-            let routes: Vec<PodRoute<'_>> = state
-                .pods
-                .values()
-                .map(|p| PodRoute {
-                    id: &p.spec.id,
-                    address: &p.spec.address,
-                    weight: p.spec.weight,
-                    load: Some(p.load.kv_usage),
-                    adapters: listed_adapters(p, &state.registry, &pools),
-                    routable: p.routable(now),
-                })
-                .collect();
-            let first = state.routing.table().generated_at_ms == 0;
-            if !state.routing.build(&routes, now) && !first {
+            let mut state = self.state();
+            state.fleet.rebuild_table(now_ms());
+            let table = state.fleet.table();
+            if table.generation == self.published_table().generation && table.generation != 0 {
                 return;
             }
-            PublishedTable::of(state.routing.table())
+            PublishedTable::of(table)
         };
         self.telemetry
             .table_generation

@@ -1,9 +1,10 @@
 //! The background loops, each stopping on the shutdown signal:
-//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod; a pod
-//!   that comes up has its `/v1/models` reconciled, then starts a warm-up; every 5th round
-//!   `/v1/models` reconciles the LoRA model of every pod;
-//!   the routing table is rebuilt (a warm-up deadline may have passed);
-//! - keep-warm: the KV and LoRA policies' re-touches for up pods, within their budgets;
+//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod, fed to
+//!   the fleet core; a pod that comes up has its `/v1/models` reconciled, then its warm-up
+//!   started; every 5th round `/v1/models` reconciles the LoRA model of every pod;
+//! - fleet: every [`TICK_MS`], the core's tick (warm-up steps, keep-warm, the table) and the
+//!   execution of its actions, concurrently; a finished action wakes the loop at once (the
+//!   warm-up's next step may be allowed);
 //! - DNS: re-resolution of `pods.dns.name`, adding and removing discovered pods;
 //! - snapshots: every `state.snapshot_interval_seconds`.
 
@@ -12,18 +13,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
-use super::adapters::PodDecision;
-use super::hit_ratio::modelled_hit_ratios;
-use super::pods::{PodHealth, PodSource};
+use super::pods::PodSource;
 use super::{now_ms, Gateway};
 use crate::config::PodSpec;
 use crate::engine::Engine;
-use crate::policy::lora::LoraObservation;
-use crate::telemetry::Telemetry;
-use crate::warmup::executor::start_warmup;
-use crate::warmup::prefill_prefix::prefill_prefix;
+use crate::policy::fleet::{PodHealth, TICK_MS};
+
+/// Ticks between two exports of the modelled hit ratios.
+const HIT_RATIO_TICKS: u64 = 10;
 
 /// Sleeps `d` or until shutdown; returns false at shutdown.
 async fn pause(gateway: &Gateway, d: Duration) -> bool {
@@ -41,7 +40,7 @@ async fn pause(gateway: &Gateway, d: Duration) -> bool {
 pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![
         tokio::spawn(health_loop(gateway.clone())),
-        tokio::spawn(keep_warm_loop(gateway.clone())),
+        tokio::spawn(fleet_loop(gateway.clone())),
     ];
     if gateway.config.pods.dns.is_some() {
         tasks.push(tokio::spawn(dns_loop(gateway.clone())));
@@ -62,7 +61,12 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
         // What the pod already serves (adapters configured with `--lora-modules`) decides which
         // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
         reconcile_models(&gateway, &id, engine.as_ref()).await;
-        start_warmup(&gateway, &id, epoch);
+        let started = gateway.fleet(|f| {
+            f.pod(&id).is_some_and(|p| p.epoch == epoch) && f.start_warmup(&id, now_ms())
+        });
+        if started {
+            gateway.republish_table();
+        }
         return;
     }
     if ok && reconcile {
@@ -77,7 +81,7 @@ async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine)
     let Ok(served) = engine.models().await else {
         return;
     };
-    let decisions = {
+    let actions = {
         let mut state = gateway.state();
         let Some(pod) = state.pods.get_mut(id) else {
             return;
@@ -86,24 +90,18 @@ async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine)
             // An adapter call overlapped the fetch: the list may predate it.
             return;
         }
-        let observed = LoraObservation {
-            registered: served.adapters.iter().map(|(n, _)| n.clone()).collect(),
-            running: pod.load.running_adapters.clone(),
-            waiting: pod.load.waiting_adapters.clone(),
-        };
-        let decisions = pod.lora.reconcile(&observed, now_ms());
+        let registered = served.adapters.iter().map(|(n, _)| n.clone()).collect();
         pod.served = served;
-        decisions
+        drop(state);
+        gateway.fleet(|f| f.on_models(id, registered, now_ms()))
     };
-    gateway
-        .execute_decisions(PodDecision::on_pod(id, decisions))
-        .await;
+    gateway.execute_all(actions).await;
 }
 
 fn count_pods(gateway: &Gateway) {
     let now = now_ms();
     let (mut up, mut down, mut warming) = (0, 0, 0);
-    for p in gateway.state().pods.values() {
+    for p in gateway.state().fleet.pods() {
         match p.health {
             PodHealth::Up if p.routable(now) => up += 1,
             PodHealth::Up => warming += 1,
@@ -134,45 +132,38 @@ async fn health_loop(gateway: Arc<Gateway>) {
     }
 }
 
-async fn keep_warm_loop(gateway: Arc<Gateway>) {
+/// The core's tick and the execution of its actions; see the module docs.
+async fn fleet_loop(gateway: Arc<Gateway>) {
+    let mut running: JoinSet<()> = JoinSet::new();
+    let mut shutdown = gateway.shutdown_signal();
+    let mut ticks: u64 = 0;
     loop {
-        if !pause(&gateway, Duration::from_secs(1)).await {
-            return;
+        if *shutdown.borrow() {
+            break;
         }
         let now = now_ms();
-        let (prefills, decisions) = {
-            let mut state = gateway.state();
-            let mut prefills = Vec::new();
-            let mut decisions = Vec::new();
-            for pod in state.pods.values_mut() {
-                if !pod.routable(now) {
-                    continue;
-                }
-                for k in pod.kv.keep_warm(now) {
-                    prefills.push((pod.spec.id.clone(), k.key));
-                }
-                let touches = pod.lora.keep_warm(now);
-                decisions.extend(PodDecision::on_pod(&pod.spec.id, touches));
-            }
-            for (pod, ratio) in modelled_hit_ratios(&state, &gateway.config, now) {
+        let actions = gateway.fleet(|f| f.tick(now));
+        gateway.republish_table();
+        for action in actions {
+            let g = gateway.clone();
+            running.spawn(async move {
+                g.execute(action).await;
+            });
+        }
+        if ticks.is_multiple_of(HIT_RATIO_TICKS) {
+            let ratios = gateway.state().fleet.modelled_hit_ratios(now);
+            for (pod, ratio) in ratios {
                 gateway.telemetry.set_hit_ratio(&pod, ratio);
             }
-            (prefills, decisions)
-        };
-        Telemetry::add(
-            &gateway.telemetry.decisions,
-            &[("policy", "kv"), ("decision", "keep_warm")],
-            prefills.len() as u64,
-        );
-        let g = &gateway;
-        join_all(
-            prefills
-                .into_iter()
-                .map(|(pod, key)| async move { prefill_prefix(g, &pod, key).await }),
-        )
-        .await;
-        gateway.execute_decisions(decisions).await;
+        }
+        ticks = ticks.wrapping_add(1);
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = running.join_next(), if !running.is_empty() => {}
+            _ = tokio::time::sleep(Duration::from_millis(TICK_MS)) => {}
+        }
     }
+    running.abort_all();
 }
 
 async fn dns_loop(gateway: Arc<Gateway>) {

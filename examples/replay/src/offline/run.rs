@@ -209,18 +209,15 @@ pub fn evaluate(
             "round_robin" => Box::new(|_| Box::new(RoundRobin::default())),
             "affinity" => Box::new(|_| Box::new(Affinity::new(FingerprintConfig::default()))),
             _ => {
-                let config = PrewarmConfig {
-                    table_adapters: spec.table_adapters,
-                    gold_pool_share: spec.gold_pool_share,
-                    ..PrewarmConfig::for_fleet(
-                        spec.kv_blocks,
-                        LoraSlots {
-                            max_loras: spec.max_loras,
-                            max_cpu_loras: spec.max_cpu_loras,
-                        },
-                        spec.adapter_replicas,
-                    )
-                };
+                let config = PrewarmConfig::for_fleet(
+                    spec.kv_blocks,
+                    LoraSlots {
+                        max_loras: spec.max_loras,
+                        max_cpu_loras: spec.max_cpu_loras,
+                    },
+                    spec.adapter_replicas,
+                )
+                .with_gold_pool_share(spec.gold_pool_share);
                 let adapters = adapters.clone();
                 let tiers = tiers.clone();
                 Box::new(move |fleet| {

@@ -1,0 +1,92 @@
+//! What the fleet core asks the shell to do, and the notes it leaves for the shell's metrics and
+//! logs. An action carries the pod's epoch: its completion is ignored if the pod re-joined (or
+//! left) meanwhile, so a late reply never edits the model of a newer life of the pod.
+
+use prewarm_core::Shard;
+use serde::Serialize;
+
+use crate::policy::{LoraDecision, PrefixKey, WarmupAction};
+
+/// Why the core asks for an action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// A step of the pod's warm-up plan; its completion advances the plan.
+    Warmup(WarmupAction),
+    /// A re-touch of a warm prefix or adapter before the pod would evict it.
+    KeepWarm,
+    /// A filter's pin signal.
+    Pin,
+    /// An operator's pin, unpin or removal.
+    Operator,
+    /// `/v1/models` showed a pinned adapter missing.
+    Reconcile,
+}
+
+/// A `max_tokens: 1` completion of a pooled prefix's text on a pod.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prefill {
+    pub pod: String,
+    pub epoch: u64,
+    pub key: PrefixKey,
+    /// The model or adapter the prefix was seen with.
+    pub model: String,
+    #[serde(skip)]
+    pub text: String,
+    /// The prefix's shards, for the KV model once the prefill is done.
+    #[serde(skip)]
+    pub shards: Vec<Shard>,
+    pub cause: Cause,
+}
+
+/// LoRA calls on one pod, executed in order (an unload precedes the load it frees a slot for).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdapterCalls {
+    pub pod: String,
+    pub epoch: u64,
+    pub decisions: Vec<LoraDecision>,
+    pub cause: Cause,
+}
+
+/// One thing for the shell to execute.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Prefill(Prefill),
+    Adapters(AdapterCalls),
+}
+
+impl Action {
+    pub fn pod(&self) -> &str {
+        match self {
+            Action::Prefill(p) => &p.pod,
+            Action::Adapters(a) => &a.pod,
+        }
+    }
+}
+
+/// Something the core decided that the shell counts or logs (the core has no metrics).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Note {
+    /// `count` decisions of `policy` of kind `decision` (the `prewarm_decisions_total` labels).
+    Decision {
+        policy: &'static str,
+        decision: &'static str,
+        count: u64,
+    },
+    /// A pod's error worth keeping in its recent errors.
+    PodError { pod: String, message: String },
+    /// A warm-up key failed for good (its attempts are spent).
+    WarmupKeyError { pod: String },
+    /// A pod's first tier finished: it is routable, after `seconds` of warm-up.
+    FirstTierDone { pod: String, seconds: f64 },
+    /// A warm-up was planned.
+    Planned {
+        pod: String,
+        adapters: usize,
+        first_tier: usize,
+        second_tier: usize,
+        lazy: usize,
+    },
+}

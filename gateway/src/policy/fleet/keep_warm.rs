@@ -1,0 +1,90 @@
+//! Keep-warm: vLLM cannot pin KV blocks nor adapters, so warmth is kept by re-touching. Every
+//! keep-warm period each routable pod's KV model names the warm prefixes nearing eviction
+//! (within its prefill budget) and its LoRA model the adapters to touch. A warm prefix the pool
+//! has retired leaves the pod's warm set, so it stops holding a slot of the warm budget.
+//!
+//! Also the modelled hit ratio of each routable pod: of the hot prefixes (the pool's hottest, up
+//! to the warm-up tiers' size) that placement routes to the pod, the share its KV model believes
+//! resident.
+
+use prewarm_core::place;
+
+use super::action::{Action, Cause};
+use super::{adapter_calls, Fleet};
+use crate::policy::candidates_for;
+
+impl Fleet {
+    pub(super) fn keep_warm(&mut self, now_ms: u64) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let mut prefills = 0u64;
+        let ids: Vec<String> = self
+            .pods
+            .values()
+            .filter(|p| p.routable(now_ms))
+            .map(|p| p.shape.id.clone())
+            .collect();
+        for id in ids {
+            let (due, touches) = match self.pods.get_mut(&id) {
+                Some(pod) => (pod.kv.keep_warm(now_ms), pod.lora.keep_warm(now_ms)),
+                None => continue,
+            };
+            for k in due {
+                match self.prefill_action(&id, k.key, Cause::KeepWarm) {
+                    Some(a) => {
+                        prefills += 1;
+                        actions.push(a);
+                    }
+                    None => {
+                        if let Some(pod) = self.pods.get_mut(&id) {
+                            pod.kv.forget(&k.key);
+                        }
+                    }
+                }
+            }
+            if let Some(pod) = self.pods.get(&id) {
+                actions.extend(adapter_calls(pod, touches, Cause::KeepWarm));
+            }
+        }
+        self.decision("kv", "keep_warm", prefills);
+        actions
+    }
+
+    /// (pod id, ratio in [0, 1]) for every routable pod some hot prefix routes to.
+    pub fn modelled_hit_ratios(&self, now_ms: u64) -> Vec<(String, f64)> {
+        let candidates = self.routable_candidates(now_ms);
+        let limit = self
+            .config
+            .warmup
+            .first_tier
+            .saturating_add(self.config.warmup.second_tier);
+        let scopes = self.adapter_scopes(&candidates, now_ms);
+        let mut counts = vec![(0u64, 0u64); candidates.len()];
+        for hot in self.pool.hot_prefixes(limit, &self.config.fingerprint) {
+            let among = candidates_for(hot.key.model, &candidates, &scopes);
+            let Some(c) = place(hot.routing_key.0, among).and_then(|i| among.get(i)) else {
+                continue;
+            };
+            let Some(count) = candidates
+                .iter()
+                .position(|x| x.id == c.id)
+                .and_then(|i| counts.get_mut(i))
+            else {
+                continue;
+            };
+            count.1 += 1;
+            if self
+                .pods
+                .get(c.id)
+                .is_some_and(|p| p.kv.is_resident(&hot.key))
+            {
+                count.0 += 1;
+            }
+        }
+        candidates
+            .iter()
+            .zip(counts)
+            .filter(|(_, (_, total))| *total > 0)
+            .map(|(c, (hits, total))| (c.id.to_string(), hits as f64 / total as f64))
+            .collect()
+    }
+}

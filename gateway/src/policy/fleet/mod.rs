@@ -1,0 +1,345 @@
+//! The fleet core: one owner of every fleet decision, shared by the gateway and the evaluator.
+//!
+//! It owns the pods' models (health and epoch, load, KV, LoRA, warm-up progress), the prompt
+//! pool, the adapter registry (whose tiers and pins placement reads) and the routing table.
+//! Inputs in, actions out, `now` passed in: no I/O, no clock, no locks. The gateway's async
+//! shell feeds it what it observes (health, metrics, `/v1/models`, signals, served traffic) and
+//! executes its [`Action`]s against the engines, reporting each completion back; the offline
+//! evaluator drives the very same calls against simulated pods in virtual time, so what it
+//! measures is what ships.
+//!
+//! - inputs: [`Fleet::add_pod`]/[`Fleet::remove_pod`], [`Fleet::on_health`],
+//!   [`Fleet::on_models`], [`Fleet::on_signals`], [`Fleet::on_served`], operator pins
+//!   ([`Fleet::pin_adapter`], [`Fleet::unpin_adapter`], [`Fleet::remove_adapter`]);
+//! - [`Fleet::tick`], every [`TICK_MS`]: the warm-ups' next steps, keep-warm every
+//!   `keep_warm_period_ms`, the routing table;
+//! - completions: [`Fleet::prefill_done`], [`Fleet::adapters_done`];
+//! - outputs: the actions, [`Fleet::table`], and [`Note`]s for metrics and logs
+//!   ([`Fleet::take_notes`]).
+
+mod action;
+mod keep_warm;
+mod placement;
+mod planning;
+mod pod;
+mod signals;
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use prewarm_core::fingerprint::Shard;
+use prewarm_core::wire::RoutingTable;
+use prewarm_core::FingerprintConfig;
+
+pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
+pub use placement::{listed_adapters, placed_pods_among, registry_tier};
+pub use planning::Candidates;
+pub use pod::{FleetPod, PodHealth, PodLoad, PodShape, PodWarmup};
+
+use crate::policy::lora::LoraObservation;
+use crate::policy::{
+    HotnessConfig, LoraConfig, PodRoute, PromptPool, RoutingConfig, RoutingTableBuilder,
+    WarmupConfig,
+};
+use crate::registry::AdapterRegistry;
+
+/// How often the shell calls [`Fleet::tick`] (the warm-ups' pace; keep-warm has its own period).
+pub const TICK_MS: u64 = 100;
+
+/// Pods the fleet holds at most.
+pub const MAX_PODS: usize = 4096;
+
+/// The policies' configuration sections, as the gateway's config file has them.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub fingerprint: FingerprintConfig,
+    pub hotness: HotnessConfig,
+    pub lora: LoraConfig,
+    pub warmup: WarmupConfig,
+    pub routing: RoutingConfig,
+    /// Pods each adapter is placed on (`pods.adapter_replicas`).
+    pub adapter_replicas: usize,
+    /// Share of the pods serving gold tenants' adapters (`pods.gold_pool_share`; 0: one pool).
+    pub gold_pool_share: f64,
+    /// Failed health checks in a row before a pod is down (`pods.unhealthy_after`).
+    pub unhealthy_after: u32,
+    /// Keep-warm period, ms (1,000: vLLM's LRU moves on the scale of requests, not ticks).
+    pub keep_warm_period_ms: u64,
+}
+
+/// Why a pod could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetError {
+    #[error("id: {0:?}: a pod with this id exists")]
+    Exists(String),
+    #[error("pod {0:?}: not in the pool")]
+    Unknown(String),
+    #[error("pods: {0}: the pool is full")]
+    Full(usize),
+}
+
+/// What a health check changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthChange {
+    /// The pod (re)joined with this epoch: reconcile its models, then start its warm-up.
+    Joined(u64),
+    /// The pod went down.
+    Down,
+    Unchanged,
+}
+
+/// The fleet core; see the module docs.
+#[derive(Debug)]
+pub struct Fleet {
+    config: FleetConfig,
+    pool: PromptPool,
+    registry: AdapterRegistry,
+    pods: BTreeMap<String, FleetPod>,
+    routing: RoutingTableBuilder,
+    next_keep_warm_ms: u64,
+    notes: Vec<Note>,
+}
+
+impl Fleet {
+    /// An empty fleet; `table_generation` is the last generation filters saw (from a snapshot),
+    /// so the next table's is higher.
+    pub fn new(config: FleetConfig, now_ms: u64, table_generation: u64) -> Self {
+        Self {
+            pool: PromptPool::new(config.hotness.clone(), now_ms),
+            registry: AdapterRegistry::default(),
+            pods: BTreeMap::new(),
+            routing: RoutingTableBuilder::new(
+                config.fingerprint.block_tokens,
+                config.routing.clone(),
+                table_generation,
+            ),
+            next_keep_warm_ms: 0,
+            notes: Vec::new(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    pub fn pool(&self) -> &PromptPool {
+        &self.pool
+    }
+
+    /// The pool, for operator templates and snapshots (what the pool holds decides nothing
+    /// until the next plan or signal reads it).
+    pub fn pool_mut(&mut self) -> &mut PromptPool {
+        &mut self.pool
+    }
+
+    pub fn registry(&self) -> &AdapterRegistry {
+        &self.registry
+    }
+
+    /// The registry, for registrations and rollbacks (pins go through
+    /// [`pin_adapter`](Self::pin_adapter), removals through
+    /// [`remove_adapter`](Self::remove_adapter)).
+    pub fn registry_mut(&mut self) -> &mut AdapterRegistry {
+        &mut self.registry
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &FleetPod> {
+        self.pods.values()
+    }
+
+    pub fn pod(&self, id: &str) -> Option<&FleetPod> {
+        self.pods.get(id)
+    }
+
+    /// What the core decided since the last call, for metrics and logs.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
+    fn decision(&mut self, policy: &'static str, decision: &'static str, count: u64) {
+        if count > 0 {
+            self.notes.push(Note::Decision {
+                policy,
+                decision,
+                count,
+            });
+        }
+    }
+
+    /// Adds a pod (health unknown until its first check).
+    pub fn add_pod(&mut self, shape: PodShape, now_ms: u64) -> Result<(), FleetError> {
+        if self.pods.contains_key(&shape.id) {
+            return Err(FleetError::Exists(shape.id));
+        }
+        if self.pods.len() >= MAX_PODS {
+            return Err(FleetError::Full(MAX_PODS));
+        }
+        let pod = FleetPod::new(shape, &self.config.lora, now_ms);
+        self.pods.insert(pod.shape.id.clone(), pod);
+        Ok(())
+    }
+
+    /// Removes a pod; it leaves the routing table at once.
+    pub fn remove_pod(&mut self, id: &str, now_ms: u64) -> Result<(), FleetError> {
+        self.pods
+            .remove(id)
+            .ok_or_else(|| FleetError::Unknown(id.to_string()))?;
+        self.rebuild_table(now_ms);
+        Ok(())
+    }
+
+    /// A health check of `id`: `ok`, and the load its `/metrics` reported.
+    pub fn on_health(
+        &mut self,
+        id: &str,
+        ok: bool,
+        load: Option<PodLoad>,
+        now_ms: u64,
+    ) -> HealthChange {
+        let failures_allowed = self.config.unhealthy_after;
+        let lora = self.config.lora.clone();
+        let Some(pod) = self.pods.get_mut(id) else {
+            return HealthChange::Unchanged;
+        };
+        if let Some(l) = load {
+            pod.kv.observe_usage(l.kv_usage);
+            if let (Some(b), Some(n)) = (l.block_size, l.num_gpu_blocks) {
+                pod.kv.set_geometry(b, n as u64);
+            }
+            pod.load = l;
+        }
+        let change = if ok {
+            pod.consecutive_failures = 0;
+            pod.last_ok_ms = now_ms;
+            if pod.health == PodHealth::Up {
+                HealthChange::Unchanged
+            } else {
+                pod.rejoin(&lora);
+                HealthChange::Joined(pod.epoch)
+            }
+        } else {
+            pod.consecutive_failures = pod.consecutive_failures.saturating_add(1);
+            if pod.health != PodHealth::Down && pod.consecutive_failures >= failures_allowed {
+                pod.go_down();
+                HealthChange::Down
+            } else {
+                HealthChange::Unchanged
+            }
+        };
+        if change != HealthChange::Unchanged {
+            self.rebuild_table(now_ms);
+        }
+        change
+    }
+
+    /// What the pod's `/v1/models` lists (adapter names): the LoRA model is aligned with it
+    /// (and with the running/waiting adapters of its last scrape); a pinned adapter it lost is
+    /// loaded again.
+    pub fn on_models(&mut self, id: &str, registered: Vec<String>, now_ms: u64) -> Vec<Action> {
+        let Some(pod) = self.pods.get_mut(id) else {
+            return Vec::new();
+        };
+        let observed = LoraObservation {
+            registered,
+            running: pod.load.running_adapters.clone(),
+            waiting: pod.load.waiting_adapters.clone(),
+        };
+        let decisions = pod.lora.reconcile(&observed, now_ms);
+        adapter_calls(pod, decisions, Cause::Reconcile)
+    }
+
+    /// A request the filter sent to `pod`: its prompt's shards, its prompt tokens and the
+    /// adapter it used. Ages the pod's KV model as the pod's own cache ages, and counts a use of
+    /// the adapter.
+    pub fn on_served(&mut self, pod: &str, served: &Served<'_>, now_ms: u64) {
+        let Some(p) = self.pods.get_mut(pod) else {
+            return;
+        };
+        let shards = served.shards;
+        p.kv.record_traffic(shards, now_ms);
+        // Tokens past the fingerprinted chain (a partial last block, or a prompt longer than
+        // the filter hashes) still take cache space.
+        let chained: u64 = shards.iter().map(|s| s.valid_len as u64).sum();
+        p.kv.record_uncached_tokens(served.prompt_tokens.saturating_sub(chained));
+        if let Some(a) = served.adapter {
+            p.lora.observe_use(a, now_ms);
+        }
+    }
+
+    /// Continues the table's generations after `generation` (a restored snapshot's), so filters
+    /// never see them go backwards.
+    pub fn resume_generations(&mut self, generation: u64) {
+        self.routing = RoutingTableBuilder::new(
+            self.config.fingerprint.block_tokens,
+            self.config.routing.clone(),
+            generation,
+        );
+    }
+
+    /// The routing table filters route with.
+    pub fn table(&self) -> &RoutingTable {
+        self.routing.table()
+    }
+
+    /// Rebuilds the routing table; returns whether its content (and generation) changed. The
+    /// first build always counts.
+    pub fn rebuild_table(&mut self, now_ms: u64) -> bool {
+        let pools = self.tier_pools();
+        let (pods, registry) = (&self.pods, &self.registry);
+        let routes: Vec<PodRoute<'_>> = pods
+            .values()
+            .map(|p| PodRoute {
+                id: &p.shape.id,
+                address: &p.shape.address,
+                weight: p.shape.weight,
+                load: Some(p.load.kv_usage),
+                adapters: listed_adapters(p, registry, &pools),
+                routable: p.routable(now_ms),
+            })
+            .collect();
+        let first = self.routing.table().generated_at_ms == 0;
+        self.routing.build(&routes, now_ms) || first
+    }
+
+    /// The once-a-[`TICK_MS`] work: the warm-ups' next steps; keep-warm when its period is
+    /// due; the routing table.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        let mut actions = self.warmup_steps(now_ms);
+        if now_ms >= self.next_keep_warm_ms {
+            actions.extend(self.keep_warm(now_ms));
+            self.next_keep_warm_ms = now_ms.saturating_add(self.config.keep_warm_period_ms.max(1));
+        }
+        self.rebuild_table(now_ms);
+        actions
+    }
+}
+
+/// A served request as [`Fleet::on_served`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Served<'a> {
+    /// The prompt's 512-token shards (core's `shards_of` over its block chain).
+    pub shards: &'a [Shard],
+    pub prompt_tokens: u64,
+    /// The adapter, when the request named one.
+    pub adapter: Option<&'a str>,
+}
+
+/// `decisions` for `pod` as one action, none when there are none.
+fn adapter_calls(
+    pod: &FleetPod,
+    decisions: Vec<crate::policy::LoraDecision>,
+    cause: Cause,
+) -> Vec<Action> {
+    if decisions.is_empty() {
+        return Vec::new();
+    }
+    vec![Action::Adapters(AdapterCalls {
+        pod: pod.shape.id.clone(),
+        epoch: pod.epoch,
+        decisions,
+        cause,
+    })]
+}

@@ -1,0 +1,159 @@
+//! Signals and pins. A filter's [`SignalBatch`]: prefill and feedback signals go to the prompt
+//! pool; each signalled hot prefix joins the warm set of the pod the filters route it to (core's
+//! placement of its routing key within its model's scope among the routable pods), unless the KV
+//! model believes it resident there — keep-warm then prefills it within the pod's budget; a pin
+//! signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
+//! the registry's pin flag; a removed adapter is unloaded everywhere.
+
+use prewarm_core::fingerprint::{routing_key, shards_of};
+use prewarm_core::place;
+use prewarm_core::wire::{PinSignal, Signal, SignalBatch};
+
+use super::action::{Action, Cause, Note};
+use super::{adapter_calls, Fleet};
+use crate::policy::hotness::IngestReport;
+use crate::policy::{candidates_for, LoraDecision, PrefixKey};
+use crate::registry::RegistryError;
+
+impl Fleet {
+    /// Applies a filter's batch; returns what the pool made of it and the adapter calls its pins
+    /// need.
+    pub fn on_signals(&mut self, batch: SignalBatch, now_ms: u64) -> (IngestReport, Vec<Action>) {
+        let hot: Vec<PrefixKey> = batch
+            .signals
+            .iter()
+            .filter_map(|s| match s {
+                Signal::Prefill(p) => p.prefix.last().map(|last| PrefixKey::new(&p.model, *last)),
+                _ => None,
+            })
+            .collect();
+        let report = self.pool.ingest(batch, now_ms);
+        let mut actions = Vec::new();
+        for pin in &report.pins {
+            actions.extend(self.apply_pin_signal(pin, now_ms));
+        }
+        let placed = self.keep_warm_where_routed(&hot, now_ms);
+        self.decision("kv", "warm_signalled", placed);
+        (report, actions)
+    }
+
+    fn apply_pin_signal(&mut self, pin: &PinSignal, now_ms: u64) -> Vec<Action> {
+        if self.registry.get(&pin.adapter).is_none() {
+            // The gateway has no path to load it from.
+            self.decision("lora", "unregistered", 1);
+            return Vec::new();
+        }
+        let tier = self.tier_of(&pin.adapter);
+        let mut actions = Vec::new();
+        for pod_id in self.placed_pods(&pin.adapter) {
+            let Some(pod) = self.pods.get_mut(&pod_id) else {
+                continue;
+            };
+            match pod
+                .lora
+                .ensure_resident(&pin.adapter, tier, pin.priority, now_ms)
+            {
+                Ok(ds) => actions.extend(adapter_calls(pod, ds, Cause::Pin)),
+                Err(refusal) => {
+                    self.notes.push(Note::PodError {
+                        pod: pod_id,
+                        message: refusal.to_string(),
+                    });
+                    self.decision("lora", "refused", 1);
+                }
+            }
+        }
+        actions
+    }
+
+    /// Adds each hot prefix to the warm set of the pod requests for it are routed to; returns
+    /// how many were added.
+    fn keep_warm_where_routed(&mut self, keys: &[PrefixKey], now_ms: u64) -> u64 {
+        let fingerprint = self.config.fingerprint;
+        let mut targets: Vec<(String, PrefixKey, Vec<prewarm_core::Shard>)> = Vec::new();
+        {
+            let candidates = self.routable_candidates(now_ms);
+            let scopes = self.adapter_scopes(&candidates, now_ms);
+            for key in keys {
+                let Some(view) = self.pool.get(key) else {
+                    continue;
+                };
+                let Some(rk) = routing_key(view.blocks, &fingerprint) else {
+                    continue;
+                };
+                let among = candidates_for(key.model, &candidates, &scopes);
+                let Some(c) = place(rk.0, among).and_then(|i| among.get(i)) else {
+                    continue;
+                };
+                targets.push((c.id.to_string(), *key, shards_of(view.blocks, &fingerprint)));
+            }
+        }
+        let mut added = 0;
+        for (pod_id, key, shards) in targets {
+            if let Some(pod) = self.pods.get_mut(&pod_id) {
+                if !pod.kv.is_resident(&key) {
+                    pod.kv.keep_warm_prefix(key, &shards);
+                    added += 1;
+                }
+            }
+        }
+        added
+    }
+
+    /// An operator pins `name`: pinned in the registry and made resident on the pods it is
+    /// placed on.
+    pub fn pin_adapter(&mut self, name: &str, now_ms: u64) -> Result<Vec<Action>, RegistryError> {
+        self.registry.set_pinned(name, true)?;
+        let tier = self.tier_of(name);
+        let mut actions = Vec::new();
+        for pod_id in self.placed_pods(name) {
+            let Some(pod) = self.pods.get_mut(&pod_id) else {
+                continue;
+            };
+            match pod.lora.pin(name, tier, now_ms) {
+                Ok(ds) => actions.extend(adapter_calls(pod, ds, Cause::Operator)),
+                Err(refusal) => self.notes.push(Note::PodError {
+                    pod: pod_id,
+                    message: refusal.to_string(),
+                }),
+            }
+        }
+        Ok(actions)
+    }
+
+    /// An operator unpins `name` everywhere.
+    pub fn unpin_adapter(&mut self, name: &str) -> Result<(), RegistryError> {
+        self.registry.set_pinned(name, false)?;
+        for pod in self.pods.values_mut() {
+            pod.lora.unpin(name);
+        }
+        Ok(())
+    }
+
+    /// An operator removes `name`: out of the registry and unloaded from every pod. `None` when
+    /// it was not registered.
+    pub fn remove_adapter(&mut self, name: &str) -> Option<Vec<Action>> {
+        self.registry.remove(name)?;
+        let mut actions = Vec::new();
+        for pod in self.pods.values_mut() {
+            let removals = pod.lora.remove(name);
+            actions.extend(adapter_calls(pod, removals, Cause::Operator));
+        }
+        Some(actions)
+    }
+
+    /// An operator's rollout or rollback of `name`: its new current version is loaded again on
+    /// `pods` (those holding it), each an unload then a load.
+    pub fn reload_adapter(&self, name: &str, pods: &[String]) -> Vec<Action> {
+        pods.iter()
+            .filter_map(|id| self.pods.get(id))
+            .flat_map(|pod| {
+                let reload = vec![
+                    LoraDecision::Unload(name.to_string()),
+                    LoraDecision::Load(name.to_string()),
+                ];
+                adapter_calls(pod, reload, Cause::Operator)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,152 @@
+//! Executing the fleet core's actions and reporting their ends. Every call into the core goes
+//! through [`Gateway::fleet`], which also turns the core's notes into metrics, logs and pods'
+//! recent errors. A prefill is a `max_tokens: 1` completion of the prefix text; adapter calls
+//! run in order ([`super::adapters`]). The core decides; this module only executes.
+
+use std::sync::Arc;
+
+use crate::engine::PrefillRequest;
+use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill};
+use crate::telemetry::Telemetry;
+
+use super::adapters::DecisionOutcome;
+use super::{now_ms, Gateway};
+
+impl Gateway {
+    /// Runs `f` on the fleet core under the lock, then records the notes it left.
+    pub fn fleet<R>(&self, f: impl FnOnce(&mut Fleet) -> R) -> R {
+        let (result, notes) = {
+            let mut state = self.state();
+            let result = f(&mut state.fleet);
+            let notes = state.fleet.take_notes();
+            for note in &notes {
+                if let Note::PodError { pod, message } = note {
+                    if let Some(p) = state.pods.get_mut(pod) {
+                        p.note_error(message.clone());
+                    }
+                }
+            }
+            (result, notes)
+        };
+        for note in notes {
+            self.record_note(note);
+        }
+        result
+    }
+
+    fn record_note(&self, note: Note) {
+        let t = &self.telemetry;
+        match note {
+            Note::Decision {
+                policy,
+                decision,
+                count,
+            } => Telemetry::add(
+                &t.decisions,
+                &[("policy", policy), ("decision", decision)],
+                count,
+            ),
+            Note::PodError { .. } => {}
+            Note::WarmupKeyError { pod } => {
+                Telemetry::count(&t.warmup_key_errors, &[("pod", &pod)])
+            }
+            Note::FirstTierDone { pod, seconds } => {
+                t.warmup_duration.observe(seconds);
+                tracing::info!(pod = %pod, seconds, "warm-up first tier done: pod routable");
+            }
+            Note::Planned {
+                pod,
+                adapters,
+                first_tier,
+                second_tier,
+                lazy,
+            } => tracing::info!(
+                pod = %pod, adapters, first_tier, second_tier, lazy, "warm-up planned"
+            ),
+        }
+    }
+
+    /// Executes `action`; returns the outcomes of its adapter calls (none for a prefill).
+    pub async fn execute(self: &Arc<Self>, action: Action) -> Vec<DecisionOutcome> {
+        match action {
+            Action::Prefill(p) => {
+                self.prefill(p).await;
+                Vec::new()
+            }
+            Action::Adapters(calls) => self.adapter_calls(calls).await,
+        }
+    }
+
+    /// Executes `actions` one after another; returns their adapter calls' outcomes.
+    pub async fn execute_all(self: &Arc<Self>, actions: Vec<Action>) -> Vec<DecisionOutcome> {
+        let mut outcomes = Vec::new();
+        for a in actions {
+            outcomes.extend(self.execute(a).await);
+        }
+        outcomes
+    }
+
+    /// Executes `actions` in the background, in order.
+    pub fn spawn_actions(&self, actions: Vec<Action>) {
+        if actions.is_empty() {
+            return;
+        }
+        let Some(me) = self.me() else {
+            return;
+        };
+        tokio::spawn(async move {
+            me.execute_all(actions).await;
+        });
+    }
+
+    async fn prefill(self: &Arc<Self>, p: Prefill) {
+        let ok = match self.pod_handle(&p.pod) {
+            Some((engine, _)) => {
+                let request = PrefillRequest {
+                    model: p.model.clone(),
+                    prefix_text: p.text.clone(),
+                };
+                let result = engine.prefill(&request).await;
+                let label = match &result {
+                    Ok(()) => "ok",
+                    Err(e) => e.label(),
+                };
+                Telemetry::count(
+                    &self.telemetry.prefills,
+                    &[("pod", &p.pod), ("outcome", label)],
+                );
+                if let Err(e) = &result {
+                    tracing::warn!(pod = %p.pod, prefix = %p.key, error = %e, "prefill failed");
+                    if let Some(pod) = self.state().pods.get_mut(&p.pod) {
+                        pod.note_error(e.to_string());
+                    }
+                }
+                result.is_ok()
+            }
+            None => false,
+        };
+        let first_tier_done = self.fleet(|f| {
+            let before = f.table().generation;
+            f.prefill_done(&p, ok, now_ms());
+            f.table().generation != before
+        });
+        if first_tier_done {
+            self.republish_table();
+        }
+    }
+
+    async fn adapter_calls(self: &Arc<Self>, calls: AdapterCalls) -> Vec<DecisionOutcome> {
+        let mut outcomes = Vec::with_capacity(calls.decisions.len());
+        let mut failed = Vec::new();
+        for d in &calls.decisions {
+            let outcome = self.execute_decision(&calls.pod, d).await;
+            if outcome.error.is_some() {
+                failed.push(d.clone());
+            }
+            outcomes.push(outcome);
+        }
+        self.fleet(|f| f.adapters_done(&calls, &failed, now_ms()));
+        self.republish_table();
+        outcomes
+    }
+}
