@@ -1,1 +1,261 @@
+//! The fleet core's decisions, each named after the property it keeps. Several pin down what the
+//! gateway's shell and the evaluator once decided differently (see the module doc of each test).
 
+use prewarm_core::fingerprint::{routing_key, shards_of};
+use prewarm_core::route::route_request;
+use prewarm_core::wire::{
+    PatternState, PinSignal, PrefillSignal, Signal, SignalBatch, WIRE_VERSION,
+};
+use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
+
+use super::*;
+use crate::config::{GatewayConfig, PodSpec};
+use crate::policy::{PrefixKey, Tier, WarmupAction};
+use crate::registry::{AdapterVersion, RegisterAdapter};
+
+fn gateway_config() -> GatewayConfig {
+    let mut c = GatewayConfig::default();
+    c.pods.adapter_replicas = 1;
+    c
+}
+
+/// A fleet of `pods` pods `p0..`, each up (and, with no plan to warm, routable at once).
+fn fleet_of(config: &GatewayConfig, pods: usize) -> Fleet {
+    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
+    for i in 0..pods {
+        let mut spec = PodSpec::new(format!("p{i}"), format!("10.0.0.{i}:8000"));
+        spec.max_loras = 2;
+        fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
+        bring_up(&mut fleet, &format!("p{i}"), 1_000);
+    }
+    fleet
+}
+
+fn bring_up(fleet: &mut Fleet, id: &str, now: u64) {
+    assert!(matches!(
+        fleet.on_health(id, true, Some(PodLoad::default()), now),
+        HealthChange::Joined(_)
+    ));
+    fleet.on_models(id, Vec::new(), now);
+    assert!(fleet.start_warmup(id, now));
+}
+
+fn register(fleet: &mut Fleet, name: &str, tier: Tier, pinned: bool) {
+    let request = RegisterAdapter {
+        name: name.into(),
+        path: format!("/adapters/{name}"),
+        version: None,
+        tenant: None,
+        tier: Some(tier),
+        rank: None,
+        alpha: None,
+        target_modules: None,
+        pinned: Some(pinned),
+    };
+    let version = AdapterVersion {
+        version: "1".into(),
+        path: request.path.clone(),
+        rank: None,
+        alpha: None,
+        target_modules: Vec::new(),
+        manifest: None,
+        registered_at_ms: 0,
+    };
+    fleet.registry_mut().register(&request, version).unwrap();
+}
+
+fn text(seed: usize) -> String {
+    (0..600)
+        .map(|i| format!("w{seed}x{i} "))
+        .collect::<String>()
+}
+
+fn prefill_signal(model: &str, text: &str) -> Signal {
+    let fp = FingerprintConfig::default();
+    let chain = BlockChain::of(model, text.as_bytes(), &fp);
+    Signal::Prefill(PrefillSignal {
+        model: model.into(),
+        tenant: None,
+        endpoint: Endpoint::Completions,
+        prefix_tokens: chain.blocks.len() * fp.block_tokens,
+        prefix: chain.blocks,
+        prefix_text: text.into(),
+        state: PatternState::New,
+        priority: 50,
+    })
+}
+
+fn batch(signals: Vec<Signal>) -> SignalBatch {
+    SignalBatch {
+        version: WIRE_VERSION.into(),
+        source: "test".into(),
+        sent_at_ms: 0,
+        dropped: 0,
+        signals,
+    }
+}
+
+fn warm_holders(fleet: &Fleet, key: &PrefixKey, now: u64) -> Vec<String> {
+    fleet
+        .pods()
+        .filter(|p| p.kv.warm_prefixes(now).iter().any(|w| w.key == *key))
+        .map(|p| p.shape.id.clone())
+        .collect()
+}
+
+/// The shipped gateway never fed served traffic to its KV model (only the evaluator did).
+#[test]
+fn served_traffic_reaches_the_pods_kv_model() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 2);
+    let fp = FingerprintConfig::default();
+    let chain = BlockChain::of("base", text(1).as_bytes(), &fp);
+    let shards = shards_of(&chain.blocks, &fp);
+    assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), 0);
+    let served = Served {
+        shards: &shards,
+        prompt_tokens: 1_500,
+        adapter: None,
+    };
+    fleet.on_served("p0", &served, 2_000);
+    assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), shards.len());
+    assert_eq!(fleet.pod("p1").unwrap().kv.resident_shards(), 0);
+    // The same chain again is a modelled hit.
+    fleet.on_served("p0", &served, 3_000);
+    assert!(fleet.pod("p0").unwrap().kv.hit_ratio().unwrap() > 0.4);
+}
+
+/// The evaluator warmed a signalled prefix on the pod that served it; the gateway where the
+/// filter routes it. Both now warm it where the table routes it.
+#[test]
+fn a_signalled_hot_prefix_is_warmed_where_the_filter_routes_it() {
+    let config = gateway_config();
+    for seed in 0..8 {
+        let mut fleet = fleet_of(&config, 4);
+        fleet.rebuild_table(1_000);
+        let t = text(seed);
+        fleet.on_signals(batch(vec![prefill_signal("base", &t)]), 2_000);
+        let chain = BlockChain::of("base", t.as_bytes(), &FingerprintConfig::default());
+        let key = PrefixKey::new("base", *chain.blocks.last().unwrap());
+        let rk = routing_key(&chain.blocks, &FingerprintConfig::default()).unwrap();
+        let (routed, _) = route_request(fleet.table(), "base", rk.0).unwrap();
+        assert_eq!(warm_holders(&fleet, &key, 2_000), vec![routed.id.clone()]);
+    }
+}
+
+/// The gateway ignored a prefix the pool had retired, so it kept its slot of the warm budget;
+/// it now leaves the warm set at the next keep-warm.
+#[test]
+fn a_retired_prefix_leaves_the_warm_set() {
+    let mut config = gateway_config();
+    config.hotness.max_entries = 1;
+    let mut fleet = fleet_of(&config, 1);
+    fleet.on_signals(batch(vec![prefill_signal("base", &text(1))]), 2_000);
+    let chain = BlockChain::of("base", text(1).as_bytes(), &FingerprintConfig::default());
+    let first = PrefixKey::new("base", *chain.blocks.last().unwrap());
+    assert_eq!(warm_holders(&fleet, &first, 2_000), vec!["p0".to_string()]);
+    // A second hot prefix evicts the first from the pool (one entry at most).
+    fleet.on_signals(batch(vec![prefill_signal("base", &text(2))]), 3_000);
+    assert!(fleet.pool().get(&first).is_none());
+    let actions = fleet.tick(10_000);
+    assert!(actions
+        .iter()
+        .all(|a| !matches!(a, Action::Prefill(p) if p.key == first)));
+    assert!(warm_holders(&fleet, &first, 10_000).is_empty());
+}
+
+/// The evaluator ordered a plan's adapters by tier then name; the gateway pinned first.
+#[test]
+fn a_plan_loads_pinned_adapters_first_then_by_tier() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    register(&mut fleet, "bronze-pinned", Tier::Bronze, true);
+    register(&mut fleet, "a-silver", Tier::Silver, false);
+    register(&mut fleet, "z-gold", Tier::Gold, false);
+    register(&mut fleet, "b-bronze", Tier::Bronze, false);
+    let plan = fleet.plan_for("p0", Candidates::All, 2_000).unwrap();
+    assert_eq!(
+        plan.adapters,
+        vec!["bronze-pinned", "z-gold", "a-silver", "b-bronze"]
+    );
+}
+
+/// The evaluator placed pins among routable pods only; the gateway among the pods that are up,
+/// so a warming pod that an adapter is placed on gets the pin too.
+#[test]
+fn a_pin_reaches_a_warming_pod_the_adapter_is_placed_on() {
+    let config = gateway_config();
+    let mut fleet = Fleet::new(config.fleet(), 0, 0);
+    fleet
+        .add_pod(config.pod_shape(&PodSpec::new("w", "10.0.0.9:8000")), 0)
+        .unwrap();
+    register(&mut fleet, "sql", Tier::Gold, false);
+    fleet.on_signals(batch(vec![prefill_signal("base", &text(3))]), 100);
+    fleet.on_health("w", true, None, 200);
+    fleet.start_warmup("w", 200);
+    assert!(!fleet.pod("w").unwrap().routable(200), "still warming");
+    let pin = Signal::Pin(PinSignal {
+        adapter: "sql".into(),
+        tenant: None,
+        rate_per_minute: 10.0,
+        priority: 90,
+    });
+    let (_, actions) = fleet.on_signals(batch(vec![pin]), 300);
+    assert!(actions.iter().any(|a| a.pod() == "w"));
+}
+
+/// A reply from a pod's earlier life never edits the model of its new one.
+#[test]
+fn a_completion_from_an_older_epoch_is_ignored() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    fleet.on_signals(batch(vec![prefill_signal("base", &text(4))]), 2_000);
+    let prefill = fleet
+        .tick(5_000)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Prefill(p) => Some(p),
+            _ => None,
+        })
+        .expect("keep-warm prefills the signalled prefix");
+    for t in 0..config.pods.unhealthy_after {
+        fleet.on_health("p0", false, None, 6_000 + u64::from(t));
+    }
+    bring_up(&mut fleet, "p0", 7_000);
+    fleet.prefill_done(&prefill, true, 7_100);
+    assert!(!fleet.pod("p0").unwrap().kv.is_resident(&prefill.key));
+}
+
+/// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
+#[test]
+fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    let hot = (10..18).map(|s| prefill_signal("base", &text(s))).collect();
+    fleet.on_signals(batch(hot), 2_000);
+    let mut spec = PodSpec::new("new", "10.0.0.7:8000");
+    spec.max_loras = 2;
+    fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
+    fleet.on_health("new", true, None, 3_000);
+    fleet.start_warmup("new", 3_000);
+    let listed = |f: &Fleet| f.table().pods.iter().any(|p| p.id == "new");
+    let steps: Vec<_> = fleet
+        .tick(3_100)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Prefill(p) if matches!(p.cause, Cause::Warmup(WarmupAction::Prefill(_))) => {
+                Some(p)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !steps.is_empty(),
+        "some of the 8 hot prefixes move to the new pod"
+    );
+    assert!(!listed(&fleet));
+    for p in &steps {
+        fleet.prefill_done(p, true, 3_200);
+    }
+    assert!(listed(&fleet));
+}
