@@ -192,6 +192,27 @@ pub struct Shard {
     pub last_block: BlockHash,
 }
 
+/// The shards of a chain of `chained_tokens` tokens whose shard hashes are `last_blocks` (the
+/// inverse of [`shards_of`] for a chain sent as its shard hashes).
+pub fn shards_from_hashes(last_blocks: &[BlockHash], chained_tokens: u64) -> Vec<Shard> {
+    last_blocks
+        .iter()
+        .enumerate()
+        .map(|(index, last)| {
+            let base_offset = index.saturating_mul(SHARD_TOKENS);
+            let left = usize::try_from(chained_tokens)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(base_offset);
+            Shard {
+                index,
+                base_offset,
+                valid_len: left.min(SHARD_TOKENS),
+                last_block: *last,
+            }
+        })
+        .collect()
+}
+
 /// Groups a chain into shards.
 pub fn shards_of(blocks: &[BlockHash], config: &FingerprintConfig) -> Vec<Shard> {
     let per = config.blocks_per_shard();
@@ -228,6 +249,18 @@ mod tests {
 
     fn cfg() -> FingerprintConfig {
         FingerprintConfig::default()
+    }
+
+    #[test]
+    fn shards_sent_as_hashes_come_back_as_they_were() {
+        let c = cfg();
+        for bytes in [0usize, 64, 2_047, 2_048, 2_049, 10_000, 200_000] {
+            let chain = BlockChain::of("m", &vec![b'y'; bytes], &c);
+            let shards = shards_of(&chain.blocks, &c);
+            let hashes: Vec<BlockHash> = shards.iter().map(|s| s.last_block).collect();
+            let tokens = (chain.blocks.len() * c.block_tokens) as u64;
+            assert_eq!(shards_from_hashes(&hashes, tokens), shards, "{bytes} bytes");
+        }
     }
 
     #[test]

@@ -114,6 +114,50 @@ pub enum Signal {
     Feedback(FeedbackSignal),
 }
 
+/// A request the filter routed, as the gateway's KV model needs it to age the pod's modelled
+/// cache as the pod's own cache ages: the pod, the model, the chain hash of each 512-token
+/// shard's last full block, and the prompt's tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServedRecord {
+    /// The pod's id in the routing table.
+    pub pod: String,
+    /// The request's `model`: the base model or an adapter.
+    pub model: String,
+    /// One hash a shard, in order (core's `shards_of` over the prompt's chain).
+    pub shards: Vec<BlockHash>,
+    /// Tokens the chain's full blocks cover.
+    pub chained_tokens: u64,
+    /// The prompt's tokens (estimated as the filter estimates them).
+    pub prompt_tokens: u64,
+}
+
+/// Records one batch carries at most; a filter drops (and counts) the rest.
+pub const MAX_SERVED_PER_BATCH: usize = 1024;
+
+impl ServedRecord {
+    /// The record of a request for `model` with `chain`, sent to `pod`.
+    pub fn of(
+        pod: &str,
+        model: &str,
+        chain: &crate::BlockChain,
+        prompt_tokens: u64,
+        config: &crate::FingerprintConfig,
+    ) -> Self {
+        Self {
+            pod: pod.to_string(),
+            model: model.to_string(),
+            shards: chain.shards(config).iter().map(|s| s.last_block).collect(),
+            chained_tokens: (chain.blocks.len() as u64).saturating_mul(config.block_tokens as u64),
+            prompt_tokens,
+        }
+    }
+
+    /// The shards again, as core's `shards_of` made them.
+    pub fn shards(&self) -> Vec<crate::Shard> {
+        crate::fingerprint::shards_from_hashes(&self.shards, self.chained_tokens)
+    }
+}
+
 /// Signals one filter sends in one POST.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SignalBatch {
@@ -128,6 +172,16 @@ pub struct SignalBatch {
     #[serde(default)]
     pub dropped: u64,
     pub signals: Vec<Signal>,
+    /// Requests the filter routed since its last batch (at most [`MAX_SERVED_PER_BATCH`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served: Vec<ServedRecord>,
+    /// Served records the sender had to drop since its last batch.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl SignalBatch {
@@ -139,6 +193,8 @@ impl SignalBatch {
             sent_at_ms,
             dropped: 0,
             signals,
+            served: Vec::new(),
+            served_dropped: 0,
         }
     }
 

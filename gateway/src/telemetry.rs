@@ -11,6 +11,7 @@
 //! | `prewarm_routing_table_generation` | gauge | — |
 //! | `prewarm_routing_table_pods` | gauge | — |
 //! | `prewarm_modelled_hit_ratio` | gauge | `pod` (hot prefixes placed on the pod believed resident) |
+//! | `prewarm_kv_model_hit_gap` | gauge | `pod` (modelled minus observed prefix-cache hit ratio over the last scrape interval) |
 //! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` |
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
@@ -39,6 +40,7 @@ pub struct Telemetry {
     pub table_generation: Gauge,
     pub table_pods: Gauge,
     pub hit_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub kv_hit_gap: Family<Labels, Gauge<f64, AtomicU64>>,
     pub decisions: Family<Labels, Counter>,
     pub snapshot_fallbacks: Family<Labels, Counter>,
     pub snapshots_written: Family<Labels, Counter>,
@@ -72,6 +74,7 @@ impl Telemetry {
             table_generation: Gauge::default(),
             table_pods: Gauge::default(),
             hit_ratio: Family::default(),
+            kv_hit_gap: Family::default(),
             decisions: Family::default(),
             snapshot_fallbacks: Family::default(),
             snapshots_written: Family::default(),
@@ -124,6 +127,11 @@ impl Telemetry {
             t.hit_ratio.clone(),
         );
         registry.register(
+            "prewarm_kv_model_hit_gap",
+            "Modelled minus observed prefix-cache hit ratio of a pod over the last scrape interval",
+            t.kv_hit_gap.clone(),
+        );
+        registry.register(
             "prewarm_policy_decisions",
             "Decisions returned by the policies",
             t.decisions.clone(),
@@ -156,6 +164,12 @@ impl Telemetry {
         self.hit_ratio
             .get_or_create(&labels(&[("pod", pod)]))
             .set(ratio);
+    }
+
+    pub fn set_kv_hit_gap(&self, pod: &str, gap: f64) {
+        self.kv_hit_gap
+            .get_or_create(&labels(&[("pod", pod)]))
+            .set(gap);
     }
 
     pub fn set_pods(&self, state: &str, n: i64) {

@@ -167,6 +167,7 @@ impl GatewayConfig {
             gold_pool_share: self.pods.gold_pool_share,
             unhealthy_after: self.pods.unhealthy_after,
             keep_warm_period_ms: 1_000,
+            base_model: self.pods.base_model.clone(),
         }
     }
 

@@ -2,7 +2,8 @@
 //! usage, the cache config (`vllm:cache_config_info` labels) and LoRA activity
 //! (`vllm:lora_requests_info`: every label combination stays as its own series, so the reader
 //! takes the series with the largest value and skips ones whose lists are both empty).
-//! SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
+//! The prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in tokens) are
+//! summed over their label sets. SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
 //! read too.
 
 pub use crate::policy::fleet::PodLoad;
@@ -109,6 +110,12 @@ pub fn parse_pod_load(text: &str) -> PodLoad {
             "vllm:kv_cache_usage_perc" | "vllm:gpu_cache_usage_perc" | "sglang:token_usage" => {
                 load.kv_usage = load.kv_usage.max(v.clamp(0.0, 1.0))
             }
+            "vllm:prefix_cache_queries_total" => {
+                load.prefix_cache_queries = Some(counter(load.prefix_cache_queries, v))
+            }
+            "vllm:prefix_cache_hits_total" => {
+                load.prefix_cache_hits = Some(counter(load.prefix_cache_hits, v))
+            }
             "vllm:cache_config_info" => {
                 load.block_size = sample.label("block_size").and_then(|s| s.parse().ok());
                 load.num_gpu_blocks = sample.label("num_gpu_blocks").and_then(|s| s.parse().ok());
@@ -134,6 +141,12 @@ pub fn parse_pod_load(text: &str) -> PodLoad {
     load
 }
 
+/// A counter summed over its label sets (one per engine and model).
+fn counter(sum: Option<u64>, v: f64) -> u64 {
+    let v = if v.is_finite() { v.max(0.0) as u64 } else { 0 };
+    sum.unwrap_or(0).saturating_add(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +161,9 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching=
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.7e9
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="c",waiting_lora_adapters="d"} 1.8e9
 vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.9e9
+vllm:prefix_cache_queries_total{engine="0",model_name="base"} 1000.0
+vllm:prefix_cache_queries_total{engine="1",model_name="base"} 500.0
+vllm:prefix_cache_hits_total{engine="0",model_name="base"} 640.0
 "#;
 
     #[test]
@@ -159,6 +175,8 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapt
         assert_eq!(l.max_lora, Some(4));
         assert_eq!(l.running_adapters, ["c"]);
         assert_eq!(l.waiting_adapters, ["d"]);
+        assert_eq!(l.prefix_cache_queries, Some(1500), "summed over engines");
+        assert_eq!(l.prefix_cache_hits, Some(640));
     }
 
     #[test]

@@ -473,6 +473,11 @@ impl KvResidency {
             .collect()
     }
 
+    /// Tokens of recorded traffic and the modelled hits among them, since the model was made.
+    pub fn traffic_tokens(&self) -> (u64, u64) {
+        (self.query_tokens, self.hit_tokens)
+    }
+
     /// Modelled hit ratio of observed traffic (tokens), `None` before any traffic.
     pub fn hit_ratio(&self) -> Option<f64> {
         (self.query_tokens > 0).then(|| self.hit_tokens as f64 / self.query_tokens as f64)

@@ -1,5 +1,5 @@
-//! Ingesting a filter's [`SignalBatch`] into the fleet core (which applies it: pool, warm sets,
-//! pins) and executing the adapter calls its pins need, in the background.
+//! Ingesting a filter's [`SignalBatch`] into the fleet core (which applies it: served records,
+//! pool, warm sets, pins) and executing the adapter calls its pins need, in the background.
 
 use prewarm_core::wire::SignalBatch;
 use serde::Serialize;
@@ -22,6 +22,7 @@ impl Gateway {
     pub fn ingest_signals(&self, batch: SignalBatch) -> SignalsAccepted {
         let dropped = batch.dropped;
         let source_len = batch.signals.len();
+        let (served, served_dropped) = (batch.served.len(), batch.served_dropped);
         let (report, actions) = self.fleet(|f| f.on_signals(batch, now_ms()));
         self.spawn_actions(actions);
         let t = &self.telemetry;
@@ -30,6 +31,12 @@ impl Gateway {
         Telemetry::add(&t.signals, &[("kind", "pin")], report.pins.len() as u64);
         Telemetry::add(&t.signals, &[("kind", "rejected")], report.rejected as u64);
         Telemetry::add(&t.signals, &[("kind", "dropped_by_filter")], dropped);
+        Telemetry::add(&t.signals, &[("kind", "served")], served as u64);
+        Telemetry::add(
+            &t.signals,
+            &[("kind", "served_dropped_by_filter")],
+            served_dropped,
+        );
         if report.rejected > 0 {
             tracing::debug!(
                 signals = source_len,

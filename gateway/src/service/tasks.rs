@@ -132,6 +132,25 @@ async fn health_loop(gateway: Arc<Gateway>) {
     }
 }
 
+/// The KV models' modelled hit ratios and their gaps to the pods' own counters.
+fn export_kv_model(gateway: &Gateway, now: u64) {
+    let (ratios, gaps) = {
+        let state = gateway.state();
+        let gaps: Vec<(String, f64)> = state
+            .fleet
+            .pods()
+            .filter_map(|p| Some((p.shape.id.clone(), p.kv_hit_gap?)))
+            .collect();
+        (state.fleet.modelled_hit_ratios(now), gaps)
+    };
+    for (pod, ratio) in ratios {
+        gateway.telemetry.set_hit_ratio(&pod, ratio);
+    }
+    for (pod, gap) in gaps {
+        gateway.telemetry.set_kv_hit_gap(&pod, gap);
+    }
+}
+
 /// The core's tick and the execution of its actions; see the module docs.
 async fn fleet_loop(gateway: Arc<Gateway>) {
     let mut running: JoinSet<()> = JoinSet::new();
@@ -151,10 +170,7 @@ async fn fleet_loop(gateway: Arc<Gateway>) {
             });
         }
         if ticks.is_multiple_of(HIT_RATIO_TICKS) {
-            let ratios = gateway.state().fleet.modelled_hit_ratios(now);
-            for (pod, ratio) in ratios {
-                gateway.telemetry.set_hit_ratio(&pod, ratio);
-            }
+            export_kv_model(&gateway, now);
         }
         ticks = ticks.wrapping_add(1);
         tokio::select! {

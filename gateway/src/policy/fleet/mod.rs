@@ -10,7 +10,8 @@
 //!
 //! - inputs: [`Fleet::add_pod`]/[`Fleet::remove_pod`], [`Fleet::on_health`],
 //!   [`Fleet::on_models`], [`Fleet::on_signals`], [`Fleet::on_served`], operator pins
-//!   ([`Fleet::pin_adapter`], [`Fleet::unpin_adapter`], [`Fleet::remove_adapter`]);
+//!   ([`Fleet::pin_adapter`], [`Fleet::unpin_adapter`], [`Fleet::remove_adapter`]); a pod's
+//!   prefix-cache counters reconcile its KV model ([`FleetPod`]);
 //! - [`Fleet::tick`], every [`TICK_MS`]: the warm-ups' next steps, keep-warm every
 //!   `keep_warm_period_ms`, the routing table;
 //! - completions: [`Fleet::prefill_done`], [`Fleet::adapters_done`];
@@ -29,14 +30,13 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use prewarm_core::fingerprint::Shard;
-use prewarm_core::wire::RoutingTable;
+use prewarm_core::wire::{RoutingTable, ServedRecord};
 use prewarm_core::FingerprintConfig;
 
 pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
 pub use placement::{listed_adapters, placed_pods_among, registry_tier};
 pub use planning::Candidates;
-pub use pod::{FleetPod, PodHealth, PodLoad, PodShape, PodWarmup};
+pub use pod::{FleetPod, KvCounters, PodHealth, PodLoad, PodShape, PodWarmup};
 
 use crate::policy::lora::LoraObservation;
 use crate::policy::{
@@ -67,6 +67,9 @@ pub struct FleetConfig {
     pub unhealthy_after: u32,
     /// Keep-warm period, ms (1,000: vLLM's LRU moves on the scale of requests, not ticks).
     pub keep_warm_period_ms: u64,
+    /// The base model's name (`pods.base_model`): a served request for another model used an
+    /// adapter.
+    pub base_model: String,
 }
 
 /// Why a pod could not be added.
@@ -205,6 +208,9 @@ impl Fleet {
             return HealthChange::Unchanged;
         };
         if let Some(l) = load {
+            if let (Some(q), Some(h)) = (l.prefix_cache_queries, l.prefix_cache_hits) {
+                pod.reconcile_kv(q, h);
+            }
             pod.kv.observe_usage(l.kv_usage);
             if let (Some(b), Some(n)) = (l.block_size, l.num_gpu_blocks) {
                 pod.kv.set_geometry(b, n as u64);
@@ -251,22 +257,25 @@ impl Fleet {
         adapter_calls(pod, decisions, Cause::Reconcile)
     }
 
-    /// A request the filter sent to `pod`: its prompt's shards, its prompt tokens and the
-    /// adapter it used. Ages the pod's KV model as the pod's own cache ages, and counts a use of
-    /// the adapter.
-    pub fn on_served(&mut self, pod: &str, served: &Served<'_>, now_ms: u64) {
-        let Some(p) = self.pods.get_mut(pod) else {
-            return;
+    /// A request a filter sent to a pod (its served record): ages the pod's KV model as the
+    /// pod's own cache ages, and counts a use of the adapter. Returns whether the pod is known.
+    pub fn on_served(&mut self, record: &ServedRecord, now_ms: u64) -> bool {
+        let Some(p) = self.pods.get_mut(&record.pod) else {
+            return false;
         };
-        let shards = served.shards;
-        p.kv.record_traffic(shards, now_ms);
+        p.kv.record_traffic(&record.shards(), now_ms);
         // Tokens past the fingerprinted chain (a partial last block, or a prompt longer than
         // the filter hashes) still take cache space.
-        let chained: u64 = shards.iter().map(|s| s.valid_len as u64).sum();
-        p.kv.record_uncached_tokens(served.prompt_tokens.saturating_sub(chained));
-        if let Some(a) = served.adapter {
-            p.lora.observe_use(a, now_ms);
+        p.kv.record_uncached_tokens(record.prompt_tokens.saturating_sub(record.chained_tokens));
+        // Only a model known as an adapter (registered, or listed by the pod) is one: a base
+        // model named otherwise than `base_model` must not become a phantom adapter.
+        let adapter = record.model != self.config.base_model
+            && (self.registry.get(&record.model).is_some()
+                || p.lora.served().any(|a| a == record.model));
+        if adapter {
+            p.lora.observe_use(&record.model, now_ms);
         }
+        true
     }
 
     /// Continues the table's generations after `generation` (a restored snapshot's), so filters
@@ -315,16 +324,6 @@ impl Fleet {
         self.rebuild_table(now_ms);
         actions
     }
-}
-
-/// A served request as [`Fleet::on_served`] takes it.
-#[derive(Debug, Clone, Copy)]
-pub struct Served<'a> {
-    /// The prompt's 512-token shards (core's `shards_of` over its block chain).
-    pub shards: &'a [Shard],
-    pub prompt_tokens: u64,
-    /// The adapter, when the request named one.
-    pub adapter: Option<&'a str>,
 }
 
 /// `decisions` for `pod` as one action, none when there are none.

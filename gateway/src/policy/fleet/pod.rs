@@ -32,6 +32,10 @@ pub struct PodLoad {
     pub max_lora: Option<usize>,
     pub running_adapters: Vec<String>,
     pub waiting_adapters: Vec<String>,
+    /// `vllm:prefix_cache_queries_total`: prompt tokens looked up in the prefix cache.
+    pub prefix_cache_queries: Option<u64>,
+    /// `vllm:prefix_cache_hits_total`: prompt tokens served from it.
+    pub prefix_cache_hits: Option<u64>,
 }
 
 /// What the core needs to know of a pod to place and warm on it.
@@ -98,6 +102,20 @@ pub struct FleetPod {
     pub lora: LoraResidency,
     pub kv: KvResidency,
     pub warmup: PodWarmup,
+    /// The pod's prefix-cache counters and the model's at the last reconciliation.
+    pub kv_counters: Option<KvCounters>,
+    /// Modelled minus observed prefix-cache hit ratio over the last scrape interval with
+    /// traffic; `None` before the pod reported counters for traffic the model also saw.
+    pub kv_hit_gap: Option<f64>,
+}
+
+/// Cumulative prefix-cache tokens: the pod's (`queries`, `hits`) and the model's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KvCounters {
+    pub queries: u64,
+    pub hits: u64,
+    pub modelled_queries: u64,
+    pub modelled_hits: u64,
 }
 
 impl FleetPod {
@@ -112,6 +130,42 @@ impl FleetPod {
             epoch: 0,
             load: PodLoad::default(),
             warmup: PodWarmup::default(),
+            kv_counters: None,
+            kv_hit_gap: None,
+        }
+    }
+
+    /// Reconciles the KV model with the pod's prefix-cache counters: prompt tokens the pod
+    /// computed (queried, not hit) beyond those the model saw computed — requests no filter
+    /// recorded, other gateways' prefills, hits the model assumed that the pod missed — age the
+    /// model by as many tokens; the hit ratios' difference over the interval is kept for the
+    /// `prewarm_kv_model_hit_gap` metric. A counter that went down (the pod restarted) starts a
+    /// new baseline.
+    pub(super) fn reconcile_kv(&mut self, queries: u64, hits: u64) {
+        let (mq, mh) = self.kv.traffic_tokens();
+        let now = KvCounters {
+            queries,
+            hits,
+            modelled_queries: mq,
+            modelled_hits: mh,
+        };
+        let before = self.kv_counters.replace(now);
+        let Some(b) = before.filter(|b| queries >= b.queries && hits >= b.hits) else {
+            return;
+        };
+        let (dq, dh) = (queries - b.queries, hits - b.hits);
+        let (dmq, dmh) = (
+            mq.saturating_sub(b.modelled_queries),
+            mh.saturating_sub(b.modelled_hits),
+        );
+        let unseen = dq
+            .saturating_sub(dh)
+            .saturating_sub(dmq.saturating_sub(dmh));
+        if unseen > 0 {
+            self.kv.record_uncached_tokens(unseen);
+        }
+        if dq > 0 && dmq > 0 {
+            self.kv_hit_gap = Some(dmh as f64 / dmq as f64 - dh as f64 / dq as f64);
         }
     }
 

@@ -1,5 +1,5 @@
-//! Signals and pins. A filter's [`SignalBatch`]: prefill and feedback signals go to the prompt
-//! pool; each signalled hot prefix joins the warm set of the pod the filters route it to (core's
+//! Signals and pins. A filter's [`SignalBatch`]: its served records age the pods' KV models
+//! ([`Fleet::on_served`]); prefill and feedback signals go to the prompt pool; each signalled hot prefix joins the warm set of the pod the filters route it to (core's
 //! placement of its routing key within its model's scope among the routable pods), unless the KV
 //! model believes it resident there — keep-warm then prefills it within the pod's budget; a pin
 //! signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
@@ -7,7 +7,7 @@
 
 use prewarm_core::fingerprint::{routing_key, shards_of};
 use prewarm_core::place;
-use prewarm_core::wire::{PinSignal, Signal, SignalBatch};
+use prewarm_core::wire::{PinSignal, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
 
 use super::action::{Action, Cause, Note};
 use super::{adapter_calls, Fleet};
@@ -27,6 +27,13 @@ impl Fleet {
                 _ => None,
             })
             .collect();
+        let mut batch = batch;
+        for record in std::mem::take(&mut batch.served)
+            .iter()
+            .take(MAX_SERVED_PER_BATCH)
+        {
+            self.on_served(record, now_ms);
+        }
         let report = self.pool.ingest(batch, now_ms);
         let mut actions = Vec::new();
         for pin in &report.pins {

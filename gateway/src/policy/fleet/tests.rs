@@ -4,7 +4,7 @@
 use prewarm_core::fingerprint::{routing_key, shards_of};
 use prewarm_core::route::route_request;
 use prewarm_core::wire::{
-    PatternState, PinSignal, PrefillSignal, Signal, SignalBatch, WIRE_VERSION,
+    PatternState, PinSignal, PrefillSignal, ServedRecord, Signal, SignalBatch, WIRE_VERSION,
 };
 use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
 
@@ -92,6 +92,8 @@ fn batch(signals: Vec<Signal>) -> SignalBatch {
         sent_at_ms: 0,
         dropped: 0,
         signals,
+        served: Vec::new(),
+        served_dropped: 0,
     }
 }
 
@@ -112,16 +114,13 @@ fn served_traffic_reaches_the_pods_kv_model() {
     let chain = BlockChain::of("base", text(1).as_bytes(), &fp);
     let shards = shards_of(&chain.blocks, &fp);
     assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), 0);
-    let served = Served {
-        shards: &shards,
-        prompt_tokens: 1_500,
-        adapter: None,
-    };
-    fleet.on_served("p0", &served, 2_000);
+    let mut served = batch(Vec::new());
+    served.served = vec![ServedRecord::of("p0", "base", &chain, 1_500, &fp)];
+    fleet.on_signals(served.clone(), 2_000);
     assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), shards.len());
     assert_eq!(fleet.pod("p1").unwrap().kv.resident_shards(), 0);
     // The same chain again is a modelled hit.
-    fleet.on_served("p0", &served, 3_000);
+    fleet.on_signals(served, 3_000);
     assert!(fleet.pod("p0").unwrap().kv.hit_ratio().unwrap() > 0.4);
 }
 
@@ -226,6 +225,37 @@ fn a_completion_from_an_older_epoch_is_ignored() {
     assert!(!fleet.pod("p0").unwrap().kv.is_resident(&prefill.key));
 }
 
+/// The model ages by what the pod computed that no record told it of, and the gap between its
+/// hit ratio and the pod's is measured over each interval.
+#[test]
+fn prefix_cache_counters_reconcile_the_kv_model() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    let fp = FingerprintConfig::default();
+    let chain = BlockChain::of("base", text(6).as_bytes(), &fp);
+    let mut served = batch(Vec::new());
+    served.served = vec![ServedRecord::of("p0", "base", &chain, 1_200, &fp)];
+    let load = |q: u64, h: u64| PodLoad {
+        prefix_cache_queries: Some(q),
+        prefix_cache_hits: Some(h),
+        ..PodLoad::default()
+    };
+    fleet.on_health("p0", true, Some(load(0, 0)), 2_000);
+    fleet.on_signals(served.clone(), 2_100);
+    fleet.on_signals(served, 2_200);
+    // The pod saw the same 2 × 1,200 tokens but hit none of them (say it evicted in between).
+    fleet.on_health("p0", true, Some(load(2_400, 0)), 3_000);
+    let pod = fleet.pod("p0").unwrap();
+    let gap = pod.kv_hit_gap.unwrap();
+    assert!(gap > 0.4, "modelled ~0.5 hit, observed 0: gap {gap}");
+    // Another 10,000 uncached tokens the model never heard of age every modelled shard.
+    let resident = pod.kv.resident_shards();
+    assert!(resident > 0);
+    let capacity = config.kv.capacity_blocks * config.kv.block_tokens as u64;
+    fleet.on_health("p0", true, Some(load(2_400 + capacity, 0)), 4_000);
+    assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), 0);
+}
+
 /// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
 #[test]
 fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
@@ -258,4 +288,20 @@ fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
         fleet.prefill_done(p, true, 3_200);
     }
     assert!(listed(&fleet));
+}
+
+/// A served record for a model no registry or pod knows as an adapter (a base model named
+/// otherwise than `pods.base_model`) must not make the table list it as an adapter, which
+/// would pin its traffic to the pods that served it.
+#[test]
+fn a_base_model_under_another_name_never_becomes_an_adapter() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 2);
+    let fp = FingerprintConfig::default();
+    let chain = BlockChain::of("llama-8b", text(7).as_bytes(), &fp);
+    let mut served = batch(Vec::new());
+    served.served = vec![ServedRecord::of("p0", "llama-8b", &chain, 900, &fp)];
+    fleet.on_signals(served, 2_000);
+    fleet.rebuild_table(2_000);
+    assert!(fleet.table().pods.iter().all(|p| p.adapters.is_empty()));
 }

@@ -6,10 +6,11 @@
 //!   `/v1/models` reconciled, then its warm-up started, as the gateway does); a joining pod is
 //!   added and comes up; a restarting pod fails `unhealthy_after` health checks, then comes up;
 //! - every `health_interval` (the gateway's default, 1 s): every pod's load (its KV usage,
-//!   queue and cache geometry, as `/metrics` reports them), every 5th round its served adapters
-//!   (`/v1/models`);
-//! - per served request: what the filter's served-request record carries (the pod, the prompt's
-//!   shards and tokens, the adapter) and the signals the filter's triggers send ([`triggers`]);
+//!   queue, cache geometry and prefix-cache counters, as `/metrics` reports them), every 5th
+//!   round its served adapters (`/v1/models`);
+//! - per served request: one batch as a filter sends it: the request's served record (core's
+//!   `ServedRecord`: the pod, the prompt's shards and tokens, the model) and the signals the
+//!   filter's triggers send ([`triggers`]);
 //! - every [`TICK_MS`]: the core's tick (warm-up steps, keep-warm, the table).
 //!
 //! Each action the core returns is executed on the simulated pod ([`execute`]) and reported back
@@ -22,11 +23,11 @@ mod triggers;
 use std::collections::BTreeMap;
 
 use podsim::Admission;
-use prewarm_core::wire::{RoutingTable, SignalBatch, WIRE_VERSION};
+use prewarm_core::wire::{RoutingTable, ServedRecord, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 use prewarm_gateway::config::{GatewayConfig, PodSpec};
 use prewarm_gateway::policy::fleet::{
-    Action, Fleet as FleetCore, FleetConfig, HealthChange, PodLoad, Served, TICK_MS,
+    Action, Fleet as FleetCore, FleetConfig, HealthChange, PodLoad, TICK_MS,
 };
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::{LoraDecision, Tier};
@@ -120,6 +121,8 @@ impl Prewarm {
         adapters: Vec<String>,
         tiers: BTreeMap<String, Tier>,
     ) -> Self {
+        let mut config = config;
+        config.gateway.pods.base_model = fleet.base_model().to_string();
         let fleet_config = config.fleet();
         let fingerprint = fleet_config.fingerprint;
         let mut core = FleetCore::new(fleet_config, 0, 0);
@@ -192,6 +195,8 @@ impl Prewarm {
             max_lora: Some(self.config.slots.max_loras),
             running_adapters: Vec::new(),
             waiting_adapters: Vec::new(),
+            prefix_cache_queries: Some(m.prefix_queries_tokens),
+            prefix_cache_hits: Some(m.prefix_hits_tokens),
         }
     }
 
@@ -385,26 +390,17 @@ impl Policy for Prewarm {
         admission: &Admission,
     ) {
         let now = ms(request.now_s);
-        if let Some(id) = fleet.pods.get(pod).map(|p| p.id.clone()) {
-            let shards = request.chain.shards(&self.fingerprint);
-            let served = Served {
-                shards: &shards,
-                prompt_tokens: admission.prompt_tokens as u64,
-                adapter: request.adapter,
-            };
-            self.core.on_served(&id, &served, now);
-        }
         let signals = self.filter.observe(request, now);
-        if signals.is_empty() {
-            return;
+        let mut batch = SignalBatch::new("replay", now, signals);
+        if let Some(p) = fleet.pods.get(pod) {
+            batch.served.push(ServedRecord::of(
+                &p.id,
+                request.model,
+                request.chain,
+                admission.prompt_tokens as u64,
+                &self.fingerprint,
+            ));
         }
-        let batch = SignalBatch {
-            version: WIRE_VERSION.to_string(),
-            source: "replay".into(),
-            sent_at_ms: now,
-            dropped: 0,
-            signals,
-        };
         let (_, actions) = self.core.on_signals(batch, now);
         self.execute_all(fleet, actions, request.now_s);
     }
