@@ -350,6 +350,11 @@ impl KvResidency {
         }
     }
 
+    /// Keeps in the warm set only the prefixes `keep` says to.
+    pub fn retain_warm(&mut self, mut keep: impl FnMut(&PrefixKey) -> bool) {
+        self.warm.retain(|k, _| keep(k));
+    }
+
     /// Removes `key` from the warm set; returns whether it was there.
     pub fn forget(&mut self, key: &PrefixKey) -> bool {
         self.warm.remove(key).is_some()
@@ -369,6 +374,11 @@ impl KvResidency {
             oldest = oldest.max(age);
         }
         Some(oldest)
+    }
+
+    /// Whether every shard of a chain is modelled resident (from traffic or prefills).
+    pub fn shards_resident(&self, shards: &[Shard]) -> bool {
+        self.age_of(shards).is_some()
     }
 
     /// Whether every shard of `key` (in the warm set) is modelled resident.

@@ -15,6 +15,9 @@ pub enum Cause {
     Warmup(WarmupAction),
     /// A re-touch of a warm prefix or adapter before the pod would evict it.
     KeepWarm,
+    /// A filter signalled a pattern it had not seen before: its whole prefix is warmed where it
+    /// is routed.
+    NewPattern,
     /// A filter's pin signal.
     Pin,
     /// An operator's pin, unpin or removal.

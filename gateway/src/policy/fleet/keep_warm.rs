@@ -24,8 +24,12 @@ impl Fleet {
             .map(|p| p.shape.id.clone())
             .collect();
         for id in ids {
+            let pool = &self.pool;
             let (due, touches) = match self.pods.get_mut(&id) {
-                Some(pod) => (pod.kv.keep_warm(now_ms), pod.lora.keep_warm(now_ms)),
+                Some(pod) => {
+                    pod.kv.retain_warm(|k| pool.get(k).is_some());
+                    (pod.kv.keep_warm(now_ms), pod.lora.keep_warm(now_ms))
+                }
                 None => continue,
             };
             for k in due {
@@ -34,9 +38,11 @@ impl Fleet {
                         prefills += 1;
                         actions.push(a);
                     }
+                    // An adapter's prefix on a pod that lost the adapter: not sent, so not
+                    // modelled done; its turn comes back if the pod gets the adapter again.
                     None => {
                         if let Some(pod) = self.pods.get_mut(&id) {
-                            pod.kv.forget(&k.key);
+                            pod.kv.prefill_failed(&k.key);
                         }
                     }
                 }

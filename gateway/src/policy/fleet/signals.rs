@@ -1,13 +1,18 @@
 //! Signals and pins. A filter's [`SignalBatch`]: its served records age the pods' KV models
-//! ([`Fleet::on_served`]); prefill and feedback signals go to the prompt pool; each signalled hot prefix joins the warm set of the pod the filters route it to (core's
-//! placement of its routing key within its model's scope among the routable pods), unless the KV
-//! model believes it resident there — keep-warm then prefills it within the pod's budget; a pin
-//! signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
+//! ([`Fleet::on_served`]); prefill and feedback signals go to the prompt pool; each signalled
+//! hot prefix joins the warm set of the pod the filters route it to (core's placement of its
+//! routing key within its model's scope among the routable pods). What is warmed depends on the
+//! pattern's state (the seed's 201/202): a `new` pattern's whole prefix is prefilled there at
+//! once, unless the KV model believes every shard of it resident; a `known` pattern's prefix is
+//! left to keep-warm, which prefills it (within the pod's budget) only when shards of it are not
+//! believed resident — incremental, as vLLM's prefix cache computes only the missing blocks. A
+//! pin signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
 //! the registry's pin flag; a removed adapter is unloaded everywhere.
 
 use prewarm_core::fingerprint::{routing_key, shards_of};
 use prewarm_core::place;
-use prewarm_core::wire::{PinSignal, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
+use prewarm_core::wire::{PatternState, PinSignal, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
+use prewarm_core::Shard;
 
 use super::action::{Action, Cause, Note};
 use super::{adapter_calls, Fleet};
@@ -19,11 +24,14 @@ impl Fleet {
     /// Applies a filter's batch; returns what the pool made of it and the adapter calls its pins
     /// need.
     pub fn on_signals(&mut self, batch: SignalBatch, now_ms: u64) -> (IngestReport, Vec<Action>) {
-        let hot: Vec<PrefixKey> = batch
+        let hot: Vec<(PrefixKey, PatternState)> = batch
             .signals
             .iter()
             .filter_map(|s| match s {
-                Signal::Prefill(p) => p.prefix.last().map(|last| PrefixKey::new(&p.model, *last)),
+                Signal::Prefill(p) => p
+                    .prefix
+                    .last()
+                    .map(|last| (PrefixKey::new(&p.model, *last), p.state)),
                 _ => None,
             })
             .collect();
@@ -39,7 +47,7 @@ impl Fleet {
         for pin in &report.pins {
             actions.extend(self.apply_pin_signal(pin, now_ms));
         }
-        let placed = self.keep_warm_where_routed(&hot, now_ms);
+        let placed = self.keep_warm_where_routed(&hot, &mut actions, now_ms);
         self.decision("kv", "warm_signalled", placed);
         (report, actions)
     }
@@ -73,15 +81,21 @@ impl Fleet {
         actions
     }
 
-    /// Adds each hot prefix to the warm set of the pod requests for it are routed to; returns
-    /// how many were added.
-    fn keep_warm_where_routed(&mut self, keys: &[PrefixKey], now_ms: u64) -> u64 {
+    /// Adds each hot prefix to the warm set of the pod requests for it are routed to, and
+    /// prefills a new pattern's there at once (see the module doc); returns how many joined a
+    /// warm set.
+    fn keep_warm_where_routed(
+        &mut self,
+        hot: &[(PrefixKey, PatternState)],
+        actions: &mut Vec<Action>,
+        now_ms: u64,
+    ) -> u64 {
         let fingerprint = self.config.fingerprint;
-        let mut targets: Vec<(String, PrefixKey, Vec<prewarm_core::Shard>)> = Vec::new();
+        let mut targets: Vec<(String, PrefixKey, PatternState, Vec<Shard>)> = Vec::new();
         {
             let candidates = self.routable_candidates(now_ms);
             let scopes = self.adapter_scopes(&candidates, now_ms);
-            for key in keys {
+            for (key, state) in hot {
                 let Some(view) = self.pool.get(key) else {
                     continue;
                 };
@@ -92,16 +106,25 @@ impl Fleet {
                 let Some(c) = place(rk.0, among).and_then(|i| among.get(i)) else {
                     continue;
                 };
-                targets.push((c.id.to_string(), *key, shards_of(view.blocks, &fingerprint)));
+                let shards = shards_of(view.blocks, &fingerprint);
+                targets.push((c.id.to_string(), *key, *state, shards));
             }
         }
         let mut added = 0;
-        for (pod_id, key, shards) in targets {
-            if let Some(pod) = self.pods.get_mut(&pod_id) {
-                if !pod.kv.is_resident(&key) {
-                    pod.kv.keep_warm_prefix(key, &shards);
-                    added += 1;
-                }
+        for (pod_id, key, state, shards) in targets {
+            let Some(pod) = self.pods.get_mut(&pod_id) else {
+                continue;
+            };
+            if pod.kv.is_resident(&key) {
+                continue;
+            }
+            pod.kv.keep_warm_prefix(key, &shards);
+            added += 1;
+            if state == PatternState::New && !pod.kv.shards_resident(&shards) {
+                // Modelled done from now, as keep-warm's own prefills are: keep-warm does not
+                // send it again; a failure marks it evicted.
+                pod.kv.record_prefill(key, &shards, now_ms);
+                actions.extend(self.prefill_action(&pod_id, key, Cause::NewPattern));
             }
         }
         added

@@ -71,6 +71,10 @@ fn text(seed: usize) -> String {
 }
 
 fn prefill_signal(model: &str, text: &str) -> Signal {
+    pattern_signal(model, text, PatternState::New)
+}
+
+fn pattern_signal(model: &str, text: &str, state: PatternState) -> Signal {
     let fp = FingerprintConfig::default();
     let chain = BlockChain::of(model, text.as_bytes(), &fp);
     Signal::Prefill(PrefillSignal {
@@ -80,7 +84,7 @@ fn prefill_signal(model: &str, text: &str) -> Signal {
         prefix_tokens: chain.blocks.len() * fp.block_tokens,
         prefix: chain.blocks,
         prefix_text: text.into(),
-        state: PatternState::New,
+        state,
         priority: 50,
     })
 }
@@ -208,7 +212,8 @@ fn a_pin_reaches_a_warming_pod_the_adapter_is_placed_on() {
 fn a_completion_from_an_older_epoch_is_ignored() {
     let config = gateway_config();
     let mut fleet = fleet_of(&config, 1);
-    fleet.on_signals(batch(vec![prefill_signal("base", &text(4))]), 2_000);
+    let known = pattern_signal("base", &text(4), PatternState::Known);
+    fleet.on_signals(batch(vec![known]), 2_000);
     let prefill = fleet
         .tick(5_000)
         .into_iter()
@@ -304,4 +309,62 @@ fn a_base_model_under_another_name_never_becomes_an_adapter() {
     fleet.on_signals(served, 2_000);
     fleet.rebuild_table(2_000);
     assert!(fleet.table().pods.iter().all(|p| p.adapters.is_empty()));
+}
+
+fn prefills(actions: &[Action]) -> Vec<(&str, &Cause)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Prefill(p) => Some((p.pod.as_str(), &p.cause)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pattern state a signal carries (the seed's 201 `new` / 202 `known`) changes what is
+/// warmed: a new pattern's whole prefix at once where it is routed; a known one's only through
+/// keep-warm, when shards of it are not believed resident.
+#[test]
+fn a_new_pattern_is_prefilled_at_once_and_a_known_one_incrementally() {
+    let config = gateway_config();
+    let fp = FingerprintConfig::default();
+
+    let mut fleet = fleet_of(&config, 2);
+    let t = text(8);
+    let (_, actions) = fleet.on_signals(batch(vec![prefill_signal("base", &t)]), 2_000);
+    let now = prefills(&actions);
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].1, &Cause::NewPattern);
+    // Modelled done: keep-warm does not send it again.
+    assert!(prefills(&fleet.tick(3_000)).is_empty());
+
+    let mut fleet = fleet_of(&config, 2);
+    let (_, actions) = fleet.on_signals(
+        batch(vec![pattern_signal("base", &t, PatternState::Known)]),
+        2_000,
+    );
+    assert!(prefills(&actions).is_empty());
+    let later = fleet.tick(3_000);
+    assert_eq!(
+        prefills(&later).len(),
+        1,
+        "not resident: keep-warm prefills it"
+    );
+    assert_eq!(prefills(&later)[0].1, &Cause::KeepWarm);
+
+    // A known pattern whose shards the pod was just sent: nothing to prefill.
+    let mut fleet = fleet_of(&config, 2);
+    fleet.rebuild_table(1_000);
+    let chain = BlockChain::of("base", t.as_bytes(), &fp);
+    let rk = routing_key(&chain.blocks, &fp).unwrap();
+    let routed = route_request(fleet.table(), "base", rk.0)
+        .unwrap()
+        .0
+        .id
+        .clone();
+    let mut served = batch(vec![pattern_signal("base", &t, PatternState::Known)]);
+    served.served = vec![ServedRecord::of(&routed, "base", &chain, 1_500, &fp)];
+    let (_, actions) = fleet.on_signals(served, 2_000);
+    assert!(prefills(&actions).is_empty());
+    assert!(prefills(&fleet.tick(3_000)).is_empty());
 }
