@@ -1,14 +1,16 @@
 """prewarm-replay live against real podsim processes: streamed completions, real TTFT, cached
 tokens read from usage, progress lines while running, the report's JSON keys, the new-pod
-window, per-request records (`--outcomes`) and `prewarm-replay report` over them, and refused
-flags."""
+window, per-request records (`--outcomes`) and `prewarm-replay report` over them, refused flags,
+and `make demo`'s orchestration (tools/demo.py) in miniature."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
-from harness import bin_path
+from harness import REPO, bin_path, envoy_path, filter_wasm_path
 from harness.podsim import start_podsim
 
 KEYS = {
@@ -178,3 +180,34 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
     for key in ("requests", "failed", "token_hit_ratio", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms"):
         assert again[key] == row[key], key
     assert sorted(p.name for p in (summary_dir / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]
+
+
+def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
+    """`make demo` in miniature (2 trace minutes at x20, the pod joining at 60 s): both runs
+    replayed by `prewarm-replay live` through the whole stack, the 4th pod announced mid-run and
+    served, and `prewarm-replay report` building the table and summary from the records."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "demo.py"), "--until-s", "120", "--join-s", "60",
+         "--time-scale", "20", "--kv-blocks", "65536", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "starting pod-3 and announcing it" in done.stdout
+    assert "new-pod TTFT p50 (first 5 min)" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {r["policy"]: r for r in summary["runs"]}
+    assert list(runs) == ["prewarm", "warm-up disabled"]
+    for mode, label in (("prewarm", "prewarm"), ("no-warmup", "warm-up disabled")):
+        rows = records(out / mode / "outcomes.jsonl")
+        run = runs[label]
+        assert run["sent"] == len(rows) > 0 and run["failed"] == 0
+        # the joined pod served requests, which count as new from the join
+        joined = {r["pod"] for r in rows if r["pod_new_since_s"] == 60.0}
+        assert len(joined) == 1 and run["new_pod_requests"] > 0
+        fleet = json.loads((out / mode / "fleet.json").read_text())
+        assert [p["pod"] for p in fleet["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+    # warm-up disabled: the gateway planned nothing for the new pod
+    assert runs["warm-up disabled"]["warmup_prefixes"] == 0
+    assert sorted(p.name for p in (out / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]
