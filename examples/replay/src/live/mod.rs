@@ -110,12 +110,6 @@ pub struct LiveScenario {
     pub new_pod_window_s: f64,
 }
 
-/// What the requests sent so far returned.
-#[derive(Debug, Default)]
-struct Tally {
-    measured: Measurements,
-}
-
 fn check(args: &LiveArgs) -> Result<(), String> {
     if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
         return Err(format!(
@@ -164,8 +158,8 @@ fn check(args: &LiveArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn progress_line(tally: &Tally, sent: usize, time_factor: f64) -> String {
-    let done = &tally.measured.served;
+fn progress_line(tally: &Measurements, sent: usize, time_factor: f64) -> String {
+    let done = &tally.served;
     let mut ttft: Vec<f64> = done
         .iter()
         .map(|(_, m)| m.ttft_s * time_factor * 1000.0)
@@ -175,7 +169,7 @@ fn progress_line(tally: &Tally, sent: usize, time_factor: f64) -> String {
     format!(
         "progress: sent {sent} done {} failed {} ttft_p95_ms {} hit_ratio {}",
         done.len(),
-        tally.measured.failed.len(),
+        tally.failed.len(),
         percentile(&mut ttft, 95.0).map_or_else(|| "-".into(), |v| format!("{v:.1}")),
         if prompt > 0 {
             format!("{:.4}", cached as f64 / prompt as f64)
@@ -194,10 +188,10 @@ pub fn run_live(args: &LiveArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    let tally = Arc::new(Mutex::new(Tally::default()));
+    let tally = Arc::new(Mutex::new(Measurements::default()));
     let sent = runtime.block_on(dispatch(args, &trace, &assignment, tally.clone()))?;
     let tally = std::mem::take(&mut *tally.lock().map_err(|_| "tally: poisoned")?);
-    if let Some((_, e)) = tally.measured.failed.iter().min_by_key(|(i, _)| *i) {
+    if let Some((_, e)) = tally.failed.iter().min_by_key(|(i, _)| *i) {
         eprintln!("prewarm-replay live: first failure: {e}");
     }
     let reading = Reading {
@@ -212,7 +206,7 @@ pub fn run_live(args: &LiveArgs) -> Result<(), String> {
             .and_then(podsim::LatencyProfile::named)
             .map(|p| (p, args.adapter_rank)),
     };
-    let records = build(&trace, &assignment, sent, tally.measured, &reading);
+    let records = build(&trace, &assignment, sent, tally, &reading);
     if let Some(path) = &args.outcomes {
         write_records(path, &records)?;
     }
@@ -280,7 +274,7 @@ async fn dispatch(
     args: &LiveArgs,
     trace: &[crate::trace::TraceRequest],
     assignment: &crate::assign::Assignment,
-    tally: Arc<Mutex<Tally>>,
+    tally: Arc<Mutex<Measurements>>,
 ) -> Result<usize, String> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
@@ -299,7 +293,7 @@ async fn dispatch(
     let mut tasks = Vec::new();
     let mut sent = 0usize;
     let factor = time_factor(args);
-    let report = |tally: &Arc<Mutex<Tally>>, sent: usize| {
+    let report = |tally: &Arc<Mutex<Measurements>>, sent: usize| {
         if let Ok(t) = tally.lock() {
             println!("{}", progress_line(&t, sent, factor));
         }
@@ -355,8 +349,8 @@ async fn dispatch(
             drop(permit);
             if let Ok(mut t) = tally.lock() {
                 match result {
-                    Ok(m) => t.measured.served.push((i, m)),
-                    Err(e) => t.measured.failed.push((i, e)),
+                    Ok(m) => t.served.push((i, m)),
+                    Err(e) => t.failed.push((i, e)),
                 }
             }
         }));
