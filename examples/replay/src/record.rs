@@ -170,7 +170,7 @@ pub fn outcomes(records: &[Record]) -> Outcomes {
 mod tests {
     use super::*;
 
-    pub(crate) fn record(request: usize, pod: Option<&str>, ttft_ms: Option<f64>) -> Record {
+    fn record(request: usize, pod: Option<&str>, ttft_ms: Option<f64>) -> Record {
         Record {
             request,
             arrival_s: request as f64,

@@ -148,6 +148,12 @@ fn check(args: &LiveArgs) -> Result<(), String> {
                 podsim::LatencyProfile::NAMES
             ));
         }
+        // the estimate compares TTFTs with the profile's model-time figures
+        if !args.model_time && args.time_scale != 1.0 {
+            return Err(format!(
+                "--profile: {name:?}: needs --model-time when --time-scale is not 1"
+            ));
+        }
     }
     if !(args.target.starts_with("http://") || args.target.starts_with("https://")) {
         return Err(format!(
