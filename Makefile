@@ -80,7 +80,8 @@ bench-filter: setup wasm
 	tools/bench-filter.sh
 
 ## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
-## mooncake-synthetic replayed with and without warm-up; writes out/demo/. KEEP=1 leaves it up.
+## mooncake-synthetic replayed (prewarm-replay live) with and without warm-up, compared by
+## prewarm-replay report; writes out/demo/. KEEP=1 leaves it up.
 demo: build
 	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/demo.py $(if $(filter-out 0,$(KEEP)),--keep)
 

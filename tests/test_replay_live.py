@@ -1,13 +1,16 @@
 """prewarm-replay live against real podsim processes: streamed completions, real TTFT, cached
 tokens read from usage, progress lines while running, the report's JSON keys, the new-pod
-window, and refused flags."""
+window, per-request records (`--outcomes`) and `prewarm-replay report` over them, refused flags,
+and `make demo`'s orchestration (tools/demo.py) in miniature."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
-from harness import bin_path
+from harness import REPO, bin_path, envoy_path, filter_wasm_path
 from harness.podsim import start_podsim
 
 KEYS = {
@@ -33,13 +36,17 @@ def write_trace(path: Path, n: int, gap_ms: int = 500) -> Path:
     return path
 
 
-def replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def replay(*args: str, timeout: float = 120, command: str = "live") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(bin_path("prewarm-replay")), "live", *args],
+        [str(bin_path("prewarm-replay")), command, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
@@ -49,12 +56,14 @@ def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
     try:
         trace = write_trace(tmp_path / "trace.jsonl", 8)
         out = tmp_path / "live.json"
+        lines = tmp_path / "outcomes.jsonl"
         done = replay(
             "--target", url, "--trace", str(trace), "--time-scale", "4",
             "--progress-every", "0.2", "--json", str(out), "--new-pods", url,
-            "--plot", str(tmp_path / "charts"),
+            "--plot", str(tmp_path / "charts"), "--outcomes", str(lines),
         )
         assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("replay: started: 8 requests over 4 trace seconds at x4\n")
         progress = [line for line in done.stdout.splitlines() if line.startswith("progress: sent")]
         assert len(progress) >= 2, done.stdout
         assert progress[-1].startswith("progress: sent 8 done 8 failed 0")
@@ -73,6 +82,14 @@ def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
         charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
         assert charts == ["token_hit_ratio.png", "ttft_p95.png"]
         assert all((tmp_path / "charts" / c).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for c in charts)
+        # one record a request, in trace order, with what the report row was built from
+        rows = records(lines)
+        assert [r["request"] for r in rows] == list(range(8))
+        assert all(r["pod"] == url and r["pod_new_since_s"] == 0.0 and r["error"] is None for r in rows)
+        assert [r["cached_tokens"] for r in rows] == [0] + [1520] * 7
+        assert all(r["prompt_tokens"] == 1536 and r["ttft_ms"] > 0 for r in rows)
+        assert abs(sorted(r["ttft_ms"] for r in rows)[3] - row["ttft_p50_ms"]) < 1e-9
+        assert all(r["adapter"] is None and r["adapter_hit"] is None for r in rows)
     finally:
         pod.stop()
 
@@ -82,12 +99,20 @@ def test_live_replay_bounds_requests_and_reports_failures(tmp_path):
     try:
         trace = write_trace(tmp_path / "trace.jsonl", 20, gap_ms=10)
         out = tmp_path / "live.json"
-        done = replay("--target", url, "--trace", str(trace), "--max-requests", "5", "--json", str(out))
+        lines = tmp_path / "outcomes.jsonl"
+        done = replay("--target", url, "--trace", str(trace), "--max-requests", "5", "--json", str(out),
+                      "--outcomes", str(lines))
         assert done.returncode == 0, done.stderr
         row = json.loads(out.read_text())["policies"][0]
         # every prompt is longer than the pod's context: the pod refuses them, the run counts them
         assert (row["requests"], row["failed"]) == (0, 5)
         assert "HTTP 400" in done.stderr
+        rows = records(lines)
+        assert len(rows) == 5 and all("HTTP 400" in r["error"] and r["ttft_ms"] is None for r in rows)
+        # --until-s slices by trace time: requests at 0, 10, ..., 40 ms
+        done = replay("--target", url, "--trace", str(trace), "--until-s", "0.045", "--outcomes", str(lines))
+        assert done.returncode == 0, done.stderr
+        assert [r["request"] for r in records(lines)] == [0, 1, 2, 3, 4]
     finally:
         pod.stop()
 
@@ -99,6 +124,15 @@ def test_bad_flags_are_refused_with_the_flag_named(tmp_path):
     assert "--time-scale: 0" in done.stderr
     done = replay("--target", "127.0.0.1:9", "--trace", str(trace))
     assert done.returncode == 64 and "--target:" in done.stderr
+    done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--profile", "gpt-5")
+    assert done.returncode == 64 and "--profile: \"gpt-5\"" in done.stderr
+    done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--profile", "llama-8b-h100",
+                  "--time-scale", "6")
+    assert done.returncode == 64 and "needs --model-time" in done.stderr
+    done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--until-s=-1")
+    assert done.returncode == 64 and "--until-s: -1" in done.stderr
+    done = replay("--run", "no-label", command="report")
+    assert done.returncode == 64 and "--run: \"no-label\"" in done.stderr
 
 
 def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
@@ -116,9 +150,11 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("\n".join(lines) + "\n")
     out = tmp_path / "live.json"
+    run = tmp_path / "run"
+    run.mkdir()
     with Stack(tmp_path / "stack", StackSpec(pods=2, podsim_flags=["--time-scale", "20"])) as stack:
         done = replay("--target", stack.envoy.url, "--trace", str(trace), "--time-scale", "4",
-                      "--json", str(out), "--progress-every", "0.5")
+                      "--json", str(out), "--progress-every", "0.5", "--outcomes", str(run / "outcomes.jsonl"))
         assert done.returncode == 0, done.stderr
         addresses = {p.address for p in stack.pods}
     report = json.loads(out.read_text())
@@ -130,3 +166,53 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
     templates = row["token_hit_ratio"] * 20 * 1536 / 1520
     assert abs(templates - round(templates)) < 1e-9
     assert round(templates) == 10, report
+    # every record names one of the pods; a template's second request went where its first did
+    rows = records(run / "outcomes.jsonl")
+    assert {r["pod"] for r in rows} == addresses
+    for g in range(10):
+        first, second = rows[g], rows[10 + g]
+        assert first["user"] == second["user"] == f"group-{g * 10}"
+        assert (second["pod"] == first["pod"]) == (second["cached_tokens"] == 1520), (first, second)
+    # `prewarm-replay report` rebuilds the live run's figures from its records
+    summary_dir = tmp_path / "summary"
+    done = replay(f"--run=through envoy={run}", "--out", str(summary_dir), command="report")
+    assert done.returncode == 0, done.stderr
+    assert "token hit ratio (all requests)" in done.stdout and "20 / 0" in done.stdout
+    again = json.loads((summary_dir / "summary.json").read_text())["runs"][0]
+    assert again["policy"] == "through envoy"
+    assert (again["requests"], again["failed"]) == (row["requests"], row["failed"])
+    # the same figures, up to the last bit of a float that went through JSON
+    for key in ("token_hit_ratio", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms"):
+        assert abs(again[key] - row[key]) <= 1e-9 * abs(row[key]), key
+    assert sorted(p.name for p in (summary_dir / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]
+
+
+def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
+    """`make demo` in miniature (2 trace minutes at x20, the pod joining at 60 s): both runs
+    replayed by `prewarm-replay live` through the whole stack, the 4th pod announced mid-run and
+    served, and `prewarm-replay report` building the table and summary from the records."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "demo.py"), "--until-s", "120", "--join-s", "60",
+         "--time-scale", "20", "--kv-blocks", "65536", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "starting pod-3 and announcing it" in done.stdout
+    assert "new-pod TTFT p50 (first 5 min)" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {r["policy"]: r for r in summary["runs"]}
+    assert list(runs) == ["prewarm", "warm-up disabled"]
+    for mode, label in (("prewarm", "prewarm"), ("no-warmup", "warm-up disabled")):
+        rows = records(out / mode / "outcomes.jsonl")
+        run = runs[label]
+        assert run["sent"] == len(rows) > 0 and run["failed"] == 0
+        # the joined pod served requests, which count as new from the join
+        joined = {r["pod"] for r in rows if r["pod_new_since_s"] == 60.0}
+        assert len(joined) == 1 and run["new_pod_requests"] > 0
+        fleet = json.loads((out / mode / "fleet.json").read_text())
+        assert [p["pod"] for p in fleet["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+    # warm-up disabled: the gateway planned nothing for the new pod
+    assert runs["warm-up disabled"]["warmup_prefixes"] == 0
+    assert sorted(p.name for p in (out / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]

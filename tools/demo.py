@@ -1,19 +1,23 @@
 """`make demo`: prewarm end to end on loopback, with warm-up and without, side by side.
 
-Each run starts the real Envoy (envoy/envoy.yaml, rewritten to free ports, with the prewarm
-filter .wasm and an `x-prewarm-upstream: %UPSTREAM_HOST%` response header), the gateway (static
-pool of 3 podsim pods, the trace's ServeGen adapters registered from real adapter directories with
-SHA-256 manifests, tenant tiers) and 3 podsim pods (latency profile, time scale) — all through
-tests/harness/stack.py; replays a slice of `../shared/traces/mooncake-synthetic` with ServeGen
-adapters through Envoy; midway starts a 4th pod and announces it to the gateway
-(`POST /admin/pods`); prints what is warming and how far (`GET /admin/pods/pod-3/warmup`) and the
-replay's progress while it runs. The second run is the same with warm-up disabled
-(`warmup.first_tier = second_tier = 0`). Then one table (tools/demo_report.py), and the JSON and
-charts under out/demo/.
+This script only orchestrates processes; the replay, the figures and the charts are
+`prewarm-replay`'s (examples/replay):
 
-The replayer: tools/demo_replay.py by default (the conventions of examples/replay, and
-per-request outcomes, which the table's moved-prefix and adapter rows need); `--replayer rust`
-drives `prewarm-replay live` instead, whose report has per-run figures only (those rows: n/a).
+1. `prewarm-replay assignment` says which ServeGen adapters (and tenant tiers) the trace slice
+   gets, so the stack registers exactly those;
+2. each run starts the real Envoy (envoy/envoy.yaml, rewritten to free ports, with the prewarm
+   filter .wasm and an `x-prewarm-upstream: %UPSTREAM_HOST%` response header), the gateway
+   (static pool of 3 podsim pods, those adapters registered from real adapter directories with
+   SHA-256 manifests, tenant tiers) and 3 podsim pods (latency profile, time scale) — all through
+   tests/harness/stack.py; runs `prewarm-replay live` through Envoy, which writes every
+   request's record (`outcomes.jsonl`); when the replay reaches the join time, starts a 4th pod
+   and announces it to the gateway (`POST /admin/pods`); prints what is warming and how far
+   (`GET /admin/pods/pod-3/warmup`) and the replay's progress; after the replay, writes what it
+   read from the stack (`fleet.json`: the new pod's warm-up, the gateway's prefill counter, the
+   pods' prefix-cache counters). The second run is the same with warm-up disabled
+   (`warmup.first_tier = second_tier = 0`);
+3. `prewarm-replay report` prints the side-by-side table and writes summary.json and the charts
+   under out/demo/.
 
 Everything started is stopped by process id (also on Ctrl-C, SIGTERM and failure). `--keep` (make
 demo KEEP=1) runs the baseline first and leaves the prewarm stack up, printing its URLs.
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -34,20 +37,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tools"))
 
-import demo_replay  # noqa: E402
-import demo_report  # noqa: E402
 from harness import bin_path  # noqa: E402
 from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
 
 TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 SERVEGEN = REPO.parent / "shared" / "traces" / "servegen-m-small"
-PROFILE = {"name": "llama-8b-h100", "overhead_ms": 30.0, "per_token_ms": 0.25}
+PROFILE = "llama-8b-h100"
 ADAPTER_RANK = 16
-DISK_LOAD_MS = 40 + 5 * ADAPTER_RANK  # the profile's disk load for that rank
+MAX_OUTPUT_TOKENS = 128  # keeps a run short; the TTFTs the demo reports do not depend on it
 NEW_POD = "pod-3"
 HOT_REQUESTS = 2  # the filter's `triggers.similar_prompts` in the demo: a group is hot after 2 requests
+LABELS = {"prewarm": "prewarm", "no-warmup": "warm-up disabled"}
 
 
 def log(msg: str) -> None:
@@ -64,10 +65,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-cpu-loras", type=int, default=8)
     p.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
-    p.add_argument("--replayer", choices=["rust", "python"], default="python",
-                   help="python: tools/demo_replay.py (per-request outcomes, the full table); "
-                        "rust: prewarm-replay live")
     return p.parse_args()
+
+
+def replayer(*argv) -> list[str]:
+    return [str(bin_path("prewarm-replay")), *[str(a) for a in argv]]
+
+
+def trace_args(args) -> list:
+    return ["--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}", "--until-s", f"{args.until_s:g}"]
 
 
 class Progress(threading.Thread):
@@ -109,25 +115,29 @@ class Progress(threading.Thread):
             self.last = line
 
 
-def pod_counters(stack: Stack) -> dict:
-    """Prefix-cache token counters (`vllm:prefix_cache_{queries,hits}_total`) summed over the pods."""
-    total = {"queries": 0.0, "hits": 0.0}
-    for pod in stack.pods:
-        total["queries"] += pod_metric(pod, "vllm:prefix_cache_queries_total")
-        total["hits"] += pod_metric(pod, "vllm:prefix_cache_hits_total")
-    return total
+def fleet_observations(stack: Stack) -> dict:
+    """What the report needs from the stack after a run (`fleet.json`)."""
+    return {
+        "new_pod_warmup": stack.warmup(NEW_POD),
+        "gateway_prefills": stack.gateway_metric("prewarm_prefills_total"),
+        "pods": [{"pod": p.id,
+                  "prefix_cache_queries": pod_metric(p, "vllm:prefix_cache_queries_total"),
+                  "prefix_cache_hits": pod_metric(p, "vllm:prefix_cache_hits_total")} for p in stack.pods],
+    }
 
 
-def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
+def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
+    """One run; returns the stack when it is kept up."""
     warm = mode == "prewarm"
     workdir = args.out / mode
     shutil.rmtree(workdir, ignore_errors=True)
     s = args.time_scale
     spec = StackSpec(
         pods=3, spare_pods=1,
-        podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE["name"], "--num-gpu-blocks", str(args.kv_blocks),
+        podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--num-gpu-blocks", str(args.kv_blocks),
                       "--max-model-len", "262144", "--max-num-seqs", "512"],
-        adapters=[AdapterSpec(name, tier=tier, rank=ADAPTER_RANK) for name, tier in sorted(tiers.items())],
+        adapters=[AdapterSpec(a["name"], tier=a["tier"], tenant=a["tenant"], rank=ADAPTER_RANK)
+                  for a in assignment["adapters"]],
         max_loras=args.max_loras, max_cpu_loras=args.max_cpu_loras,
         gateway={
             "pods": {"health_interval_ms": 500, "request_timeout_ms": 120000},
@@ -142,44 +152,17 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
     progress = None
     try:
         log(f"[{mode}] starting 3 podsim pods (time scale {s:g}, {args.kv_blocks} KV blocks each), "
-            f"the gateway ({len(tiers)} adapters registered) and Envoy with the prewarm filter")
+            f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter")
         stack.start()
         log(f"[{mode}] Envoy {stack.envoy.url}  gateway {stack.gateway.url}  pods "
             + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (spare {stack.spares[0].address})")
         progress = Progress(stack)
         progress.start()
-
-        def join():
-            log(f"[{mode}] trace {args.join_s:g}s: starting {NEW_POD} and announcing it (POST /admin/pods)")
-            stack.join_spare(0)
-
-        real_s = trace[-1].timestamp_ms / 1000 / s
-        log(f"[{mode}] replaying {len(trace)} requests ({trace[-1].timestamp_ms / 1000:.0f} s of trace) "
-            f"at x{s:g}: about {real_s:.0f} s; {NEW_POD} joins at trace {args.join_s:g}s")
-        json_path = workdir / "replay.json"
-        if args.replayer == "rust":
-            summary = rust_live(args, stack, trace, json_path, join)
-        else:
-            results = demo_replay.replay(stack.envoy.url, trace, BASE_MODEL, s,
-                                         on_progress=log, events=[(args.join_s, join)])
-            outcomes = demo_replay.outcomes_json(results)
-            summary = demo_report.summarize(
-                outcomes, stack.pod(NEW_POD).address, args.join_s, args.until_s - args.join_s,
-                args.until_s * 0.25, PROFILE, DISK_LOAD_MS / 2, HOT_REQUESTS)
-            for o in outcomes:
-                o["pod"] = pod_name(stack, o["pod"])
-        if args.replayer == "python":
-            counters = pod_counters(stack)
-            client_uncached = sum(o["prompt_tokens"] - o["cached_tokens"] for o in outcomes)
-            summary["warmup_prefill_computed_tokens"] = max(0, int(counters["queries"] - counters["hits"] - client_uncached))
-        summary["warmup"] = warmup = stack.warmup(NEW_POD)
-        summary["warmup_prefixes"] = sum(warmup[t]["done"] for t in ("first_tier", "second_tier")) if warmup else 0
-        summary["prefills"] = stack.gateway_metric("prewarm_prefills_total")
-        if args.replayer == "python":
-            json_path.write_text(json.dumps({"mode": mode, "summary": summary, "outcomes": outcomes}, indent=1))
-        summary["json"] = str(json_path)
-        kept = stack if keep else None
-        return {"summary": summary, "outcomes": outcomes if args.replayer != "rust" else [], "stack": kept}
+        log(f"[{mode}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of trace) "
+            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {NEW_POD} joins at trace {args.join_s:g}s")
+        live(args, stack, workdir)
+        (workdir / "fleet.json").write_text(json.dumps(fleet_observations(stack), indent=1))
+        return stack if keep else None
     finally:
         if progress:
             progress.stop_event.set()
@@ -187,43 +170,40 @@ def run_once(args, mode: str, trace, tiers: dict, keep: bool) -> dict:
             stack.stop()
 
 
-def pod_name(stack: Stack, address: str) -> str:
-    pod = stack.pod_by_address(address)
-    return pod.id if pod else address
-
-
-def rust_live(args, stack: Stack, trace, json_path: Path, join) -> dict:
-    """`prewarm-replay live` through Envoy; its progress lines are passed through, its JSON
-    report and PNG charts land next to this run's files. Its report has per-run figures only
-    (no per-request outcomes): the rows that need them show n/a."""
-    plot_dir = json_path.parent / "charts"
+def live(args, stack: Stack, workdir: Path) -> None:
+    """`prewarm-replay live` through Envoy, its lines passed through; the new pod is started and
+    announced when the replay reaches `--join-s` (timed from its `replay: started` line)."""
     new_pod = stack.spares[0].address
-    argv = [bin_path("prewarm-replay"), "live", "--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}",
-            "--max-requests", str(len(trace)), "--target", stack.envoy.url, "--time-scale", f"{args.time_scale:g}",
-            "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--model", BASE_MODEL, "--concurrency", "512",
-            "--json", json_path, "--plot", plot_dir]
-    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    started = time.monotonic()
+    argv = replayer("live", *trace_args(args), "--target", stack.envoy.url,
+                    "--time-scale", f"{args.time_scale:g}", "--model-time",
+                    "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--scale-at", f"{args.join_s:g}",
+                    "--hot-requests", HOT_REQUESTS, "--profile", PROFILE, "--adapter-rank", ADAPTER_RANK,
+                    "--max-output-tokens", MAX_OUTPUT_TOKENS, "--model", BASE_MODEL, "--concurrency", 512,
+                    "--progress-every", 10, "--outcomes", workdir / "outcomes.jsonl",
+                    "--json", workdir / "replay.json")
+
+    def join():
+        log(f"trace {args.join_s:g}s: starting {NEW_POD} and announcing it (POST /admin/pods)")
+        stack.join_spare(0)
+
     timer = threading.Timer(args.join_s / args.time_scale, join)
     timer.daemon = True
-    timer.start()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = time.monotonic()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith("replay: started") and not timer.is_alive():
+                timer.start()
             log("prewarm-replay: " + line.rstrip())
         proc.wait()
     finally:
         timer.cancel()
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
     if proc.returncode != 0:
         raise RuntimeError(f"prewarm-replay live exited with {proc.returncode} after {time.monotonic() - started:.0f} s")
-    row = (json.loads(json_path.read_text()).get("policies") or [{}])[0]
-    return {"requests": row.get("requests", 0), "failed": row.get("failed", 0),
-            "new_pod_requests": row.get("new_pod_requests"), "new_pod_ttft_p95_ms": row.get("new_pod_ttft_p95_ms"),
-            "new_pod_token_hit_ratio": row.get("new_pod_token_hit_ratio"),
-            "fleet_steady_ttft_p95_ms": row.get("steady_ttft_p95_ms"), "token_hit_ratio": row.get("token_hit_ratio"),
-            "adapter_hit_ratio": row.get("adapter_hit_ratio")}
 
 
 def print_urls(stack: Stack) -> None:
@@ -248,50 +228,29 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     args.out.mkdir(parents=True, exist_ok=True)
-    trace = demo_replay.load_trace(TRACE, args.until_s)
-    tiers = demo_replay.assign_adapters(trace, SERVEGEN)
-    if args.replayer == "rust":
-        # prewarm-replay draws its own assignment: serve every ServeGen customer's adapter
-        names, _ = demo_replay.read_servegen(SERVEGEN)
-        tiers = {name: tiers.get(name, "bronze") for name in names}
-    log(f"trace: {len(trace)} requests, {len({r.user for r in trace})} prefix groups, "
-        f"{len(tiers)} ServeGen adapters ({sum(t == 'gold' for t in tiers.values())} gold, "
-        f"{sum(t == 'silver' for t in tiers.values())} silver)")
+    assignment = json.loads(subprocess.run(replayer("assignment", *trace_args(args)), check=True,
+                                           capture_output=True, text=True).stdout)
+    tiers = [a["tier"] for a in assignment["adapters"]]
+    log(f"trace: {assignment['requests']} requests, {assignment['users']} prefix groups, "
+        f"{len(tiers)} ServeGen adapters ({tiers.count('gold')} gold, {tiers.count('silver')} silver)")
     modes = ["no-warmup", "prewarm"] if args.keep else ["prewarm", "no-warmup"]
-    runs = {}
+    kept = None
     try:
         for mode in modes:
-            runs[mode] = run_once(args, mode, trace, tiers, keep=args.keep and mode == modes[-1])
+            kept = run_once(args, mode, assignment, keep=args.keep and mode == modes[-1])
     except KeyboardInterrupt:
         log("interrupted: everything started was stopped")
         return 130
-    kept = runs[modes[-1]].get("stack")
     try:
-        window_min = (args.until_s - args.join_s) / 60
-        text = demo_report.table([("prewarm", runs["prewarm"]["summary"]),
-                                  ("warm-up disabled", runs["no-warmup"]["summary"])], window_min)
-        charts = args.out / "charts"
-        charts.mkdir(exist_ok=True)
-        series = {f"{m} {scope}": demo_report.bucketed_p95(runs[m]["outcomes"], 30, pod)
-                  for m in ("prewarm", "no-warmup") for scope, pod in (("new pod", NEW_POD),)}
-        (charts / "new-pod-ttft-p95.svg").write_text(demo_report.svg_chart(
-            series, "new pod TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
-        fleet = {f"{m} fleet": demo_report.bucketed_p95(runs[m]["outcomes"], 30) for m in ("prewarm", "no-warmup")}
-        (charts / "fleet-ttft-p95.svg").write_text(demo_report.svg_chart(
-            fleet, "fleet TTFT p95 per 30 s (model ms)", args.join_s, "TTFT p95 (ms)"))
-        hits = {f"{m} new pod": demo_report.bucketed_hit_ratio(runs[m]["outcomes"], 30, NEW_POD)
-                for m in ("prewarm", "no-warmup")}
-        (charts / "new-pod-token-hit-ratio.svg").write_text(demo_report.svg_chart(
-            hits, "new pod token hit ratio per 30 s", args.join_s, "cached / prompt tokens"))
-        summary_path = args.out / "summary.json"
-        summary_path.write_text(json.dumps({m: r["summary"] for m, r in runs.items()}, indent=2))
         print()
-        print(f"prewarm demo: {len(trace)} mooncake-synthetic requests (trace 0-{args.until_s:g}s) at x{args.time_scale:g}, "
-              f"3 pods + {NEW_POD} joining at {args.join_s:g}s; times are model time ({PROFILE['name']})")
-        print(text)
-        print(f"\nJSON: {summary_path}, {runs['prewarm']['summary']['json']}, {runs['no-warmup']['summary']['json']}")
-        print(f"charts: {charts}/new-pod-token-hit-ratio.svg, {charts}/new-pod-ttft-p95.svg, "
-              f"{charts}/fleet-ttft-p95.svg")
+        print(f"prewarm demo: {assignment['requests']} mooncake-synthetic requests (trace 0-{args.until_s:g}s) "
+              f"at x{args.time_scale:g}, 3 pods + {NEW_POD} joining at {args.join_s:g}s; "
+              f"times are model time ({PROFILE})", flush=True)
+        runs = [f"--run={LABELS[m]}={args.out / m}" for m in ("prewarm", "no-warmup")]
+        subprocess.run(replayer("report", *runs, "--out", args.out), check=True)
+        print(f"\nJSON: {args.out / 'summary.json'}, per request: "
+              + ", ".join(str(args.out / m / "outcomes.jsonl") for m in ("prewarm", "no-warmup")))
+        print(f"charts: {args.out / 'charts' / 'ttft_p95.png'}, {args.out / 'charts' / 'token_hit_ratio.png'}")
         if kept:
             print_urls(kept)
             wait_for_ctrl_c()

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use prewarm_gateway::policy::Tier;
+use serde::Serialize;
 
 use crate::render::splitmix64;
 use crate::trace::TraceRequest;
@@ -155,6 +156,57 @@ impl Assignment {
     }
 }
 
+/// One adapter of an assignment, as `prewarm-replay assignment` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AssignedAdapter {
+    pub name: String,
+    /// The tenant of its first request, and that tenant's tier.
+    pub tenant: Option<String>,
+    pub tier: Tier,
+    /// Requests that use it.
+    pub requests: usize,
+}
+
+/// What a trace slice was assigned: what a stack serving it must register.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AssignmentSummary {
+    pub requests: usize,
+    /// Trace seconds from the first request to the last.
+    pub span_s: f64,
+    /// Distinct users (trace `user`s, else prefix groups).
+    pub users: usize,
+    /// By name.
+    pub adapters: Vec<AssignedAdapter>,
+}
+
+impl Assignment {
+    /// The adapters of `trace` (the trace this was assigned over).
+    pub fn summary(&self, trace: &[TraceRequest]) -> AssignmentSummary {
+        let mut adapters: BTreeMap<&str, AssignedAdapter> = BTreeMap::new();
+        for (adapter, tenant) in self.adapters.iter().zip(&self.tenants) {
+            let Some(name) = adapter else { continue };
+            adapters
+                .entry(name)
+                .or_insert_with(|| AssignedAdapter {
+                    name: name.clone(),
+                    tenant: tenant.clone(),
+                    tier: self.tier_of(tenant.as_deref()),
+                    requests: 0,
+                })
+                .requests += 1;
+        }
+        let users: std::collections::HashSet<String> =
+            trace.iter().map(TraceRequest::user_key).collect();
+        AssignmentSummary {
+            requests: trace.len(),
+            span_s: trace.last().map_or(0.0, TraceRequest::arrival_s)
+                - trace.first().map_or(0.0, TraceRequest::arrival_s),
+            users: users.len(),
+            adapters: adapters.into_values().collect(),
+        }
+    }
+}
+
 /// Assigns adapters; see the module docs.
 pub fn assign(
     trace: &[TraceRequest],
@@ -260,6 +312,17 @@ mod tests {
         let count = |n: &str| a.tenants.iter().filter(|t| t.as_deref() == Some(n)).count();
         assert!(a.tiers.keys().all(|n| count(n) <= count(gold[0])));
         assert_eq!(assign(&trace, Some(&pop), 7, 0.2, 0.2), a);
+        let summary = a.summary(&trace);
+        assert_eq!((summary.requests, summary.users), (400, 40));
+        assert_eq!(
+            summary.adapters.iter().map(|x| x.requests).sum::<usize>(),
+            400
+        );
+        for x in &summary.adapters {
+            assert_eq!(x.tenant.as_deref(), Some(x.name.as_str()));
+            assert_eq!(x.tier, a.tiers[&x.name]);
+            assert_eq!(x.requests, count(&x.name));
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! The `prewarm-replay` command line: `offline` (virtual time, every policy) and `live` (over
-//! HTTP). Flags are documented in docs/evaluation.md with their defaults and units.
+//! The `prewarm-replay` command line: `offline` (virtual time, every policy), `live` (over
+//! HTTP), `report` (live runs' per-request records side by side) and `assignment` (the adapters,
+//! tenants and tiers a trace slice gets). Flags are documented in docs/evaluation.md with their
+//! defaults and units.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,9 +31,13 @@ pub enum Command {
     Offline(OfflineArgs),
     /// The trace over HTTP against a target (Envoy or a pod), streaming.
     Live(crate::live::LiveArgs),
+    /// Figures, table and charts of one or more live runs from their per-request records.
+    Report(crate::comparison::ReportArgs),
+    /// The adapters, tenants and tiers the trace (slice) gets, as JSON on stdout.
+    Assignment(TraceArgs),
 }
 
-/// Flags both modes share: the trace, its adapters and the outputs.
+/// Which requests of which trace, with which adapters (every subcommand that reads a trace).
 #[derive(Debug, Clone, Args)]
 pub struct TraceArgs {
     /// Mooncake-format JSONL trace.
@@ -52,6 +58,14 @@ pub struct TraceArgs {
     /// Replay only the first N requests.
     #[arg(long)]
     pub max_requests: Option<usize>,
+    /// Replay only the requests arriving before this trace second.
+    #[arg(long)]
+    pub until_s: Option<f64>,
+}
+
+/// Where a run's report goes.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
     /// Write the JSON report here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -70,6 +84,8 @@ pub struct TraceArgs {
 pub struct OfflineArgs {
     #[command(flatten)]
     pub common: TraceArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Pods at the start.
     #[arg(long, default_value_t = 8)]
     pub pods: usize,
@@ -110,9 +126,21 @@ pub struct OfflineArgs {
     pub policies: Vec<String>,
 }
 
-/// Reads the trace and assigns adapters.
+/// Reads the trace, keeps the slice asked for (the assignment is drawn over the slice) and
+/// assigns adapters.
 pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), String> {
+    if let Some(until) = args.until_s {
+        if !(until.is_finite() && until > 0.0) {
+            return Err(format!("--until-s: {until}: must be a positive number"));
+        }
+    }
     let mut trace = load_trace(&args.trace).map_err(|e| e.to_string())?;
+    if let Some(until) = args.until_s {
+        trace.retain(|r| r.arrival_s() < until);
+        if trace.is_empty() {
+            return Err(format!("--until-s: {until}: no request arrives before it"));
+        }
+    }
     if let Some(n) = args.max_requests {
         trace.truncate(n.max(1));
     }
@@ -140,9 +168,18 @@ pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), Stri
     Ok((trace, assignment))
 }
 
+/// `prewarm-replay assignment`: the slice's adapters, tenants and tiers as JSON on stdout.
+pub fn run_assignment(args: &TraceArgs) -> Result<(), String> {
+    let (trace, assignment) = prepare(args)?;
+    let text = serde_json::to_string_pretty(&assignment.summary(&trace))
+        .map_err(|e| format!("assignment: {e}"))?;
+    println!("{text}");
+    Ok(())
+}
+
 /// Writes the JSON report and the charts a run asked for.
 pub fn write_outputs<S: serde::Serialize>(
-    args: &TraceArgs,
+    args: &OutputArgs,
     report: &Report<S>,
     events: &[f64],
 ) -> Result<(), String> {
@@ -217,7 +254,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
     let policies = summaries(&runs, &fleet, &events);
     let series: BTreeMap<String, _> = runs
         .iter()
-        .map(|r| (r.policy.clone(), series(&r.outcomes, args.common.bucket_s)))
+        .map(|r| (r.policy.clone(), series(&r.outcomes, args.output.bucket_s)))
         .collect();
     print!("{}", table(&policies));
     let scenario = Scenario {
@@ -238,7 +275,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         series,
     };
     let marks: Vec<f64> = events.iter().map(FleetEvent::at_s).collect();
-    write_outputs(&args.common, &report, &marks)
+    write_outputs(&args.output, &report, &marks)
 }
 
 #[cfg(test)]
@@ -250,7 +287,7 @@ mod tests {
         argv.extend_from_slice(extra);
         match Cli::parse_from(argv).command {
             Command::Offline(a) => a,
-            Command::Live(_) => unreachable!("offline was asked for"),
+            _ => unreachable!("offline was asked for"),
         }
     }
 

@@ -4,6 +4,8 @@
 //!   memoised fingerprint chains; [`assign`]: adapters, tenants and tiers (ServeGen or Zipf);
 //! - [`scenario`]: the fleet and its events; [`outcome`]: per-request outcomes and the metrics;
 //!   [`report`]: the table and the JSON document;
+//! - [`record`]: a live run's per-request records (JSON lines); [`comparison`]: `report`, live
+//!   runs' figures side by side from their records (what `make demo` prints);
 //! - [`offline`]: virtual time over podsim pod models — `round_robin`, `affinity`, `prewarm`
 //!   (the gateway's own policies) and `oracle`;
 //! - [`live`]: the trace over HTTP against real servers (Envoy or pods), streaming;
@@ -12,10 +14,12 @@
 
 pub mod assign;
 pub mod cli;
+pub mod comparison;
 pub mod live;
 pub mod offline;
 pub mod outcome;
 pub mod plot;
+pub mod record;
 pub mod render;
 pub mod report;
 pub mod scenario;

@@ -1,13 +1,15 @@
 //! `prewarm-replay`: see [`prewarm_replay::cli`].
 
 use clap::Parser;
-use prewarm_replay::cli::{run_offline, Cli, Command};
+use prewarm_replay::cli::{run_assignment, run_offline, Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Offline(args) => run_offline(args),
         Command::Live(args) => prewarm_replay::live::run_live(args),
+        Command::Report(args) => prewarm_replay::comparison::run_report(args),
+        Command::Assignment(args) => run_assignment(args),
     };
     if let Err(e) = result {
         eprintln!("prewarm-replay: {e}");

@@ -52,12 +52,26 @@ pub fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
     values.get(rank.clamp(1, values.len()) - 1).copied()
 }
 
+/// Σ cached / Σ prompt tokens of `outcomes` (`None` without prompt tokens).
+pub fn token_hit_ratio<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Option<f64> {
+    let (prompt, cached) = outcomes.into_iter().fold((0u64, 0u64), |(p, c), o| {
+        (p + o.prompt_tokens, c + o.cached_tokens)
+    });
+    (prompt > 0).then(|| cached as f64 / prompt as f64)
+}
+
 /// Whether `o` falls in its pod's first window after a join or restart event.
 pub fn on_new_pod(o: &Outcome, windows: &[Vec<f64>]) -> bool {
     windows.get(o.pod).is_some_and(|w| {
         w.iter()
             .any(|&e| o.arrival_s >= e && o.arrival_s < e + NEW_POD_WINDOW_S)
     })
+}
+
+/// Whether `o` is steady-state traffic: arriving after the first [`NEW_POD_WINDOW_S`], and not
+/// in a new-pod window.
+pub fn steady(o: &Outcome, windows: &[Vec<f64>]) -> bool {
+    o.arrival_s >= NEW_POD_WINDOW_S && !on_new_pod(o, windows)
 }
 
 /// Summarises one policy's outcomes. `windows` is [`crate::scenario::pod_windows`].
@@ -68,8 +82,6 @@ pub fn summarize(
     warmup_prefill_tokens: Option<u64>,
     windows: &[Vec<f64>],
 ) -> PolicyReport {
-    let prompt: u64 = outcomes.iter().map(|o| o.prompt_tokens).sum();
-    let cached: u64 = outcomes.iter().map(|o| o.cached_tokens).sum();
     let mut ttft: Vec<f64> = outcomes.iter().map(|o| o.ttft_s * 1000.0).collect();
     let ratio = |hits: usize, n: usize| (n > 0).then(|| hits as f64 / n as f64);
     let adapter: Vec<bool> = outcomes.iter().filter_map(|o| o.adapter_hit).collect();
@@ -80,19 +92,17 @@ pub fn summarize(
         .collect();
     let has_events = windows.iter().any(|w| !w.is_empty());
     let fresh: Vec<&Outcome> = outcomes.iter().filter(|o| on_new_pod(o, windows)).collect();
-    let fresh_prompt: u64 = fresh.iter().map(|o| o.prompt_tokens).sum();
-    let fresh_cached: u64 = fresh.iter().map(|o| o.cached_tokens).sum();
     let mut new_pod: Vec<f64> = fresh.iter().map(|o| o.ttft_s * 1000.0).collect();
     let mut steady: Vec<f64> = outcomes
         .iter()
-        .filter(|o| o.arrival_s >= NEW_POD_WINDOW_S && !on_new_pod(o, windows))
+        .filter(|o| steady(o, windows))
         .map(|o| o.ttft_s * 1000.0)
         .collect();
     PolicyReport {
         policy: policy.to_string(),
         requests: outcomes.len(),
         failed,
-        token_hit_ratio: (prompt > 0).then(|| cached as f64 / prompt as f64),
+        token_hit_ratio: token_hit_ratio(outcomes),
         ttft_p50_ms: percentile(&mut ttft, 50.0),
         ttft_p95_ms: percentile(&mut ttft, 95.0),
         ttft_p99_ms: percentile(&mut ttft, 99.0),
@@ -100,8 +110,7 @@ pub fn summarize(
         gold_adapter_hit_ratio: ratio(gold.iter().filter(|h| **h).count(), gold.len()),
         warmup_prefill_tokens,
         new_pod_requests: new_pod.len(),
-        new_pod_token_hit_ratio: (fresh_prompt > 0)
-            .then(|| fresh_cached as f64 / fresh_prompt as f64),
+        new_pod_token_hit_ratio: token_hit_ratio(fresh.iter().copied()),
         new_pod_ttft_p95_ms: if has_events {
             percentile(&mut new_pod, 95.0)
         } else {
@@ -133,16 +142,10 @@ pub fn series(outcomes: &[Outcome], bucket_s: f64) -> Vec<SeriesPoint> {
     buckets
         .into_iter()
         .filter_map(|(b, os)| {
-            let prompt: u64 = os.iter().map(|o| o.prompt_tokens).sum();
-            let cached: u64 = os.iter().map(|o| o.cached_tokens).sum();
             let mut ttft: Vec<f64> = os.iter().map(|o| o.ttft_s * 1000.0).collect();
             Some(SeriesPoint {
                 t_s: b as f64 * bucket_s,
-                token_hit_ratio: if prompt > 0 {
-                    cached as f64 / prompt as f64
-                } else {
-                    0.0
-                },
+                token_hit_ratio: token_hit_ratio(os.iter().copied()).unwrap_or(0.0),
                 ttft_p95_ms: percentile(&mut ttft, 95.0)?,
             })
         })

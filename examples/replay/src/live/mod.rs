@@ -1,15 +1,18 @@
 //! Live replay: the trace over HTTP against a target — Envoy with the prewarm filter, or one pod
 //! — at trace timestamps divided by `--time-scale`, each request a streamed completion
-//! ([`stream`]), with bounded concurrency, `--max-requests` and `--duration`.
+//! ([`stream`]), with bounded concurrency, `--max-requests`, `--until-s` and `--duration`.
 //!
 //! Each request carries `user` (the trace's, else its prefix group, as offline) and the tenant
-//! in `--tenant-header`. Requests are attributed to the pod named by the `--pod-header` response header (Envoy adds
-//! it from `%UPSTREAM_HOST%`), else to the target. Pods in `--new-pods`, or first seen after
-//! `--scale-at` trace seconds, are "new": their first 300 trace seconds are the new-pod window.
-//! While running, a progress line is printed every `--progress-every` seconds (sent, done,
-//! failed, TTFT p95 so far, token hit ratio so far). The report has the offline keys; what a
-//! client cannot observe (adapter slot hits, warm-up cost) is `null`.
+//! in `--tenant-header`. Requests are attributed to the pod named by the `--pod-header` response
+//! header (Envoy adds it from `%UPSTREAM_HOST%`), else to the target; which pods are new, the
+//! adapter-load estimate and the first requests of prefixes hot at a join are [`records`]'s.
+//! It prints `replay: started` when the first request is due (orchestrators time fleet events
+//! from it) and, every `--progress-every` seconds, a progress line (sent, done, failed, TTFT p95
+//! so far, token hit ratio so far). The report has the offline keys; what a client cannot
+//! observe (warm-up cost; adapter hits without `--profile`) is `null`. `--outcomes FILE` writes
+//! every request's [`Record`] as JSON lines, which `prewarm-replay report` reads.
 
+pub mod records;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -19,9 +22,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
+use self::records::{build, Measurements, Reading};
 use self::stream::{send, Outgoing};
-use crate::cli::{prepare, write_outputs, TraceArgs};
-use crate::outcome::{percentile, series, summarize, Outcome};
+use crate::cli::{prepare, write_outputs, OutputArgs, TraceArgs};
+use crate::outcome::{percentile, series, summarize};
+use crate::record::{outcomes, write_records, Record};
 use crate::render::BlockTexts;
 use crate::report::{table, Report};
 use crate::scenario::NEW_POD_WINDOW_S;
@@ -30,6 +35,8 @@ use crate::scenario::NEW_POD_WINDOW_S;
 pub struct LiveArgs {
     #[command(flatten)]
     pub common: TraceArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// Base URL of Envoy or of a pod, e.g. http://127.0.0.1:10000.
     #[arg(long)]
     pub target: String,
@@ -63,6 +70,26 @@ pub struct LiveArgs {
     /// Longest wait for one reply, seconds.
     #[arg(long, default_value_t = 300.0)]
     pub request_timeout: f64,
+    /// `max_tokens` at most this (the trace's `output_length` otherwise).
+    #[arg(long)]
+    pub max_output_tokens: Option<u64>,
+    /// Report times in model time: measured times × `--time-scale` (for podsim pods started with
+    /// the same `--time-scale`).
+    #[arg(long)]
+    pub model_time: bool,
+    /// Requests of a prefix group before a pod joins that make it hot at the join (the filter's
+    /// `triggers.similar_prompts`).
+    #[arg(long, default_value_t = prewarm_core::trigger::TriggerConfig::default().similar_prompts as usize)]
+    pub hot_requests: usize,
+    /// The pods' latency profile (podsim's names): estimate adapter loads from TTFTs.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// LoRA rank of the adapters, for the adapter-load estimate.
+    #[arg(long, default_value_t = 16)]
+    pub adapter_rank: u32,
+    /// Write every request's record as JSON lines here.
+    #[arg(long)]
+    pub outcomes: Option<std::path::PathBuf>,
 }
 
 /// The live run's scenario, for the JSON report.
@@ -74,19 +101,13 @@ pub struct LiveScenario {
     pub adapters: String,
     pub seed: u64,
     pub time_scale: f64,
+    /// Whether times are model time (× `time_scale`).
+    pub model_time: bool,
     pub concurrency: usize,
     pub sent: usize,
     pub pods: Vec<String>,
     pub new_pods: Vec<String>,
     pub new_pod_window_s: f64,
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    /// (trace index, arrival trace-s, measured) of completed requests.
-    done: Vec<(usize, f64, stream::Measured)>,
-    failed: usize,
-    first_error: Option<String>,
 }
 
 fn check(args: &LiveArgs) -> Result<(), String> {
@@ -114,6 +135,26 @@ fn check(args: &LiveArgs) -> Result<(), String> {
             args.request_timeout
         ));
     }
+    if args.max_output_tokens == Some(0) {
+        return Err("--max-output-tokens: 0: must be at least 1".into());
+    }
+    if args.hot_requests == 0 {
+        return Err("--hot-requests: 0: must be at least 1".into());
+    }
+    if let Some(name) = &args.profile {
+        if podsim::LatencyProfile::named(name).is_none() {
+            return Err(format!(
+                "--profile: {name:?}: must be one of {:?}",
+                podsim::LatencyProfile::NAMES
+            ));
+        }
+        // the estimate compares TTFTs with the profile's model-time figures
+        if !args.model_time && args.time_scale != 1.0 {
+            return Err(format!(
+                "--profile: {name:?}: needs --model-time when --time-scale is not 1"
+            ));
+        }
+    }
     if !(args.target.starts_with("http://") || args.target.starts_with("https://")) {
         return Err(format!(
             "--target: {:?}: must be an http:// URL",
@@ -123,26 +164,18 @@ fn check(args: &LiveArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn progress_line(tally: &Tally, sent: usize) -> String {
-    let mut ttft: Vec<f64> = tally
-        .done
+fn progress_line(tally: &Measurements, sent: usize, time_factor: f64) -> String {
+    let done = &tally.served;
+    let mut ttft: Vec<f64> = done
         .iter()
-        .map(|(_, _, m)| m.ttft_s * 1000.0)
+        .map(|(_, m)| m.ttft_s * time_factor * 1000.0)
         .collect();
-    let prompt: u64 = tally
-        .done
-        .iter()
-        .filter_map(|(_, _, m)| m.prompt_tokens)
-        .sum();
-    let cached: u64 = tally
-        .done
-        .iter()
-        .filter_map(|(_, _, m)| m.cached_tokens)
-        .sum();
+    let prompt: u64 = done.iter().filter_map(|(_, m)| m.prompt_tokens).sum();
+    let cached: u64 = done.iter().filter_map(|(_, m)| m.cached_tokens).sum();
     format!(
         "progress: sent {sent} done {} failed {} ttft_p95_ms {} hit_ratio {}",
-        tally.done.len(),
-        tally.failed,
+        done.len(),
+        tally.failed.len(),
         percentile(&mut ttft, 95.0).map_or_else(|| "-".into(), |v| format!("{v:.1}")),
         if prompt > 0 {
             format!("{:.4}", cached as f64 / prompt as f64)
@@ -161,60 +194,56 @@ pub fn run_live(args: &LiveArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
-    let tally = Arc::new(Mutex::new(Tally::default()));
+    let tally = Arc::new(Mutex::new(Measurements::default()));
     let sent = runtime.block_on(dispatch(args, &trace, &assignment, tally.clone()))?;
     let tally = std::mem::take(&mut *tally.lock().map_err(|_| "tally: poisoned")?);
-    if let Some(e) = &tally.first_error {
+    if let Some((_, e)) = tally.failed.iter().min_by_key(|(i, _)| *i) {
         eprintln!("prewarm-replay live: first failure: {e}");
     }
-    // pods in order of first completion; new ones by list or first sight after --scale-at
-    let mut done = tally.done;
-    done.sort_by_key(|(i, _, _)| *i);
-    let mut pods: Vec<String> = Vec::new();
-    let mut first_seen: Vec<f64> = Vec::new();
-    let mut outcomes = Vec::new();
-    for (i, arrival, m) in &done {
-        let name = m.pod.clone().unwrap_or_else(|| args.target.clone());
-        let pod = match pods.iter().position(|p| *p == name) {
-            Some(p) => p,
-            None => {
-                pods.push(name);
-                first_seen.push(*arrival);
-                pods.len() - 1
-            }
-        };
-        let prompt = m
-            .prompt_tokens
-            .unwrap_or_else(|| trace.get(*i).map_or(0, |r| r.input_length));
-        outcomes.push(Outcome {
-            request: *i,
-            arrival_s: *arrival,
-            pod,
-            prompt_tokens: prompt,
-            cached_tokens: m.cached_tokens.unwrap_or(0).min(prompt),
-            ttft_s: m.ttft_s,
-            adapter_hit: None,
-            gold: false,
-        });
+    let reading = Reading {
+        target: args.target.clone(),
+        time_factor: time_factor(args),
+        new_pods: args.new_pods.clone(),
+        scale_at: args.scale_at,
+        hot_requests: args.hot_requests,
+        adapter_estimate: args
+            .profile
+            .as_deref()
+            .and_then(podsim::LatencyProfile::named)
+            .map(|p| (p, args.adapter_rank)),
+    };
+    let records = build(&trace, &assignment, sent, tally, &reading);
+    if let Some(path) = &args.outcomes {
+        write_records(path, &records)?;
     }
-    let windows: Vec<Vec<f64>> = pods
-        .iter()
-        .zip(&first_seen)
-        .map(|(p, &seen)| {
-            let listed = args.new_pods.iter().any(|n| n == p);
-            let late = args.scale_at.is_some_and(|at| seen >= at);
-            if listed || late {
-                vec![args.scale_at.unwrap_or(seen).min(seen)]
-            } else {
-                Vec::new()
-            }
-        })
-        .collect();
-    let report_row = summarize("live", &outcomes, tally.failed, None, &windows);
+    write_report(args, &records, sent)
+}
+
+/// Measured seconds × this = the records' seconds.
+fn time_factor(args: &LiveArgs) -> f64 {
+    if args.model_time {
+        args.time_scale
+    } else {
+        1.0
+    }
+}
+
+/// The table on stdout and the `--json`/`--plot` outputs, from the run's records.
+fn write_report(args: &LiveArgs, records: &[Record], sent: usize) -> Result<(), String> {
+    let run = outcomes(records);
+    let warmup_prefill_tokens = None;
+    let report_row = summarize(
+        "live",
+        &run.outcomes,
+        run.failed,
+        warmup_prefill_tokens,
+        &run.windows,
+    );
     print!("{}", table(std::slice::from_ref(&report_row)));
-    let new_pods: Vec<String> = pods
+    let new_pods: Vec<String> = run
+        .pods
         .iter()
-        .zip(&windows)
+        .zip(&run.windows)
         .filter(|(_, w)| !w.is_empty())
         .map(|(p, _)| p.clone())
         .collect();
@@ -225,21 +254,25 @@ pub fn run_live(args: &LiveArgs) -> Result<(), String> {
         adapters: args.common.adapters.clone(),
         seed: args.common.seed,
         time_scale: args.time_scale,
+        model_time: args.model_time,
         concurrency: args.concurrency,
         sent,
-        pods,
+        pods: run.pods.clone(),
         new_pods,
         new_pod_window_s: NEW_POD_WINDOW_S,
     };
     let mut all_series = BTreeMap::new();
-    all_series.insert("live".to_string(), series(&outcomes, args.common.bucket_s));
+    all_series.insert(
+        "live".to_string(),
+        series(&run.outcomes, args.output.bucket_s),
+    );
     let report = Report {
         scenario,
         policies: vec![report_row],
         series: all_series,
     };
     let marks: Vec<f64> = args.scale_at.into_iter().collect();
-    write_outputs(&args.common, &report, &marks)
+    write_outputs(&args.output, &report, &marks)
 }
 
 /// Sends the trace; returns how many requests were sent.
@@ -247,7 +280,7 @@ async fn dispatch(
     args: &LiveArgs,
     trace: &[crate::trace::TraceRequest],
     assignment: &crate::assign::Assignment,
-    tally: Arc<Mutex<Tally>>,
+    tally: Arc<Mutex<Measurements>>,
 ) -> Result<usize, String> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)
@@ -265,11 +298,21 @@ async fn dispatch(
     let mut texts = BlockTexts::default();
     let mut tasks = Vec::new();
     let mut sent = 0usize;
-    let report = |tally: &Arc<Mutex<Tally>>, sent: usize| {
+    let factor = time_factor(args);
+    let report = |tally: &Arc<Mutex<Measurements>>, sent: usize| {
         if let Ok(t) = tally.lock() {
-            println!("{}", progress_line(&t, sent));
+            println!("{}", progress_line(&t, sent, factor));
         }
     };
+    let span_s = trace
+        .get(..trace.len().min(limit))
+        .and_then(<[_]>::last)
+        .map_or(0.0, |r| r.arrival_s());
+    println!(
+        "replay: started: {} requests over {span_s:.0} trace seconds at x{}",
+        trace.len().min(limit),
+        args.time_scale
+    );
     for (i, r) in trace.iter().enumerate().take(limit) {
         let due = start + Duration::from_secs_f64(r.arrival_s() / args.time_scale);
         if deadline.is_some_and(|d| due > d) {
@@ -292,7 +335,9 @@ async fn dispatch(
         let outgoing = Outgoing {
             model: adapter.unwrap_or_else(|| args.model.clone()),
             prompt: texts.prompt(r),
-            max_tokens: r.output_length,
+            max_tokens: args
+                .max_output_tokens
+                .map_or(r.output_length, |cap| r.output_length.min(cap)),
             user: r.user_key(),
             tenant: assignment
                 .tenants
@@ -305,17 +350,13 @@ async fn dispatch(
         let target = args.target.clone();
         let header = args.pod_header.clone();
         let tally = tally.clone();
-        let arrival = r.arrival_s();
         tasks.push(tokio::spawn(async move {
             let result = send(&client, &target, &header, outgoing, timeout).await;
             drop(permit);
             if let Ok(mut t) = tally.lock() {
                 match result {
-                    Ok(m) => t.done.push((i, arrival, m)),
-                    Err(e) => {
-                        t.failed += 1;
-                        t.first_error.get_or_insert(e);
-                    }
+                    Ok(m) => t.served.push((i, m)),
+                    Err(e) => t.failed.push((i, e)),
                 }
             }
         }));

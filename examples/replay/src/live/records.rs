@@ -1,0 +1,260 @@
+//! From what a live run measured to its [`Record`]s: which pod served each request and whether
+//! that pod is new, times in model time, the adapter-load estimate, and the first requests on a
+//! new pod of prefixes that were hot when it joined.
+//!
+//! - A pod is new when `--new-pods` lists it or it was first seen at or after `--scale-at`; its
+//!   window starts at `--scale-at` (else when it was first seen).
+//! - HTTP does not say whether a request's adapter had to be loaded. With `--profile` (the pods
+//!   are podsim with that latency profile, or an engine measured to match it) a request is
+//!   counted as having paid a disk load when its TTFT exceeds what its uncached tokens explain
+//!   (`profile.prefill(prompt − cached)`) by at least half the profile's disk load for
+//!   `--adapter-rank`; queueing can also cause such an excess, so this is an estimate.
+//! - *First hot at join*: a new pod's first request of a prefix group (the `user`) within its
+//!   window, when at least `--hot-requests` requests of that group arrived before the pod
+//!   joined — the filter's streak, so the gateway had been told the prefix was hot. These are
+//!   the requests a warm-up can serve warm; a group first sent after the join no warm-up knows.
+
+use std::collections::{HashMap, HashSet};
+
+use podsim::profile::LatencyProfile;
+
+use super::stream::Measured;
+use crate::assign::Assignment;
+use crate::record::Record;
+use crate::scenario::NEW_POD_WINDOW_S;
+use crate::trace::TraceRequest;
+
+/// What a run sent and got back.
+#[derive(Debug, Default)]
+pub struct Measurements {
+    /// (trace index, measured) of served requests.
+    pub served: Vec<(usize, Measured)>,
+    /// (trace index, error) of failed ones.
+    pub failed: Vec<(usize, String)>,
+}
+
+/// How measured times and pods are read.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// Requests without a pod header are attributed to this (the target).
+    pub target: String,
+    /// Measured seconds are multiplied by this into the records' milliseconds (1, or the time
+    /// scale for model time).
+    pub time_factor: f64,
+    pub new_pods: Vec<String>,
+    pub scale_at: Option<f64>,
+    pub hot_requests: usize,
+    /// Profile and adapter rank of the adapter-load estimate.
+    pub adapter_estimate: Option<(LatencyProfile, u32)>,
+}
+
+/// Whether a request that was served in `ttft_s` (model time) with `uncached` prompt tokens
+/// found its adapter loaded; see the module docs.
+pub fn adapter_loaded(profile: &LatencyProfile, rank: u32, ttft_s: f64, uncached: u64) -> bool {
+    let excess = ttft_s - profile.prefill(uncached as usize);
+    excess < profile.adapter_load(rank) / 2.0
+}
+
+/// The records of the first `sent` requests of `trace`, in trace order.
+pub fn build(
+    trace: &[TraceRequest],
+    assignment: &Assignment,
+    sent: usize,
+    measured: Measurements,
+    reading: &Reading,
+) -> Vec<Record> {
+    let mut served: HashMap<usize, Measured> = measured.served.into_iter().collect();
+    let mut failed: HashMap<usize, String> = measured.failed.into_iter().collect();
+    // when each pod was first seen, in trace order
+    let mut first_seen: HashMap<String, f64> = HashMap::new();
+    for (i, r) in trace.iter().enumerate().take(sent) {
+        if let Some(m) = served.get(&i) {
+            let pod = m.pod.clone().unwrap_or_else(|| reading.target.clone());
+            first_seen.entry(pod).or_insert(r.arrival_s());
+        }
+    }
+    let new_since = |pod: &str| -> Option<f64> {
+        let seen = *first_seen.get(pod)?;
+        let listed = reading.new_pods.iter().any(|n| n == pod);
+        let late = reading.scale_at.is_some_and(|at| seen >= at);
+        (listed || late).then(|| reading.scale_at.unwrap_or(seen).min(seen))
+    };
+    let mut records = Vec::with_capacity(sent);
+    for (i, r) in trace.iter().enumerate().take(sent) {
+        let adapter = assignment.adapters.get(i).cloned().flatten();
+        let tenant = assignment.tenants.get(i).cloned().flatten();
+        let tier = tenant.as_deref().map(|t| assignment.tier_of(Some(t)));
+        let mut record = Record {
+            request: i,
+            arrival_s: r.arrival_s(),
+            user: r.user_key(),
+            adapter,
+            tenant,
+            tier,
+            pod: None,
+            pod_new_since_s: None,
+            ttft_ms: None,
+            prompt_tokens: r.input_length,
+            cached_tokens: 0,
+            adapter_hit: None,
+            first_hot_at_join: false,
+            error: None,
+        };
+        if let Some(m) = served.remove(&i) {
+            let pod = m.pod.unwrap_or_else(|| reading.target.clone());
+            let prompt = m.prompt_tokens.unwrap_or(r.input_length);
+            let cached = m.cached_tokens.unwrap_or(0).min(prompt);
+            let ttft_s = m.ttft_s * reading.time_factor;
+            record.pod_new_since_s = new_since(&pod);
+            record.pod = Some(pod);
+            record.ttft_ms = Some(ttft_s * 1000.0);
+            record.prompt_tokens = prompt;
+            record.cached_tokens = cached;
+            record.adapter_hit = match (&record.adapter, reading.adapter_estimate) {
+                (Some(_), Some((profile, rank))) => {
+                    Some(adapter_loaded(&profile, rank, ttft_s, prompt - cached))
+                }
+                _ => None,
+            };
+        } else {
+            record.error = Some(
+                failed
+                    .remove(&i)
+                    .unwrap_or_else(|| "no reply recorded".to_string()),
+            );
+        }
+        records.push(record);
+    }
+    mark_first_hot_at_join(&mut records, reading.hot_requests);
+    records
+}
+
+/// Sets `first_hot_at_join` (see the module docs); `records` in trace order.
+pub fn mark_first_hot_at_join(records: &mut [Record], hot_requests: usize) {
+    let joins: HashSet<u64> = records
+        .iter()
+        .filter_map(|r| r.pod_new_since_s.map(f64::to_bits))
+        .collect();
+    // per join time, requests of each user that arrived before it
+    let before: HashMap<(u64, &str), usize> = joins
+        .iter()
+        .flat_map(|&join| {
+            records
+                .iter()
+                .filter(move |r| r.arrival_s < f64::from_bits(join))
+                .map(move |r| (join, r.user.as_str()))
+        })
+        .fold(HashMap::new(), |mut counts, key| {
+            *counts.entry(key).or_default() += 1;
+            counts
+        });
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    let mut marks = Vec::new();
+    for (k, r) in records.iter().enumerate() {
+        let (Some(pod), Some(join), true) = (&r.pod, r.pod_new_since_s, r.served()) else {
+            continue;
+        };
+        if !(r.arrival_s >= join && r.arrival_s < join + NEW_POD_WINDOW_S) {
+            continue;
+        }
+        if !seen.insert((pod.clone(), r.user.clone())) {
+            continue;
+        }
+        let hot = before
+            .get(&(join.to_bits(), r.user.as_str()))
+            .is_some_and(|&n| n >= hot_requests);
+        if hot {
+            marks.push(k);
+        }
+    }
+    for k in marks {
+        if let Some(r) = records.get_mut(k) {
+            r.first_hot_at_join = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assign::assign;
+
+    fn measured(pod: &str, ttft_s: f64, cached: u64) -> Measured {
+        Measured {
+            pod: Some(pod.to_string()),
+            ttft_s,
+            prompt_tokens: Some(1000),
+            cached_tokens: Some(cached),
+        }
+    }
+
+    fn reading() -> Reading {
+        Reading {
+            target: "http://envoy".into(),
+            time_factor: 10.0,
+            new_pods: Vec::new(),
+            scale_at: Some(600.0),
+            hot_requests: 2,
+            adapter_estimate: Some((LatencyProfile::LLAMA_8B_H100, 16)),
+        }
+    }
+
+    #[test]
+    fn records_mark_new_pods_model_time_and_first_hot_requests() {
+        // groups 1 and 2 sent twice before the join at 600 s, group 3 once
+        let at = |s: u64, group: u64| TraceRequest::synthetic(s * 1000, &[group, 99], 1000, 4);
+        let trace = vec![
+            at(100, 1),
+            at(200, 1),
+            at(300, 2),
+            at(400, 2),
+            at(500, 3),
+            at(610, 1), // new pod, group 1: first hot at join
+            at(620, 1), // new pod, group 1 again: not first
+            at(630, 2), // old pod
+            at(640, 3), // new pod, group 3: not hot (1 request before)
+            at(650, 2), // new pod, group 2: first hot at join
+            at(960, 1), // failed
+        ];
+        let mut m = Measurements::default();
+        for i in 0..5 {
+            m.served.push((i, measured("old", 0.01, 0)));
+        }
+        m.served.push((5, measured("new", 0.0031, 900)));
+        m.served.push((6, measured("new", 0.05, 900)));
+        m.served.push((7, measured("old", 0.01, 0)));
+        m.served.push((8, measured("new", 0.01, 0)));
+        m.served.push((9, measured("new", 0.02, 0)));
+        m.failed.push((10, "HTTP 503".into()));
+        let a = assign(&trace, None, 1, 0.1, 0.2);
+        let records = build(&trace, &a, trace.len(), m, &reading());
+        assert_eq!(records.len(), 11);
+        let firsts: Vec<usize> = records
+            .iter()
+            .filter(|r| r.first_hot_at_join)
+            .map(|r| r.request)
+            .collect();
+        assert_eq!(firsts, [5, 9]);
+        assert_eq!(records[5].pod_new_since_s, Some(600.0));
+        assert_eq!(records[7].pod_new_since_s, None);
+        // 3.1 ms real at ×10 is 31 ms of model time
+        assert!((records[5].ttft_ms.unwrap() - 31.0).abs() < 1e-9);
+        assert_eq!(
+            (records[5].prompt_tokens, records[5].cached_tokens),
+            (1000, 900)
+        );
+        assert_eq!(records[10].error.as_deref(), Some("HTTP 503"));
+        assert_eq!(records[10].pod, None);
+        // base-model requests: no adapter estimate
+        assert!(records.iter().all(|r| r.adapter_hit.is_none()));
+    }
+
+    #[test]
+    fn adapter_load_is_estimated_from_the_profile() {
+        let p = LatencyProfile::LLAMA_8B_H100;
+        // 100 uncached tokens: 55 ms of prefill; a rank-16 disk load is 120 ms
+        assert!(adapter_loaded(&p, 16, 0.055, 100));
+        assert!(adapter_loaded(&p, 16, 0.110, 100));
+        assert!(!adapter_loaded(&p, 16, 0.055 + 0.120, 100));
+    }
+}
