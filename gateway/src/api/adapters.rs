@@ -16,7 +16,7 @@ use super::input::{json_body, require_admin};
 use super::AppState;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
 use crate::service::adapters::DecisionOutcome;
-use crate::service::{now_ms, Gateway};
+use crate::service::Gateway;
 
 /// What a rollout (or rollback) found and did.
 #[derive(Debug, Serialize)]
@@ -99,9 +99,11 @@ pub async fn register(
     let request: RegisterAdapter = json_body(&body)?;
     let max_files = gateway.config.registry.max_manifest_files;
     let r = request.clone();
-    let version = tokio::task::spawn_blocking(move || prepare_version(&r, max_files, now_ms()))
-        .await
-        .map_err(|_| ApiError::Internal)??;
+    let registered_at = gateway.now();
+    let version =
+        tokio::task::spawn_blocking(move || prepare_version(&r, max_files, registered_at))
+            .await
+            .map_err(|_| ApiError::Internal)??;
     let rollout_pending = gateway
         .state()
         .fleet
@@ -217,7 +219,7 @@ pub async fn detail(
 
 /// Pins the adapter where it is placed and executes the core's calls.
 async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<DecisionOutcome> {
-    match gateway.fleet(|f| f.pin_adapter(name, now_ms())) {
+    match gateway.fleet(|f| f.pin_adapter(name, gateway.now())) {
         Ok(actions) => gateway.execute_all(actions).await,
         Err(_) => Vec::new(),
     }
@@ -229,7 +231,7 @@ pub async fn pin(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     require_admin(&headers, &gateway.config.server.admin_token)?;
-    let actions = gateway.fleet(|f| f.pin_adapter(&name, now_ms()))?;
+    let actions = gateway.fleet(|f| f.pin_adapter(&name, gateway.now()))?;
     let outcomes = gateway.execute_all(actions).await;
     Ok(Json(json!({"adapter": name, "pinned": true, "outcomes": outcomes})).into_response())
 }

@@ -13,7 +13,6 @@ use super::views::{detail as pod_detail, summary, PodSummary};
 use super::AppState;
 use crate::config::PodSpec;
 use crate::policy::fleet::Candidates;
-use crate::service::now_ms;
 use crate::service::planning::PlanView;
 use crate::service::pods::PodSource;
 
@@ -22,7 +21,7 @@ fn unknown(id: &str) -> ApiError {
 }
 
 pub async fn list(State(gateway): State<AppState>) -> Json<serde_json::Value> {
-    let now = now_ms();
+    let now = gateway.now();
     let state = gateway.state();
     let pods: Vec<PodSummary> = state
         .fleet
@@ -36,7 +35,7 @@ pub async fn detail(
     State(gateway): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let now = now_ms();
+    let now = gateway.now();
     let state = gateway.state();
     let (Some(pod), Some(io)) = (state.fleet.pod(&id), state.pods.get(&id)) else {
         return Err(unknown(&id));
@@ -76,7 +75,7 @@ pub async fn trigger_warmup(
         if f.pod(&id).is_none() {
             return Err(unknown(&id));
         }
-        Ok(f.start_warmup(&id, now_ms()))
+        Ok(f.start_warmup(&id, gateway.now()))
     })?;
     if !started {
         return Err(ApiError::Conflict(format!(
@@ -88,7 +87,7 @@ pub async fn trigger_warmup(
         .state()
         .fleet
         .pod(&id)
-        .and_then(|p| p.warmup.status(now_ms()));
+        .and_then(|p| p.warmup.status(gateway.now()));
     Ok((StatusCode::ACCEPTED, Json(status)).into_response())
 }
 
@@ -98,7 +97,7 @@ pub async fn warmup_progress(
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
     let pod = state.fleet.pod(&id).ok_or_else(|| unknown(&id))?;
-    Ok(Json(json!({"pod": id, "warmup": pod.warmup.status(now_ms())})).into_response())
+    Ok(Json(json!({"pod": id, "warmup": pod.warmup.status(gateway.now())})).into_response())
 }
 
 pub async fn plan(
@@ -108,7 +107,7 @@ pub async fn plan(
     let plan = gateway
         .state()
         .fleet
-        .plan_for(&id, Candidates::Live, now_ms())
+        .plan_for(&id, Candidates::Live, gateway.now())
         .ok_or_else(|| unknown(&id))?;
     Ok(Json(PlanView::from(&plan)).into_response())
 }

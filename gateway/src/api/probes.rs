@@ -10,7 +10,6 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input::require_admin;
 use super::AppState;
-use crate::service::now_ms;
 
 pub async fn healthz() -> &'static str {
     "ok\n"
@@ -39,7 +38,7 @@ pub async fn pod_ready(
     State(gateway): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let now = now_ms();
+    let now = gateway.now();
     let state = gateway.state();
     let pod = state
         .fleet

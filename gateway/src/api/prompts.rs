@@ -13,7 +13,6 @@ use super::input::{json_body, require_admin};
 use super::AppState;
 use crate::policy::hotness::{Origin, Template};
 use crate::policy::PrefixKey;
-use crate::service::now_ms;
 
 /// Largest `k` of `GET /admin/prompts`.
 pub const MAX_TOP_K: usize = 1000;
@@ -95,7 +94,7 @@ pub async fn add(
         .state()
         .fleet
         .pool_mut()
-        .add_template(template, &fingerprint, now_ms())
+        .add_template(template, &fingerprint, gateway.now())
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((StatusCode::CREATED, Json(json!({"key": key.to_string()}))).into_response())
 }

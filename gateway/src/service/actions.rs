@@ -10,7 +10,7 @@ use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill};
 use crate::telemetry::Telemetry;
 
 use super::adapters::DecisionOutcome;
-use super::{now_ms, Gateway};
+use super::Gateway;
 
 impl Gateway {
     /// Runs `f` on the fleet core under the lock, then records the notes it left.
@@ -125,9 +125,10 @@ impl Gateway {
             }
             None => false,
         };
+        let now = self.now();
         let first_tier_done = self.fleet(|f| {
             let before = f.table().generation;
-            f.prefill_done(&p, ok, now_ms());
+            f.prefill_done(&p, ok, now);
             f.table().generation != before
         });
         if first_tier_done {
@@ -145,7 +146,8 @@ impl Gateway {
             }
             outcomes.push(outcome);
         }
-        self.fleet(|f| f.adapters_done(&calls, &failed, now_ms()));
+        let now = self.now();
+        self.fleet(|f| f.adapters_done(&calls, &failed, now));
         self.republish_table();
         outcomes
     }

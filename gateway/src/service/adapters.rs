@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::pods::LoadedAdapter;
-use super::{now_ms, Gateway};
+use super::Gateway;
 use crate::engine::{AdapterLoad, AdapterOutcome, Engine, EngineError, PrefillRequest};
 use crate::policy::LoraDecision;
 use crate::registry::{verify_for_load, AdapterVersion, RegistryError};
@@ -134,7 +134,7 @@ impl Gateway {
                     LoadedAdapter {
                         version: version.version.clone(),
                         digest: version.manifest.as_ref().map(|m| m.digest.clone()),
-                        loaded_at_ms: now_ms(),
+                        loaded_at_ms: self.now(),
                     },
                 );
             }

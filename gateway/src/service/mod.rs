@@ -24,7 +24,7 @@ pub mod table;
 pub mod tasks;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,6 +46,24 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the gateway's `now` comes from: the system clock, or a value a test sets (to drive the
+/// shell step by step in virtual time, as the evaluator drives the core).
+#[derive(Debug, Clone, Default)]
+pub enum Clock {
+    #[default]
+    System,
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Clock::System => now_ms(),
+            Clock::Manual(t) => t.load(Ordering::Acquire),
+        }
+    }
+}
+
 /// Everything behind the gateway's one lock: the fleet core, and each pod's I/O side by id (the
 /// same ids as the core's pods).
 pub struct State {
@@ -56,6 +74,7 @@ pub struct State {
 /// The running service.
 pub struct Gateway {
     pub config: GatewayConfig,
+    clock: Clock,
     pub telemetry: Telemetry,
     state: Mutex<State>,
     table: RwLock<Arc<PublishedTable>>,
@@ -68,7 +87,12 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway with empty state (call [`persist::restore`] to load the snapshot).
     pub fn new(config: GatewayConfig) -> Arc<Self> {
-        let fleet = Fleet::new(config.fleet(), now_ms(), 0);
+        Self::with_clock(config, Clock::System)
+    }
+
+    /// [`Gateway::new`] with its `now` from `clock`.
+    pub fn with_clock(config: GatewayConfig, clock: Clock) -> Arc<Self> {
+        let fleet = Fleet::new(config.fleet(), clock.now_ms(), 0);
         let client = HttpPod::client(
             Duration::from_millis(config.pods.connect_timeout_ms),
             Duration::from_millis(config.pods.request_timeout_ms),
@@ -76,6 +100,7 @@ impl Gateway {
         let (shutdown, _) = watch::channel(false);
         let gateway = Arc::new_cyclic(|me| Self {
             me: me.clone(),
+            clock,
             telemetry: Telemetry::new(),
             state: Mutex::new(State {
                 fleet,
@@ -91,6 +116,11 @@ impl Gateway {
             let _ = gateway.add_pod(spec, PodSource::Static);
         }
         gateway
+    }
+
+    /// Milliseconds now, the `now` every input to the fleet core is given.
+    pub fn now(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// The state lock. A poisoned lock (a panic while holding it) is taken over: policies leave

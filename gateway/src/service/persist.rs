@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::{now_ms, Gateway};
+use super::Gateway;
 use crate::state::snapshot_file::{self, Generation};
 use crate::state::Snapshot;
 use crate::telemetry::Telemetry;
@@ -32,7 +32,7 @@ impl Gateway {
     pub fn snapshot(&self) -> Snapshot {
         let state = self.state();
         Snapshot {
-            written_at_ms: now_ms(),
+            written_at_ms: self.now(),
             prompts: state.fleet.pool().export(),
             registry: state.fleet.registry().clone(),
             table_generation: state.fleet.table().generation,
@@ -73,7 +73,7 @@ impl Gateway {
         if let Some(snapshot) = loaded.value {
             let mut state = self.state();
             let fleet = &mut state.fleet;
-            let refused = fleet.pool_mut().restore(snapshot.prompts, now_ms());
+            let refused = fleet.pool_mut().restore(snapshot.prompts, self.now());
             restored
                 .problems
                 .extend(refused.iter().map(|e| format!("prompt refused: {e}")));

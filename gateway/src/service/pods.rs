@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{now_ms, Gateway};
+use super::Gateway;
 use crate::config::PodSpec;
 use crate::engine::{engine_for, Engine, HttpPod, PodLoad, ServedModels};
 use crate::policy::fleet::{FleetError, HealthChange, MAX_PODS};
@@ -61,7 +61,8 @@ impl PodEntry {
         if self.errors.len() >= RECENT_ERRORS {
             self.errors.pop_front();
         }
-        self.errors.push_back(format!("{} {message}", now_ms()));
+        self.errors
+            .push_back(format!("{} {message}", super::now_ms()));
     }
 }
 
@@ -91,12 +92,6 @@ impl From<FleetError> for PoolError {
 impl Gateway {
     /// Adds a pod (health unknown: the health loop brings it up and starts its warm-up).
     pub fn add_pod(&self, spec: PodSpec, source: PodSource) -> Result<(), PoolError> {
-        let problems = spec.problems("pod");
-        if let Some(first) = problems.into_iter().next() {
-            return Err(PoolError::Invalid(
-                first.strip_prefix("pod.").unwrap_or(&first).to_string(),
-            ));
-        }
         let pod = HttpPod::new(
             &spec.id,
             &spec.address,
@@ -105,12 +100,28 @@ impl Gateway {
             self.retry_policy(),
         );
         let engine = engine_for(spec.engine, pod, &self.config.pods.base_model);
+        self.add_pod_with_engine(spec, source, engine)
+    }
+
+    /// [`Gateway::add_pod`] with the pod's client given (an in-process engine in tests).
+    pub fn add_pod_with_engine(
+        &self,
+        spec: PodSpec,
+        source: PodSource,
+        engine: Arc<dyn Engine>,
+    ) -> Result<(), PoolError> {
+        let problems = spec.problems("pod");
+        if let Some(first) = problems.into_iter().next() {
+            return Err(PoolError::Invalid(
+                first.strip_prefix("pod.").unwrap_or(&first).to_string(),
+            ));
+        }
         let shape = self.config.pod_shape(&spec);
         let mut state = self.state();
         if state.pods.len() >= MAX_PODS {
             return Err(PoolError::Full(MAX_PODS));
         }
-        state.fleet.add_pod(shape, now_ms())?;
+        state.fleet.add_pod(shape, self.now())?;
         tracing::info!(pod = %spec.id, address = %spec.address, source = ?source, "pod added");
         state.pods.insert(
             spec.id.clone(),
@@ -132,7 +143,7 @@ impl Gateway {
     pub fn remove_pod(&self, id: &str) -> Result<(), PoolError> {
         {
             let mut state = self.state();
-            state.fleet.remove_pod(id, now_ms())?;
+            state.fleet.remove_pod(id, self.now())?;
             state.pods.remove(id);
         }
         tracing::info!(pod = %id, "pod removed");
@@ -152,7 +163,7 @@ impl Gateway {
     pub fn record_health(&self, id: &str, ok: bool, load: Option<PodLoad>) -> Option<u64> {
         let change = {
             let mut state = self.state();
-            let change = state.fleet.on_health(id, ok, load, now_ms());
+            let change = state.fleet.on_health(id, ok, load, self.now());
             if let (HealthChange::Joined(_), Some(pod)) = (change, state.pods.get_mut(id)) {
                 // A returning pod lost its adapters.
                 pod.versions.clear();

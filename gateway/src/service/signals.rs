@@ -4,7 +4,8 @@
 use prewarm_core::wire::SignalBatch;
 use serde::Serialize;
 
-use super::{now_ms, Gateway};
+use super::Gateway;
+use crate::policy::fleet::Action;
 use crate::telemetry::Telemetry;
 
 /// What `POST /v1/signals` answers.
@@ -19,12 +20,20 @@ pub struct SignalsAccepted {
 }
 
 impl Gateway {
+    /// Applies `batch` and executes the actions it needs in the background.
     pub fn ingest_signals(&self, batch: SignalBatch) -> SignalsAccepted {
+        let (accepted, actions) = self.apply_signals(batch);
+        self.spawn_actions(actions);
+        accepted
+    }
+
+    /// Applies `batch`; returns what was accepted and the actions it needs.
+    pub fn apply_signals(&self, batch: SignalBatch) -> (SignalsAccepted, Vec<Action>) {
         let dropped = batch.dropped;
         let source_len = batch.signals.len();
         let (served, served_dropped) = (batch.served.len(), batch.served_dropped);
-        let (report, actions) = self.fleet(|f| f.on_signals(batch, now_ms()));
-        self.spawn_actions(actions);
+        let now = self.now();
+        let (report, actions) = self.fleet(|f| f.on_signals(batch, now));
         let t = &self.telemetry;
         Telemetry::add(&t.signals, &[("kind", "prefill")], report.prefills as u64);
         Telemetry::add(&t.signals, &[("kind", "feedback")], report.feedback as u64);
@@ -44,12 +53,13 @@ impl Gateway {
                 "signals refused"
             );
         }
-        SignalsAccepted {
+        let accepted = SignalsAccepted {
             prefills: report.prefills,
             feedback: report.feedback,
             pins: report.pins.len(),
             rejected: report.rejected,
             reasons: report.reasons.iter().map(|r| r.to_string()).collect(),
-        }
+        };
+        (accepted, actions)
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use prewarm_core::wire::RoutingTable;
 
-use super::{now_ms, Gateway};
+use super::Gateway;
 
 /// The table as served.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ impl Gateway {
     pub fn republish_table(&self) {
         let published = {
             let mut state = self.state();
-            state.fleet.rebuild_table(now_ms());
+            state.fleet.rebuild_table(self.clock.now_ms());
             let table = state.fleet.table();
             if table.generation == self.published_table().generation && table.generation != 0 {
                 return;

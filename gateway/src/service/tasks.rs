@@ -16,10 +16,10 @@ use futures::future::join_all;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::pods::PodSource;
-use super::{now_ms, Gateway};
+use super::Gateway;
 use crate::config::PodSpec;
 use crate::engine::Engine;
-use crate::policy::fleet::{PodHealth, TICK_MS};
+use crate::policy::fleet::{Action, PodHealth, TICK_MS};
 
 /// Ticks between two exports of the modelled hit ratios.
 const HIT_RATIO_TICKS: u64 = 10;
@@ -61,9 +61,9 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
         // What the pod already serves (adapters configured with `--lora-modules`) decides which
         // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
         reconcile_models(&gateway, &id, engine.as_ref()).await;
-        let started = gateway.fleet(|f| {
-            f.pod(&id).is_some_and(|p| p.epoch == epoch) && f.start_warmup(&id, now_ms())
-        });
+        let now = gateway.now();
+        let started = gateway
+            .fleet(|f| f.pod(&id).is_some_and(|p| p.epoch == epoch) && f.start_warmup(&id, now));
         if started {
             gateway.republish_table();
         }
@@ -93,13 +93,14 @@ async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine)
         let registered = served.adapters.iter().map(|(n, _)| n.clone()).collect();
         pod.served = served;
         drop(state);
-        gateway.fleet(|f| f.on_models(id, registered, now_ms()))
+        let now = gateway.now();
+        gateway.fleet(|f| f.on_models(id, registered, now))
     };
     gateway.execute_all(actions).await;
 }
 
 fn count_pods(gateway: &Gateway) {
-    let now = now_ms();
+    let now = gateway.now();
     let (mut up, mut down, mut warming) = (0, 0, 0);
     for p in gateway.state().fleet.pods() {
         match p.health {
@@ -113,18 +114,32 @@ fn count_pods(gateway: &Gateway) {
     gateway.telemetry.set_pods("down", down);
 }
 
+impl Gateway {
+    /// One health round: every pod checked (`reconcile`: its `/v1/models` too), in pool order.
+    pub async fn health_round(self: &Arc<Self>, reconcile: bool) {
+        let checks = self
+            .pod_ids()
+            .into_iter()
+            .map(|id| check_pod(self.clone(), id, reconcile));
+        join_all(checks).await;
+        self.republish_table();
+        count_pods(self);
+    }
+
+    /// The fleet core's tick now; returns its actions for the caller to execute.
+    pub fn tick(&self) -> Vec<Action> {
+        let now = self.now();
+        let actions = self.fleet(|f| f.tick(now));
+        self.republish_table();
+        actions
+    }
+}
+
 async fn health_loop(gateway: Arc<Gateway>) {
     let interval = Duration::from_millis(gateway.config.pods.health_interval_ms);
     let mut round: u64 = 0;
     loop {
-        let reconcile = round.is_multiple_of(5);
-        let checks = gateway
-            .pod_ids()
-            .into_iter()
-            .map(|id| check_pod(gateway.clone(), id, reconcile));
-        join_all(checks).await;
-        gateway.republish_table();
-        count_pods(&gateway);
+        gateway.health_round(round.is_multiple_of(5)).await;
         round = round.wrapping_add(1);
         if !pause(&gateway, interval).await {
             return;
@@ -160,10 +175,8 @@ async fn fleet_loop(gateway: Arc<Gateway>) {
         if *shutdown.borrow() {
             break;
         }
-        let now = now_ms();
-        let actions = gateway.fleet(|f| f.tick(now));
-        gateway.republish_table();
-        for action in actions {
+        let now = gateway.now();
+        for action in gateway.tick() {
             let g = gateway.clone();
             running.spawn(async move {
                 g.execute(action).await;

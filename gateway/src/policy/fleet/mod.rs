@@ -103,6 +103,11 @@ pub struct Fleet {
     routing: RoutingTableBuilder,
     next_keep_warm_ms: u64,
     notes: Vec<Note>,
+    /// Every action returned with the time of the input that returned it, when journaling is
+    /// on (to compare two drivers' decisions).
+    journal: Option<Vec<(u64, Action)>>,
+    /// The latest `now` an input brought.
+    now_ms: u64,
 }
 
 impl Fleet {
@@ -120,6 +125,8 @@ impl Fleet {
             ),
             next_keep_warm_ms: 0,
             notes: Vec::new(),
+            journal: None,
+            now_ms,
             config,
         }
     }
@@ -160,6 +167,33 @@ impl Fleet {
     /// What the core decided since the last call, for metrics and logs.
     pub fn take_notes(&mut self) -> Vec<Note> {
         std::mem::take(&mut self.notes)
+    }
+
+    /// Starts keeping every action the core returns, for [`take_journal`](Self::take_journal).
+    pub fn keep_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The actions returned since the last call, each with the time of the input that
+    /// returned it (none when journaling is off).
+    pub fn take_journal(&mut self) -> Vec<(u64, Action)> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Notes the time an input brought.
+    fn at(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    /// Returns `actions`, journaled when journaling is on.
+    fn emit(&mut self, actions: Vec<Action>) -> Vec<Action> {
+        if let Some(j) = self.journal.as_mut() {
+            j.extend(actions.iter().map(|a| (self.now_ms, a.clone())));
+        }
+        actions
     }
 
     fn decision(&mut self, policy: &'static str, decision: &'static str, count: u64) {
@@ -245,6 +279,7 @@ impl Fleet {
     /// (and with the running/waiting adapters of its last scrape); a pinned adapter it lost is
     /// loaded again.
     pub fn on_models(&mut self, id: &str, registered: Vec<String>, now_ms: u64) -> Vec<Action> {
+        self.at(now_ms);
         let Some(pod) = self.pods.get_mut(id) else {
             return Vec::new();
         };
@@ -254,7 +289,8 @@ impl Fleet {
             waiting: pod.load.waiting_adapters.clone(),
         };
         let decisions = pod.lora.reconcile(&observed, now_ms);
-        adapter_calls(pod, decisions, Cause::Reconcile)
+        let actions = adapter_calls(pod, decisions, Cause::Reconcile);
+        self.emit(actions)
     }
 
     /// A request a filter sent to a pod (its served record): ages the pod's KV model as the
@@ -316,13 +352,14 @@ impl Fleet {
     /// The once-a-[`TICK_MS`] work: the warm-ups' next steps; keep-warm when its period is
     /// due; the routing table.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        self.at(now_ms);
         let mut actions = self.warmup_steps(now_ms);
         if now_ms >= self.next_keep_warm_ms {
             actions.extend(self.keep_warm(now_ms));
             self.next_keep_warm_ms = now_ms.saturating_add(self.config.keep_warm_period_ms.max(1));
         }
         self.rebuild_table(now_ms);
-        actions
+        self.emit(actions)
     }
 }
 

@@ -24,6 +24,7 @@ impl Fleet {
     /// Applies a filter's batch; returns what the pool made of it and the adapter calls its pins
     /// need.
     pub fn on_signals(&mut self, batch: SignalBatch, now_ms: u64) -> (IngestReport, Vec<Action>) {
+        self.at(now_ms);
         let hot: Vec<(PrefixKey, PatternState)> = batch
             .signals
             .iter()
@@ -49,7 +50,7 @@ impl Fleet {
         }
         let placed = self.keep_warm_where_routed(&hot, &mut actions, now_ms);
         self.decision("kv", "warm_signalled", placed);
-        (report, actions)
+        (report, self.emit(actions))
     }
 
     fn apply_pin_signal(&mut self, pin: &PinSignal, now_ms: u64) -> Vec<Action> {
@@ -133,6 +134,7 @@ impl Fleet {
     /// An operator pins `name`: pinned in the registry and made resident on the pods it is
     /// placed on.
     pub fn pin_adapter(&mut self, name: &str, now_ms: u64) -> Result<Vec<Action>, RegistryError> {
+        self.at(now_ms);
         self.registry.set_pinned(name, true)?;
         let tier = self.tier_of(name);
         let mut actions = Vec::new();
@@ -148,7 +150,7 @@ impl Fleet {
                 }),
             }
         }
-        Ok(actions)
+        Ok(self.emit(actions))
     }
 
     /// An operator unpins `name` everywhere.
@@ -169,13 +171,14 @@ impl Fleet {
             let removals = pod.lora.remove(name);
             actions.extend(adapter_calls(pod, removals, Cause::Operator));
         }
-        Some(actions)
+        Some(self.emit(actions))
     }
 
     /// An operator's rollout or rollback of `name`: its new current version is loaded again on
     /// `pods` (those holding it), each an unload then a load.
-    pub fn reload_adapter(&self, name: &str, pods: &[String]) -> Vec<Action> {
-        pods.iter()
+    pub fn reload_adapter(&mut self, name: &str, pods: &[String]) -> Vec<Action> {
+        let actions = pods
+            .iter()
             .filter_map(|id| self.pods.get(id))
             .flat_map(|pod| {
                 let reload = vec![
@@ -184,6 +187,7 @@ impl Fleet {
                 ];
                 adapter_calls(pod, reload, Cause::Operator)
             })
-            .collect()
+            .collect();
+        self.emit(actions)
     }
 }

@@ -3,15 +3,15 @@
 //! one-token request with the adapter, a prefix prefill is a completion of the prefix text with
 //! `max_tokens: 1`. `Unload` only updates the model: every adapter stays registered on podsim
 //! pods (see [`crate::offline::fleet`]). Each returns when it completes (model seconds) and the
-//! prompt tokens the pod had to prefill for it.
+//! prompt tokens the pod had to prefill for it. Prompts are the gateway engine's own
+//! (`prefill_prompt`: the prefix and one token more, so its last block is cached; a touch is the
+//! same with an empty prefix).
 
 use podsim::RequestSpec;
+use prewarm_gateway::engine::prefill_prompt;
 use prewarm_gateway::policy::LoraDecision;
 
 use super::super::fleet::Fleet;
-
-/// The prompt of a touch: 16 tokens.
-const TOUCH_PROMPT: &str = "keep this adapter resident in its gpu slot, prewarm touch.   ";
 
 /// What executing something cost.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -23,11 +23,11 @@ pub struct Executed {
     pub ok: bool,
 }
 
-/// Sends a completion of `text` for `model` with `max_tokens: 1` to pod `pod`.
+/// Sends the gateway's prefill of `text` for `model` (`max_tokens: 1`) to pod `pod`.
 pub fn prefill(fleet: &mut Fleet, pod: usize, model: &str, text: &str, now_s: f64) -> Executed {
     let spec = RequestSpec {
         model: model.to_string(),
-        canonical_prompt: text.to_string(),
+        canonical_prompt: prefill_prompt(text),
         max_tokens: Some(1),
     };
     match fleet.serve(pod, now_s, &spec) {
@@ -75,7 +75,7 @@ pub fn lora_decision(
                 _ => Executed::default(),
             }
         }
-        LoraDecision::Touch(name) => prefill(fleet, pod, name, TOUCH_PROMPT, now_s),
+        LoraDecision::Touch(name) => prefill(fleet, pod, name, "", now_s),
         LoraDecision::Unload(_) => Executed {
             done_s: now_s,
             prefill_tokens: 0,

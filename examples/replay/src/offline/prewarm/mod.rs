@@ -4,7 +4,8 @@
 //!
 //! - pods: the initial pods are added and come up in the first health round (each one's
 //!   `/v1/models` reconciled, then its warm-up started, as the gateway does); a joining pod is
-//!   added and comes up; a restarting pod fails `unhealthy_after` health checks, then comes up;
+//!   added and comes up at the next health round, as an operator's `POST /admin/pods` does; a
+//!   restarting pod fails `unhealthy_after` health checks, then comes up;
 //! - every `health_interval` (the gateway's default, 1 s): every pod's load (its KV usage,
 //!   queue, cache geometry and prefix-cache counters, as `/metrics` reports them), every 5th
 //!   round its served adapters (`/v1/models`);
@@ -17,8 +18,8 @@
 //! to the core when the pod says it completed. Routing is the filter's choice over the core's
 //! table (core's `route_request`).
 
-mod execute;
-mod triggers;
+pub mod execute;
+pub mod triggers;
 
 use std::collections::BTreeMap;
 
@@ -79,6 +80,38 @@ impl PrewarmConfig {
     }
 }
 
+/// The `/metrics` a simulated pod would serve at `now_s`, as the gateway reads them.
+pub fn pod_load(fleet: &mut Fleet, pod: usize, now_s: f64, slots: LoraSlots) -> PodLoad {
+    let block_size = fleet.config().block_size;
+    let num_blocks = fleet.config().num_gpu_blocks;
+    let Some(p) = fleet.pods.get_mut(pod) else {
+        return PodLoad::default();
+    };
+    let m = p.pod.metrics(now_s);
+    PodLoad {
+        waiting: m.waiting as u64,
+        running: m.running as u64,
+        kv_usage: m.kv_cache_usage,
+        block_size: Some(block_size),
+        num_gpu_blocks: Some(num_blocks),
+        max_lora: Some(slots.max_loras),
+        running_adapters: Vec::new(),
+        waiting_adapters: Vec::new(),
+        prefix_cache_queries: Some(m.prefix_queries_tokens),
+        prefix_cache_hits: Some(m.prefix_hits_tokens),
+    }
+}
+
+/// The adapters a simulated pod's `/v1/models` lists.
+pub fn served_adapters(fleet: &Fleet, pod: usize) -> Vec<String> {
+    fleet.pods.get(pod).map_or_else(Vec::new, |p| {
+        p.pod
+            .registered_adapters()
+            .map(|a| a.name.clone())
+            .collect()
+    })
+}
+
 /// An action in flight on a simulated pod: when it completes, and how.
 #[derive(Debug)]
 struct InFlight {
@@ -87,6 +120,9 @@ struct InFlight {
     /// Prefill: whether it succeeded. Adapter calls: the decisions that failed.
     ok: bool,
     failed: Vec<LoraDecision>,
+    /// Adapter calls: the next decision to start when this one completes (the shell runs them
+    /// one after another).
+    next: usize,
 }
 
 /// The prewarm policy; see the module docs.
@@ -178,36 +214,9 @@ impl Prewarm {
         self.core.table()
     }
 
-    /// What `pod`'s `/metrics` would say now.
-    fn load(&self, fleet: &mut Fleet, pod: usize, now_s: f64) -> PodLoad {
-        let block_size = fleet.config().block_size;
-        let num_blocks = fleet.config().num_gpu_blocks;
-        let Some(p) = fleet.pods.get_mut(pod) else {
-            return PodLoad::default();
-        };
-        let m = p.pod.metrics(now_s);
-        PodLoad {
-            waiting: m.waiting as u64,
-            running: m.running as u64,
-            kv_usage: m.kv_cache_usage,
-            block_size: Some(block_size),
-            num_gpu_blocks: Some(num_blocks),
-            max_lora: Some(self.config.slots.max_loras),
-            running_adapters: Vec::new(),
-            waiting_adapters: Vec::new(),
-            prefix_cache_queries: Some(m.prefix_queries_tokens),
-            prefix_cache_hits: Some(m.prefix_hits_tokens),
-        }
-    }
-
-    /// The adapters `pod`'s `/v1/models` lists.
-    fn served_adapters(fleet: &Fleet, pod: usize) -> Vec<String> {
-        fleet.pods.get(pod).map_or_else(Vec::new, |p| {
-            p.pod
-                .registered_adapters()
-                .map(|a| a.name.clone())
-                .collect()
-        })
+    /// The fleet core it drives (to journal its actions, say).
+    pub fn core_mut(&mut self) -> &mut FleetCore {
+        &mut self.core
     }
 
     /// One health check of `pod` as the gateway's health loop makes it (`reconcile`: its
@@ -217,18 +226,14 @@ impl Prewarm {
             return;
         };
         let now = ms(now_s);
-        let load = ok.then(|| self.load(fleet, pod, now_s));
+        let load = ok.then(|| pod_load(fleet, pod, now_s, self.config.slots));
         let change = self.core.on_health(&id, ok, load, now);
         if let HealthChange::Joined(_) = change {
-            let actions = self
-                .core
-                .on_models(&id, Self::served_adapters(fleet, pod), now);
+            let actions = self.core.on_models(&id, served_adapters(fleet, pod), now);
             self.execute_all(fleet, actions, now_s);
             self.core.start_warmup(&id, now);
         } else if ok && reconcile {
-            let actions = self
-                .core
-                .on_models(&id, Self::served_adapters(fleet, pod), now);
+            let actions = self.core.on_models(&id, served_adapters(fleet, pod), now);
             self.execute_all(fleet, actions, now_s);
         }
     }
@@ -249,50 +254,73 @@ impl Prewarm {
 
     /// Starts `action` on its simulated pod.
     fn start(&mut self, fleet: &mut Fleet, action: Action, now_s: f64) {
-        let Some(pod) = fleet.pods.iter().position(|p| p.id == action.pod()) else {
-            return;
+        let mut flight = InFlight {
+            done_s: now_s,
+            ok: true,
+            failed: Vec::new(),
+            next: 0,
+            action,
         };
-        let flight = match &action {
-            Action::Prefill(p) => {
-                let e = execute::prefill(fleet, pod, &p.model, &p.text, now_s);
-                self.warm_tokens += e.prefill_tokens;
-                InFlight {
-                    done_s: e.done_s,
-                    ok: e.ok,
-                    failed: Vec::new(),
-                    action,
-                }
-            }
-            Action::Adapters(calls) => {
-                let mut done_s = now_s;
-                let mut failed = Vec::new();
-                for d in &calls.decisions {
-                    let e = execute::lora_decision(fleet, pod, d, now_s);
+        if let Action::Prefill(p) = &flight.action {
+            match fleet.pods.iter().position(|x| x.id == p.pod) {
+                Some(pod) => {
+                    let e = execute::prefill(fleet, pod, &p.model, &p.text, now_s);
                     self.warm_tokens += e.prefill_tokens;
-                    done_s = done_s.max(e.done_s);
-                    if !e.ok {
-                        failed.push(d.clone());
-                    }
+                    flight.done_s = e.done_s;
+                    flight.ok = e.ok;
                 }
-                InFlight {
-                    done_s,
-                    ok: failed.is_empty(),
-                    failed,
-                    action,
-                }
+                None => flight.ok = false,
             }
-        };
+        } else {
+            self.next_decision(fleet, &mut flight, now_s);
+        }
         self.in_flight.push(flight);
     }
 
-    /// Reports the actions completed by `now_s`, in completion order.
-    fn complete_due(&mut self, now_s: f64) {
-        let (mut due, later): (Vec<InFlight>, Vec<InFlight>) =
-            self.in_flight.drain(..).partition(|f| f.done_s <= now_s);
-        self.in_flight = later;
-        due.sort_by(|a, b| a.done_s.total_cmp(&b.done_s));
-        for f in due {
-            let at = ms(f.done_s);
+    /// Starts the next decision of an adapter-calls action at `now_s`; returns whether there
+    /// was one.
+    fn next_decision(&mut self, fleet: &mut Fleet, flight: &mut InFlight, now_s: f64) -> bool {
+        let Action::Adapters(calls) = &flight.action else {
+            return false;
+        };
+        let Some(d) = calls.decisions.get(flight.next) else {
+            return false;
+        };
+        flight.next += 1;
+        let pod = fleet.pods.iter().position(|p| p.id == calls.pod);
+        let e = match pod {
+            Some(pod) => execute::lora_decision(fleet, pod, d, now_s),
+            None => execute::Executed::default(),
+        };
+        self.warm_tokens += e.prefill_tokens;
+        flight.done_s = e.done_s.max(now_s);
+        if !e.ok {
+            flight.failed.push(d.clone());
+        }
+        true
+    }
+
+    /// Reports the actions completed by `now_s`, in completion order; an adapter-calls action
+    /// starts its next decision when the previous one completes.
+    fn complete_due(&mut self, fleet: &mut Fleet, now_s: f64) {
+        loop {
+            let earliest = self
+                .in_flight
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.done_s <= now_s)
+                .min_by(|a, b| a.1.done_s.total_cmp(&b.1.done_s))
+                .map(|(i, _)| i);
+            let Some(i) = earliest else {
+                return;
+            };
+            let mut f = self.in_flight.swap_remove(i);
+            let done_s = f.done_s;
+            if self.next_decision(fleet, &mut f, done_s) {
+                self.in_flight.push(f);
+                continue;
+            }
+            let at = ms(done_s);
             match &f.action {
                 Action::Prefill(p) => self.core.prefill_done(p, f.ok, at),
                 Action::Adapters(calls) => self.core.adapters_done(calls, &f.failed, at),
@@ -333,9 +361,9 @@ impl Policy for Prewarm {
                     .skip(known)
                     .map(|(i, p)| (i, p.id.clone()))
                     .collect();
-                for (pod, id) in new {
+                // Up at the next health round.
+                for (_, id) in new {
                     self.add(&id);
-                    self.check(fleet, pod, true, false, now_s);
                 }
             }
             FleetEvent::RestartPod { index, .. } => {
@@ -346,7 +374,6 @@ impl Policy for Prewarm {
                 self.check(fleet, index, true, false, now_s);
             }
         }
-        self.tick(fleet, now_s);
     }
 
     fn next_wakeup(&self) -> Option<f64> {
@@ -355,7 +382,7 @@ impl Policy for Prewarm {
     }
 
     fn advance(&mut self, fleet: &mut Fleet, now_s: f64) {
-        self.complete_due(now_s);
+        self.complete_due(fleet, now_s);
         if now_s >= self.next_health_s {
             self.health_round(fleet, now_s);
             let interval = self.config.gateway.pods.health_interval_ms as f64 / 1000.0;
