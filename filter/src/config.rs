@@ -32,10 +32,13 @@ pub struct FilterConfig {
     pub max_body_bytes: usize,
     /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
     pub endpoint_header: String,
-    /// Header carrying the tenant (default `x-prewarm-tenant`).
-    pub tenant_header: String,
-    /// Header carrying the user; the body's `user` field is the fallback (default `x-prewarm-user`).
-    pub user_header: String,
+    /// Header carrying the tenant, `null` for none (default `x-prewarm-tenant`). Trusted as
+    /// is: name a header the mesh sets (and strips from clients), see docs/filter-config.md.
+    pub tenant_header: Option<String>,
+    /// Header carrying the user, `null` for none (default `x-prewarm-user`); same trust rule.
+    pub user_header: Option<String>,
+    /// Whether the body's `user` field is the user when the header gives none (default true).
+    pub user_from_body: bool,
     /// Request paths inspected, and the OpenAI endpoint each is parsed as (default the three
     /// `/v1/...` paths of prewarm-core).
     pub inference_paths: BTreeMap<String, Endpoint>,
@@ -84,8 +87,9 @@ impl Default for FilterConfig {
             max_pending_bytes: 4 << 20,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
-            tenant_header: "x-prewarm-tenant".into(),
-            user_header: "x-prewarm-user".into(),
+            tenant_header: Some("x-prewarm-tenant".into()),
+            user_header: Some("x-prewarm-user".into()),
+            user_from_body: true,
             inference_paths: [
                 Endpoint::Completions,
                 Endpoint::ChatCompletions,
@@ -151,7 +155,31 @@ fn name_bad_field(bytes: &[u8], error: &serde_json::Error) -> String {
     format!("configuration: {error}")
 }
 
+/// Why the VM does not run with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host could not give the configuration: run unconfigured (pass requests untouched).
+    Unreadable(String),
+    /// The configuration is wrong: every problem as `field: value: rule`; refuse it.
+    Invalid(Vec<String>),
+}
+
 impl FilterConfig {
+    /// The configuration from what the host gave at `on_configure`: `Ok(None)` (no
+    /// configuration) means all defaults; a host failure is never read as "no configuration".
+    pub fn from_plugin(read: Result<Option<Vec<u8>>, ()>) -> Result<Self, Refusal> {
+        match read {
+            Ok(bytes) => {
+                Self::from_json(bytes.as_deref().unwrap_or_default()).map_err(Refusal::Invalid)
+            }
+            Err(()) => Err(Refusal::Unreadable(
+                "the host could not give the plugin configuration: running unconfigured, every \
+                 request passes untouched (prewarm.unconfigured)"
+                    .into(),
+            )),
+        }
+    }
+
     /// Parses the plugin configuration (empty means all defaults) and validates it.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Vec<String>> {
         let config: Self = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -240,8 +268,14 @@ impl FilterConfig {
             16,
         );
         header_name(&mut p, "endpoint_header", &self.endpoint_header);
-        header_name(&mut p, "tenant_header", &self.tenant_header);
-        header_name(&mut p, "user_header", &self.user_header);
+        for (field, header) in [
+            ("tenant_header", &self.tenant_header),
+            ("user_header", &self.user_header),
+        ] {
+            if let Some(h) = header {
+                header_name(&mut p, field, h);
+            }
+        }
         if self.inference_paths.is_empty() {
             p.push("inference_paths: {}: must name at least one path".into());
         }
@@ -298,6 +332,22 @@ mod tests {
         assert!(e
             .iter()
             .any(|p| p.starts_with("triggers.similarity_threshold: 2:")));
+    }
+
+    #[test]
+    fn a_configuration_the_host_could_not_give_is_not_the_defaults() {
+        assert!(matches!(
+            FilterConfig::from_plugin(Err(())),
+            Err(Refusal::Unreadable(_))
+        ));
+        assert_eq!(
+            FilterConfig::from_plugin(Ok(None)),
+            Ok(FilterConfig::default())
+        );
+        assert!(matches!(
+            FilterConfig::from_plugin(Ok(Some(b"{".to_vec()))),
+            Err(Refusal::Invalid(_))
+        ));
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub struct FakeHost {
     shared: Rc<RefCell<SharedStore>>,
     headers: RefCell<Vec<(String, Vec<u8>)>>,
     body: RefCell<Vec<u8>>,
+    body_reads: Cell<u32>,
     now: Cell<u64>,
     metrics: Rc<RefCell<BTreeMap<Metric, u64>>>,
     calls: RefCell<Vec<RecordedCall>>,
@@ -67,6 +68,11 @@ impl FakeHost {
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect();
         *self.body.borrow_mut() = body.to_vec();
+    }
+
+    /// How many times the filter read the request body.
+    pub fn body_reads(&self) -> u32 {
+        self.body_reads.get()
     }
 
     pub fn header(&self, name: &str) -> Option<Vec<u8>> {
@@ -129,6 +135,7 @@ impl Host for FakeHost {
     }
 
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.body_reads.set(self.body_reads.get() + 1);
         let body = self.body.borrow();
         body.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
     }

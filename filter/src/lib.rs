@@ -19,6 +19,8 @@ pub mod tally;
 pub mod worker;
 
 #[cfg(target_arch = "wasm32")]
+mod abi;
+#[cfg(target_arch = "wasm32")]
 mod entry;
 #[cfg(target_arch = "wasm32")]
 mod wasm_host;
