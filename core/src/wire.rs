@@ -200,6 +200,15 @@ impl SignalBatch {
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
+
+    /// Bytes an encoded batch from `source` takes beyond its signals: the envelope with the
+    /// longest numbers. A batch's body is at most this plus, per signal, its encoded length + 1
+    /// (the comma), which is how a sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
+    pub fn envelope_bytes(source: &str) -> usize {
+        let mut empty = Self::new(source, u64::MAX, Vec::new());
+        empty.dropped = u64::MAX;
+        empty.encode().len()
+    }
 }
 
 #[derive(Deserialize)]
@@ -456,6 +465,19 @@ mod tests {
             SignalBatch::decode(&b.encode()).is_ok(),
             "the cap itself is allowed"
         );
+    }
+
+    #[test]
+    fn a_batch_is_at_most_its_envelope_plus_each_signal_and_a_comma() {
+        let b = batch();
+        let signals: usize = b
+            .signals
+            .iter()
+            .map(|s| serde_json::to_vec(s).unwrap().len() + 1)
+            .sum();
+        let bound = SignalBatch::envelope_bytes("envoy-1") + signals;
+        assert!(b.encode().len() <= bound);
+        assert!(b.encode().len() + 40 > bound, "the bound is tight");
     }
 
     #[test]

@@ -5,8 +5,12 @@
 use std::collections::BTreeMap;
 
 use prewarm_core::trigger::TriggerConfig;
+use prewarm_core::wire::{SignalBatch, MAX_NAME_BYTES, MAX_SIGNAL_BATCH_BYTES};
 use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
+
+/// Most signals in one batch (the gateway refuses more).
+pub const MAX_BATCH_SIGNALS: usize = 10_000;
 
 /// Everything the filter can be told. Durations are milliseconds, sizes bytes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -24,10 +28,15 @@ pub struct FilterConfig {
     pub tick_period_ms: u64,
     /// Most signals in one POST (default 64).
     pub max_batch_signals: usize,
-    /// Most signals waiting in the shared queue; the oldest are dropped beyond (default 256).
+    /// Most bytes of one POST's body (default 1 MiB; at most core's `MAX_SIGNAL_BATCH_BYTES`,
+    /// the gateway's default limit).
+    pub max_batch_bytes: usize,
+    /// Most signals waiting in the shared queue (its slots); the oldest are dropped beyond
+    /// (default 256).
     pub max_pending_signals: usize,
-    /// Most bytes of JSON waiting in the shared queue; the oldest are dropped beyond (default 4 MiB).
-    pub max_pending_bytes: usize,
+    /// Longest signal queued, bytes of JSON; longer ones are dropped (default 256 KiB: a
+    /// prefill of the default 32768 prefix tokens, 128 KiB of text, fits with room for escapes).
+    pub max_signal_bytes: usize,
     /// Bodies are inspected only when `content-length` is at most this, bytes (default 1 MiB).
     pub max_body_bytes: usize,
     /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
@@ -83,8 +92,9 @@ impl Default for FilterConfig {
             gateway_timeout_ms: 500,
             tick_period_ms: 1000,
             max_batch_signals: 64,
+            max_batch_bytes: 1 << 20,
             max_pending_signals: 256,
-            max_pending_bytes: 4 << 20,
+            max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
             tenant_header: Some("x-prewarm-tenant".into()),
@@ -231,7 +241,7 @@ impl FilterConfig {
             "max_batch_signals",
             self.max_batch_signals,
             1,
-            10_000,
+            MAX_BATCH_SIGNALS,
         );
         range(
             &mut p,
@@ -242,11 +252,23 @@ impl FilterConfig {
         );
         range(
             &mut p,
-            "max_pending_bytes",
-            self.max_pending_bytes,
-            1024,
-            64 << 20,
+            "max_batch_bytes",
+            self.max_batch_bytes,
+            4096,
+            MAX_SIGNAL_BATCH_BYTES,
         );
+        if self.source.len() > MAX_NAME_BYTES {
+            p.push(format!(
+                "source: {} bytes: must be at most {MAX_NAME_BYTES}",
+                self.source.len()
+            ));
+        }
+        // one signal of the largest size must fit a batch, or it would never be sent
+        let most = self
+            .max_batch_bytes
+            .saturating_sub(SignalBatch::envelope_bytes(&self.source))
+            .saturating_sub(1);
+        range(&mut p, "max_signal_bytes", self.max_signal_bytes, 256, most);
         range(&mut p, "max_body_bytes", self.max_body_bytes, 1, 16 << 20);
         range(&mut p, "sketch_size", self.sketch_size, 1, 1024);
         range(
@@ -348,6 +370,22 @@ mod tests {
             FilterConfig::from_plugin(Ok(Some(b"{".to_vec()))),
             Err(Refusal::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn batch_limits_agree_with_the_gateway_by_construction() {
+        let e = FilterConfig::from_json(br#"{"max_batch_bytes":4194305}"#).unwrap_err();
+        assert!(
+            e[0].starts_with("max_batch_bytes: 4194305: must be between 4096 and 4194304"),
+            "{e:?}"
+        );
+        let e = FilterConfig::from_json(br#"{"max_batch_bytes":65536,"max_signal_bytes":65536}"#)
+            .unwrap_err();
+        assert!(
+            e[0].starts_with("max_signal_bytes: 65536: must be between 256 and "),
+            "{e:?}"
+        );
+        assert!(FilterConfig::from_json(br#"{"max_pending_bytes":1024}"#).is_err());
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub struct SharedStore {
     map: HashMap<String, (Vec<u8>, u32)>,
     next_cas: u32,
     failing_sets: u32,
+    /// Bytes copied out of and into the store, since the last reset.
+    traffic: (usize, usize),
 }
 
 /// A call the filter made.
@@ -87,6 +89,15 @@ impl FakeHost {
         self.shared.borrow().map.get(key).map(|(v, _)| v.clone())
     }
 
+    /// Bytes of shared data read and written since the last reset.
+    pub fn shared_traffic(&self) -> (usize, usize) {
+        self.shared.borrow().traffic
+    }
+
+    pub fn reset_shared_traffic(&self) {
+        self.shared.borrow_mut().traffic = (0, 0);
+    }
+
     pub fn shared_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.shared.borrow().map.keys().cloned().collect();
         keys.sort();
@@ -141,8 +152,13 @@ impl Host for FakeHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        match self.shared.borrow().map.get(key) {
-            Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+        let mut store = self.shared.borrow_mut();
+        let found = store.map.get(key).map(|(v, cas)| (v.clone(), *cas));
+        match found {
+            Some((v, cas)) => {
+                store.traffic.0 += v.len();
+                (Some(v), Some(cas))
+            }
             None => (None, None),
         }
     }
@@ -159,6 +175,7 @@ impl Host for FakeHost {
             }
         }
         store.next_cas += 1;
+        store.traffic.1 += value.len();
         let next = store.next_cas;
         store.map.insert(key.to_string(), (value.to_vec(), next));
         Ok(())

@@ -14,6 +14,7 @@ pub mod request;
 pub mod root;
 pub mod routing;
 pub mod shared;
+pub mod shared_ring;
 pub mod signal_queue;
 pub mod tally;
 pub mod worker;

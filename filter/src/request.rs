@@ -14,7 +14,6 @@ use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::routing::choose_pod;
-use crate::signal_queue::enqueue;
 use crate::worker::Worker;
 
 /// What the filter tells the host to do with the request.
@@ -174,14 +173,7 @@ impl RequestFlow {
                 sketched,
             },
         );
-        enqueue(
-            host,
-            &worker.keys.signals(),
-            prefill.into_iter().collect(),
-            config.max_pending_signals,
-            config.max_pending_bytes,
-            config.cas_retries,
-        );
+        worker.queue.enqueue(host, prefill.into_iter().collect());
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
             return;

@@ -50,10 +50,16 @@ fn send(
     verdicts
 }
 
+/// The signals pending in the shared ring (default 256 slots), without taking them.
 fn queued(host: &FakeHost) -> Vec<Signal> {
-    let bytes = host.shared_value("prewarm/signals").unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    serde_json::from_value(v["signals"].clone()).unwrap_or_default()
+    let counter = |name: &str| {
+        host.shared_value(&format!("prewarm/signals/{name}"))
+            .map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap()))
+    };
+    (counter("head")..counter("tail"))
+        .filter_map(|seq| host.shared_value(&format!("prewarm/signals/{}", seq % 256)))
+        .map(|v| serde_json::from_slice(&v[8..]).unwrap())
+        .collect()
 }
 
 #[test]
