@@ -261,8 +261,11 @@ fn chat_message(m: RawMessage, modalities: &mut Vec<String>) -> ChatMessage {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const LIMIT: usize = 1 << 20;
 
