@@ -9,7 +9,8 @@ POSTs 2 KB and 16 KB chat bodies through each; runs alternate with/without so dr
 Prints requests/s and p50/p99 latency for both and their ratio, the floor (loaded no-op minus no
 filter) and the filter's own work (with minus the floor) separately, and rewrites the filter
 section of docs/benchmarks.md. `BENCH_BASELINE_WASM=/path/old.wasm` adds a fourth proxy running
-that build with the same configuration, so before/after sit side by side in one run. Each wrk
+that build with the same configuration, so before/after sit side by side in one run
+(`BENCH_BASELINE_LABEL` names it in the table). Each wrk
 run is short (RUN_SECONDS).
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ RUN_SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 BASELINE_WASM = os.environ.get("BENCH_BASELINE_WASM", "")
+BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline build")
 DOC = REPO / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench-filter:begin -->", "<!-- bench-filter:end -->"
 
@@ -204,7 +206,7 @@ def write_doc(results: list[dict], inspected: int, routed: int):
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     labels = {"without": "without filter", "floor": "filter loaded, inspecting nothing (floor)",
-              "with": "with filter", "baseline": f"with filter, baseline build ({Path(BASELINE_WASM).name})"}
+              "with": "with filter", "baseline": f"with filter, {BASELINE_LABEL}"}
     for r in results:
         wo, fl = r["without"], r["floor"]
         for name, label in labels.items():
