@@ -158,6 +158,7 @@ mod tests {
         let h = FakeHost::new();
         let config = FilterConfig {
             max_batch_bytes: MAX_SIGNAL_BATCH_BYTES,
+            max_pending_signals: 40,
             ..FilterConfig::default()
         };
         let q = queue(config.clone());
