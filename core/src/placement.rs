@@ -138,8 +138,11 @@ pub fn place_bounded(
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn pods(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("pod-{i}")).collect()

@@ -169,10 +169,10 @@ pub fn parse_request(
     let model = raw
         .model
         .ok_or(ParseError::MissingField { field: "model" })?;
-    if model.is_empty() {
+    if model.is_empty() || model.len() > crate::wire::MAX_NAME_BYTES {
         return Err(ParseError::InvalidField {
             field: "model",
-            rule: "must not be empty",
+            rule: "must be 1 to 256 bytes (wire::MAX_NAME_BYTES)",
         });
     }
     let mut modalities = Vec::new();
@@ -261,8 +261,11 @@ fn chat_message(m: RawMessage, modalities: &mut Vec<String>) -> ChatMessage {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const LIMIT: usize = 1 << 20;
 
@@ -337,6 +340,14 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().starts_with("model:"));
+        let long = format!(r#"{{"model":"{}","prompt":"x"}}"#, "m".repeat(257));
+        let e = parse_request(Endpoint::Completions, long.as_bytes(), LIMIT).unwrap_err();
+        assert!(
+            e.to_string().starts_with("model:"),
+            "names above the cap: {e}"
+        );
+        let at_cap = format!(r#"{{"model":"{}","prompt":"x"}}"#, "m".repeat(256));
+        assert!(parse_request(Endpoint::Completions, at_cap.as_bytes(), LIMIT).is_ok());
         let e = parse_request(Endpoint::Completions, b"{", LIMIT).unwrap_err();
         assert!(matches!(e, ParseError::Malformed { .. }));
         let e = parse_request(Endpoint::Completions, &[b' '; 11], 10).unwrap_err();

@@ -45,8 +45,11 @@ pub fn route_request<'t>(
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use crate::wire::WIRE_VERSION;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn pod(id: &str, adapters: &[&str], load: Option<f64>) -> RoutedPod {
         RoutedPod {

@@ -29,7 +29,10 @@ pub fn truncate_to_tokens(text: &str, tokens: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn counts_partial_tokens_as_one() {

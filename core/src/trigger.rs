@@ -239,9 +239,12 @@ impl UserPattern {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
     use crate::fingerprint::{BlockChain, FingerprintConfig};
     use proptest::prelude::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn template(slot: &str) -> String {
         let mut s = String::from("You are a support agent for ACME. Follow the policy. ");

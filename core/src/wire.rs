@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::address::{is_pod_address, ADDRESS_RULE};
 use crate::fingerprint::BlockHash;
 use crate::request::Endpoint;
 
@@ -15,6 +16,20 @@ use crate::request::Endpoint;
 pub const WIRE_MAJOR: u32 = 1;
 /// The full version this build writes.
 pub const WIRE_VERSION: &str = "1.0";
+
+/// Longest name that travels in a signal or a table (a `model`, an adapter, a tenant, a pod id),
+/// bytes. A Hugging Face repo id is at most 96 + 1 + 96 bytes and the gateway registers adapter
+/// names of at most 128; 256 leaves room for a local path as a served model name while keeping
+/// every per-name tally small.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Largest `POST /v1/signals` body the gateway accepts by default, bytes. The filter's batches
+/// are cut to at most this (its `max_batch_bytes` cannot exceed it), so the two agree by
+/// construction.
+pub const MAX_SIGNAL_BATCH_BYTES: usize = 4 << 20;
+
+/// Most pods a routing table may list.
+pub const MAX_TABLE_PODS: usize = 4096;
 
 /// Why a wire document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,6 +173,41 @@ impl ServedRecord {
     }
 }
 
+fn check_name(field: &str, i: usize, name: &str) -> Result<(), WireError> {
+    check_named("signals", field, i, name)
+}
+
+fn check_named(list: &str, field: &str, i: usize, name: &str) -> Result<(), WireError> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(WireError::Malformed(format!(
+            "{list}[{i}].{field}: {} bytes: at most {MAX_NAME_BYTES}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Signal {
+    /// The name the signal is about: a prefill's or feedback's `model`, a pin's `adapter`.
+    pub fn model(&self) -> &str {
+        match self {
+            Signal::Prefill(p) => &p.model,
+            Signal::Pin(p) => &p.adapter,
+            Signal::Feedback(f) => &f.model,
+        }
+    }
+
+    fn check_names(&self, i: usize) -> Result<(), WireError> {
+        let (field, tenant) = match self {
+            Signal::Prefill(p) => ("model", p.tenant.as_deref()),
+            Signal::Pin(p) => ("adapter", p.tenant.as_deref()),
+            Signal::Feedback(_) => ("model", None),
+        };
+        check_name(field, i, self.model())?;
+        check_name("tenant", i, tenant.unwrap_or(""))
+    }
+}
+
 /// Signals one filter sends in one POST.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SignalBatch {
@@ -198,13 +248,30 @@ impl SignalBatch {
         }
     }
 
-    /// Decodes and checks the version.
+    /// Decodes, checks the version and the length of every name (see [`MAX_NAME_BYTES`]).
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
-        decode_versioned(bytes, "signals", |b: &Self| &b.version)
+        let batch: Self = decode_versioned(bytes, "signals", |b: &Self| &b.version)?;
+        for (i, signal) in batch.signals.iter().enumerate() {
+            signal.check_names(i)?;
+        }
+        for (i, record) in batch.served.iter().enumerate() {
+            check_named("served", "pod", i, &record.pod)?;
+            check_named("served", "model", i, &record.model)?;
+        }
+        Ok(batch)
     }
 
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Bytes an encoded batch from `source` takes beyond its signals: the envelope with the
+    /// longest numbers. A batch's body is at most this plus, per signal, its encoded length + 1
+    /// (the comma), which is how a sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
+    pub fn envelope_bytes(source: &str) -> usize {
+        let mut empty = Self::new(source, u64::MAX, Vec::new());
+        empty.dropped = u64::MAX;
+        empty.encode().len()
     }
 }
 
@@ -253,6 +320,38 @@ pub struct RoutedPod {
     pub load: Option<f64>,
 }
 
+impl RoutedPod {
+    fn problem(&self, i: usize) -> Option<String> {
+        if !is_pod_address(&self.address) {
+            return Some(format!(
+                "pods[{i}].address: {:?}: {ADDRESS_RULE}",
+                self.address
+            ));
+        }
+        if self.id.is_empty() || self.id.len() > MAX_NAME_BYTES {
+            return Some(format!(
+                "pods[{i}].id: {} bytes: must be 1 to {MAX_NAME_BYTES}",
+                self.id.len()
+            ));
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return Some(format!(
+                "pods[{i}].weight: {}: must be a finite number > 0",
+                self.weight
+            ));
+        }
+        if let Some(load) = self.load {
+            if !(0.0..=1.0).contains(&load) {
+                return Some(format!("pods[{i}].load: {load}: must be in [0, 1]"));
+            }
+        }
+        self.adapters
+            .iter()
+            .position(|a| a.is_empty() || a.len() > MAX_NAME_BYTES)
+            .map(|j| format!("pods[{i}].adapters[{j}]: must be 1 to {MAX_NAME_BYTES} bytes"))
+    }
+}
+
 fn unit_weight() -> f64 {
     1.0
 }
@@ -276,9 +375,35 @@ pub struct RoutingTable {
 }
 
 impl RoutingTable {
-    /// Decodes and checks the version.
+    /// Decodes, checks the version, and checks every pod strictly (see [`RoutingTable::problem`]).
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
-        decode_versioned(bytes, "table", |t: &Self| &t.version)
+        let table: Self = decode_versioned(bytes, "table", |t: &Self| &t.version)?;
+        match table.problem() {
+            Some(p) => Err(WireError::Malformed(p)),
+            None => Ok(table),
+        }
+    }
+
+    /// The first thing wrong with the table, as `field: value: rule`: more than
+    /// [`MAX_TABLE_PODS`] pods, an address that is not a pod address (it goes verbatim into a
+    /// request header), an empty or too long id or adapter name, a weight that is not a finite
+    /// positive number, a load outside [0, 1], a load factor below 1.
+    pub fn problem(&self) -> Option<String> {
+        if self.pods.len() > MAX_TABLE_PODS {
+            return Some(format!(
+                "pods: {} pods: at most {MAX_TABLE_PODS}",
+                self.pods.len()
+            ));
+        }
+        if let Some(f) = self.load_factor {
+            if !(f.is_finite() && f >= 1.0) {
+                return Some(format!("load_factor: {f}: must be a number >= 1"));
+            }
+        }
+        self.pods
+            .iter()
+            .enumerate()
+            .find_map(|(i, pod)| pod.problem(i))
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -288,7 +413,10 @@ impl RoutingTable {
 
 #[cfg(test)]
 mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn batch() -> SignalBatch {
         SignalBatch::new(
@@ -351,6 +479,72 @@ mod tests {
             RoutingTable::decode(b"garbage").unwrap_err(),
             WireError::Malformed(_)
         ));
+    }
+
+    fn table_with(address: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "version": "1.0", "generation": 1, "block_tokens": 64,
+            "pods": [{"id": "a", "address": "10.0.0.1:80"}, {"id": "b", "address": address}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn hostile_table_addresses_are_refused_naming_the_pod() {
+        for bad in ["", "a:1,b:2", "u@h:80", "h\r\nx: y:80", "h\u{1}:80", "h:0"] {
+            let e = RoutingTable::decode(&table_with(bad)).unwrap_err();
+            assert!(
+                e.to_string().starts_with("pods[1].address:"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(RoutingTable::decode(&table_with("[::1]:8000")).is_ok());
+        let e = RoutingTable::decode(
+            br#"{"version":"1.0","generation":1,"block_tokens":64,"pods":[{"id":"a","address":"h:1","weight":-1}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("pods[0].weight: -1:"), "{e}");
+    }
+
+    #[test]
+    fn long_names_in_signals_are_refused_naming_the_field() {
+        let long = "m".repeat(MAX_NAME_BYTES + 1);
+        let mut b = batch();
+        if let Signal::Pin(p) = &mut b.signals[1] {
+            p.adapter = long.clone();
+        }
+        let e = SignalBatch::decode(&b.encode()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("signals[1].adapter: 257 bytes: at most {MAX_NAME_BYTES}")
+        );
+        let mut b = batch();
+        if let Signal::Prefill(p) = &mut b.signals[0] {
+            p.tenant = Some(long);
+        }
+        let e = SignalBatch::decode(&b.encode()).unwrap_err();
+        assert!(e.to_string().starts_with("signals[0].tenant:"), "{e}");
+        let mut b = batch();
+        if let Signal::Feedback(f) = &mut b.signals[2] {
+            f.model = "m".repeat(MAX_NAME_BYTES);
+        }
+        assert!(
+            SignalBatch::decode(&b.encode()).is_ok(),
+            "the cap itself is allowed"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_at_most_its_envelope_plus_each_signal_and_a_comma() {
+        let b = batch();
+        let signals: usize = b
+            .signals
+            .iter()
+            .map(|s| serde_json::to_vec(s).unwrap().len() + 1)
+            .sum();
+        let bound = SignalBatch::envelope_bytes("envoy-1") + signals;
+        assert!(b.encode().len() <= bound);
+        assert!(b.encode().len() + 40 > bound, "the bound is tight");
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Stability vectors: fingerprints, sketches and placement choices of fixed inputs, committed as
 //! constants. The filter (wasm32) and the gateway (x86_64) must compute exactly these; `make
-//! test` runs this file natively and on wasm32-wasip1. If a change here is ever needed, it is a
+//! test` runs this file natively, on wasm32-wasip1 (wasmtime) and on wasm32-unknown-unknown
+//! (Node, through wasm-bindgen-test). If a change here is ever needed, it is a
 //! wire-breaking change: bump the wire major version.
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use prewarm_core::canonical_prompt;
 use prewarm_core::fingerprint::{chain_seed, BlockChain, BlockHash, FingerprintConfig};

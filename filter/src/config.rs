@@ -5,8 +5,12 @@
 use std::collections::BTreeMap;
 
 use prewarm_core::trigger::TriggerConfig;
+use prewarm_core::wire::{SignalBatch, MAX_NAME_BYTES, MAX_SIGNAL_BATCH_BYTES};
 use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
+
+/// Most signals in one batch (the gateway refuses more).
+pub const MAX_BATCH_SIGNALS: usize = 10_000;
 
 /// Everything the filter can be told. Durations are milliseconds, sizes bytes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -24,18 +28,26 @@ pub struct FilterConfig {
     pub tick_period_ms: u64,
     /// Most signals in one POST (default 64).
     pub max_batch_signals: usize,
-    /// Most signals waiting in the shared queue; the oldest are dropped beyond (default 256).
+    /// Most bytes of one POST's body (default 1 MiB; at most core's `MAX_SIGNAL_BATCH_BYTES`,
+    /// the gateway's default limit).
+    pub max_batch_bytes: usize,
+    /// Most signals waiting in the shared queue (its slots); the oldest are dropped beyond
+    /// (default 256).
     pub max_pending_signals: usize,
-    /// Most bytes of JSON waiting in the shared queue; the oldest are dropped beyond (default 4 MiB).
-    pub max_pending_bytes: usize,
+    /// Longest signal queued, bytes of JSON; longer ones are dropped (default 256 KiB: a
+    /// prefill of the default 32768 prefix tokens, 128 KiB of text, fits with room for escapes).
+    pub max_signal_bytes: usize,
     /// Bodies are inspected only when `content-length` is at most this, bytes (default 1 MiB).
     pub max_body_bytes: usize,
     /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
     pub endpoint_header: String,
-    /// Header carrying the tenant (default `x-prewarm-tenant`).
-    pub tenant_header: String,
-    /// Header carrying the user; the body's `user` field is the fallback (default `x-prewarm-user`).
-    pub user_header: String,
+    /// Header carrying the tenant, `null` for none (default `x-prewarm-tenant`). Trusted as
+    /// is: name a header the mesh sets (and strips from clients), see docs/filter-config.md.
+    pub tenant_header: Option<String>,
+    /// Header carrying the user, `null` for none (default `x-prewarm-user`); same trust rule.
+    pub user_header: Option<String>,
+    /// Whether the body's `user` field is the user when the header gives none (default true).
+    pub user_from_body: bool,
     /// Request paths inspected, and the OpenAI endpoint each is parsed as (default the three
     /// `/v1/...` paths of prewarm-core).
     pub inference_paths: BTreeMap<String, Endpoint>,
@@ -80,12 +92,14 @@ impl Default for FilterConfig {
             gateway_timeout_ms: 500,
             tick_period_ms: 1000,
             max_batch_signals: 64,
+            max_batch_bytes: 1 << 20,
             max_pending_signals: 256,
-            max_pending_bytes: 4 << 20,
+            max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
-            tenant_header: "x-prewarm-tenant".into(),
-            user_header: "x-prewarm-user".into(),
+            tenant_header: Some("x-prewarm-tenant".into()),
+            user_header: Some("x-prewarm-user".into()),
+            user_from_body: true,
             inference_paths: [
                 Endpoint::Completions,
                 Endpoint::ChatCompletions,
@@ -151,7 +165,31 @@ fn name_bad_field(bytes: &[u8], error: &serde_json::Error) -> String {
     format!("configuration: {error}")
 }
 
+/// Why the VM does not run with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host could not give the configuration: run unconfigured (pass requests untouched).
+    Unreadable(String),
+    /// The configuration is wrong: every problem as `field: value: rule`; refuse it.
+    Invalid(Vec<String>),
+}
+
 impl FilterConfig {
+    /// The configuration from what the host gave at `on_configure`: `Ok(None)` (no
+    /// configuration) means all defaults; a host failure is never read as "no configuration".
+    pub fn from_plugin(read: Result<Option<Vec<u8>>, ()>) -> Result<Self, Refusal> {
+        match read {
+            Ok(bytes) => {
+                Self::from_json(bytes.as_deref().unwrap_or_default()).map_err(Refusal::Invalid)
+            }
+            Err(()) => Err(Refusal::Unreadable(
+                "the host could not give the plugin configuration: running unconfigured, every \
+                 request passes untouched (prewarm.unconfigured)"
+                    .into(),
+            )),
+        }
+    }
+
     /// Parses the plugin configuration (empty means all defaults) and validates it.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Vec<String>> {
         let config: Self = if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -203,7 +241,7 @@ impl FilterConfig {
             "max_batch_signals",
             self.max_batch_signals,
             1,
-            10_000,
+            MAX_BATCH_SIGNALS,
         );
         range(
             &mut p,
@@ -214,11 +252,23 @@ impl FilterConfig {
         );
         range(
             &mut p,
-            "max_pending_bytes",
-            self.max_pending_bytes,
-            1024,
-            64 << 20,
+            "max_batch_bytes",
+            self.max_batch_bytes,
+            4096,
+            MAX_SIGNAL_BATCH_BYTES,
         );
+        if self.source.len() > MAX_NAME_BYTES {
+            p.push(format!(
+                "source: {} bytes: must be at most {MAX_NAME_BYTES}",
+                self.source.len()
+            ));
+        }
+        // one signal of the largest size must fit a batch, or it would never be sent
+        let most = self
+            .max_batch_bytes
+            .saturating_sub(SignalBatch::envelope_bytes(&self.source))
+            .saturating_sub(1);
+        range(&mut p, "max_signal_bytes", self.max_signal_bytes, 256, most);
         range(&mut p, "max_body_bytes", self.max_body_bytes, 1, 16 << 20);
         range(&mut p, "sketch_size", self.sketch_size, 1, 1024);
         range(
@@ -240,8 +290,14 @@ impl FilterConfig {
             16,
         );
         header_name(&mut p, "endpoint_header", &self.endpoint_header);
-        header_name(&mut p, "tenant_header", &self.tenant_header);
-        header_name(&mut p, "user_header", &self.user_header);
+        for (field, header) in [
+            ("tenant_header", &self.tenant_header),
+            ("user_header", &self.user_header),
+        ] {
+            if let Some(h) = header {
+                header_name(&mut p, field, h);
+            }
+        }
         if self.inference_paths.is_empty() {
             p.push("inference_paths: {}: must name at least one path".into());
         }
@@ -298,6 +354,38 @@ mod tests {
         assert!(e
             .iter()
             .any(|p| p.starts_with("triggers.similarity_threshold: 2:")));
+    }
+
+    #[test]
+    fn a_configuration_the_host_could_not_give_is_not_the_defaults() {
+        assert!(matches!(
+            FilterConfig::from_plugin(Err(())),
+            Err(Refusal::Unreadable(_))
+        ));
+        assert_eq!(
+            FilterConfig::from_plugin(Ok(None)),
+            Ok(FilterConfig::default())
+        );
+        assert!(matches!(
+            FilterConfig::from_plugin(Ok(Some(b"{".to_vec()))),
+            Err(Refusal::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn batch_limits_agree_with_the_gateway_by_construction() {
+        let e = FilterConfig::from_json(br#"{"max_batch_bytes":4194305}"#).unwrap_err();
+        assert!(
+            e[0].starts_with("max_batch_bytes: 4194305: must be between 4096 and 4194304"),
+            "{e:?}"
+        );
+        let e = FilterConfig::from_json(br#"{"max_batch_bytes":65536,"max_signal_bytes":65536}"#)
+            .unwrap_err();
+        assert!(
+            e[0].starts_with("max_signal_bytes: 65536: must be between 256 and "),
+            "{e:?}"
+        );
+        assert!(FilterConfig::from_json(br#"{"max_pending_bytes":1024}"#).is_err());
     }
 
     #[test]

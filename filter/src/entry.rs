@@ -1,16 +1,18 @@
 //! The proxy-wasm entry point: registers the root context, which validates the configuration at
 //! `on_configure` (refusing it with a log line naming each bad field), sets the tick, and creates
-//! one HTTP context per request. Every hook delegates to the host-independent modules.
+//! one HTTP context per request. Every hook delegates to the host-independent modules. A VM whose
+//! configuration the host could not give runs unconfigured: it logs that once and passes every
+//! request untouched, counted in `prewarm.unconfigured` (never the defaults, which would drop a
+//! configured `gateway_token` silently).
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
 
-use crate::config::FilterConfig;
-use crate::host::{Host, Level};
+use crate::config::{FilterConfig, Refusal};
+use crate::host::{Host, Level, Metric};
 use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;
 use crate::wasm_host::WasmHost;
@@ -52,20 +54,21 @@ impl Context for PrewarmRoot {
 impl RootContext for PrewarmRoot {
     fn on_configure(&mut self, size: usize) -> bool {
         let host = self.host.get_or_insert_with(WasmHost::new).clone();
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        match FilterConfig::from_json(&bytes) {
+        match FilterConfig::from_plugin(host.plugin_configuration(size)) {
             Ok(config) => {
                 let tick = Duration::from_millis(config.tick_period_ms);
-                if hostcalls::set_tick_period(tick).is_err() {
+                if !host.set_tick_period(tick) {
                     host.log(Level::Warn, "prewarm: could not set the tick period");
                 }
                 self.worker = Some(Rc::new(Worker::new(config)));
                 true
             }
-            Err(problems) => {
+            Err(Refusal::Unreadable(why)) => {
+                self.worker = None;
+                host.log(Level::Warn, &format!("prewarm: {why}"));
+                true
+            }
+            Err(Refusal::Invalid(problems)) => {
                 for p in &problems {
                     host.log(Level::Warn, &format!("prewarm: invalid configuration: {p}"));
                 }
@@ -83,6 +86,11 @@ impl RootContext for PrewarmRoot {
     /// Never `None`: the SDK panics on it. Unconfigured, requests pass untouched.
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         let bound = self.host.clone().zip(self.worker.clone());
+        if bound.is_none() {
+            if let Some(host) = &self.host {
+                host.count(Metric::Unconfigured, 1);
+            }
+        }
         Some(Box::new(PrewarmRequest {
             bound,
             flow: RequestFlow::default(),

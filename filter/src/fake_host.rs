@@ -14,6 +14,8 @@ pub struct SharedStore {
     map: HashMap<String, (Vec<u8>, u32)>,
     next_cas: u32,
     failing_sets: u32,
+    /// Bytes copied out of and into the store, since the last reset.
+    traffic: (usize, usize),
 }
 
 /// A call the filter made.
@@ -31,6 +33,7 @@ pub struct FakeHost {
     shared: Rc<RefCell<SharedStore>>,
     headers: RefCell<Vec<(String, Vec<u8>)>>,
     body: RefCell<Vec<u8>>,
+    body_reads: Cell<u32>,
     now: Cell<u64>,
     metrics: Rc<RefCell<BTreeMap<Metric, u64>>>,
     calls: RefCell<Vec<RecordedCall>>,
@@ -69,6 +72,11 @@ impl FakeHost {
         *self.body.borrow_mut() = body.to_vec();
     }
 
+    /// How many times the filter read the request body.
+    pub fn body_reads(&self) -> u32 {
+        self.body_reads.get()
+    }
+
     pub fn header(&self, name: &str) -> Option<Vec<u8>> {
         self.request_header(name)
     }
@@ -79,6 +87,15 @@ impl FakeHost {
 
     pub fn shared_value(&self, key: &str) -> Option<Vec<u8>> {
         self.shared.borrow().map.get(key).map(|(v, _)| v.clone())
+    }
+
+    /// Bytes of shared data read and written since the last reset.
+    pub fn shared_traffic(&self) -> (usize, usize) {
+        self.shared.borrow().traffic
+    }
+
+    pub fn reset_shared_traffic(&self) {
+        self.shared.borrow_mut().traffic = (0, 0);
     }
 
     pub fn shared_keys(&self) -> Vec<String> {
@@ -129,13 +146,19 @@ impl Host for FakeHost {
     }
 
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.body_reads.set(self.body_reads.get() + 1);
         let body = self.body.borrow();
         body.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        match self.shared.borrow().map.get(key) {
-            Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+        let mut store = self.shared.borrow_mut();
+        let found = store.map.get(key).map(|(v, cas)| (v.clone(), *cas));
+        match found {
+            Some((v, cas)) => {
+                store.traffic.0 += v.len();
+                (Some(v), Some(cas))
+            }
             None => (None, None),
         }
     }
@@ -152,6 +175,7 @@ impl Host for FakeHost {
             }
         }
         store.next_cas += 1;
+        store.traffic.1 += value.len();
         let next = store.next_cas;
         store.map.insert(key.to_string(), (value.to_vec(), next));
         Ok(())

@@ -104,6 +104,8 @@ metrics! {
     UnroutedNoPod => "prewarm.unrouted.no_pod", false;
     CasGiveUps => "prewarm.shared_data.cas_give_ups", false;
     TallyOverflow => "prewarm.tally.overflow", false;
+    HostErrors => "prewarm.host_errors", false;
+    Unconfigured => "prewarm.unconfigured", false;
     TableGeneration => "prewarm.table.generation", true;
     TableAgeMs => "prewarm.table.age_ms", true;
 }

@@ -14,10 +14,13 @@ pub mod request;
 pub mod root;
 pub mod routing;
 pub mod shared;
+pub mod shared_ring;
 pub mod signal_queue;
 pub mod tally;
 pub mod worker;
 
+#[cfg(target_arch = "wasm32")]
+mod abi;
 #[cfg(target_arch = "wasm32")]
 mod entry;
 #[cfg(target_arch = "wasm32")]

@@ -1,17 +1,19 @@
 //! One request through the filter: always strip a client-sent endpoint header; inspect only
 //! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
-//! never makes Envoy buffer past its limit, which would be a 413); pause until the whole body
-//! is buffered, reading only each new tail; then parse, fingerprint and sketch with core,
-//! observe, enqueue the signals, route, and continue. With `routing` off the headers are not
-//! held (only the body is buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it and let the
-//! request through untouched.
+//! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
+//! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
+//! nothing is sized from a client's header: a stalled request costs the VM no memory); then
+//! parse, fingerprint and sketch with core, observe, enqueue the signals, route, and continue.
+//! With `routing` off the headers are not held (only the body is buffered), so no Envoy
+//! setting beyond the defaults is needed. Anything unexpected: count it and let the request
+//! through untouched.
 
+use prewarm_core::wire::MAX_NAME_BYTES;
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::routing::choose_pod;
-use crate::signal_queue::enqueue;
 use crate::worker::Worker;
 
 /// What the filter tells the host to do with the request.
@@ -31,15 +33,18 @@ pub struct RequestFlow {
 #[derive(Debug)]
 struct Inspection {
     endpoint: Endpoint,
-    body: Vec<u8>,
+    /// Bytes Envoy has buffered so far (the body is read once, at its end).
+    buffered: usize,
     tenant: Option<String>,
     user: Option<String>,
 }
 
-fn header_text<H: Host + ?Sized>(host: &H, name: &str) -> Option<String> {
-    host.request_header(name)
+/// A name from a trusted header, when configured: empty or above core's name cap counts as
+/// absent (a name never travels longer than `wire::MAX_NAME_BYTES`).
+fn header_name<H: Host + ?Sized>(host: &H, name: Option<&str>) -> Option<String> {
+    host.request_header(name?)
         .map(|v| String::from_utf8_lossy(&v).into_owned())
-        .filter(|v| !v.is_empty())
+        .filter(|v| !v.is_empty() && v.len() <= MAX_NAME_BYTES)
 }
 
 impl RequestFlow {
@@ -78,9 +83,9 @@ impl RequestFlow {
         }
         self.inspecting = Some(Inspection {
             endpoint,
-            body: Vec::with_capacity(length),
-            tenant: header_text(host, &config.tenant_header),
-            user: header_text(host, &config.user_header),
+            buffered: 0,
+            tenant: header_name(host, config.tenant_header.as_deref()),
+            user: header_name(host, config.user_header.as_deref()),
         });
         // Routing must set a header, so the headers wait for the body (which needs Envoy's
         // allow_on_headers_stop_iteration). Without routing nothing is written to the headers:
@@ -104,18 +109,8 @@ impl RequestFlow {
         let Some(inspection) = self.inspecting.as_mut() else {
             return Verdict::Continue;
         };
-        let start = inspection.body.len();
-        if buffered > start {
-            match host.request_body(start, buffered.saturating_sub(start)) {
-                Some(tail) => inspection.body.extend_from_slice(&tail),
-                None => {
-                    self.inspecting = None;
-                    host.count(Metric::SkippedMalformed, 1);
-                    return Verdict::Continue;
-                }
-            }
-        }
-        if inspection.body.len() > worker.config.max_body_bytes {
+        inspection.buffered = buffered;
+        if buffered > worker.config.max_body_bytes {
             // content-length lied; stop before Envoy's own limit is reached
             self.inspecting = None;
             host.count(Metric::SkippedTooLarge, 1);
@@ -139,18 +134,25 @@ impl RequestFlow {
             return;
         };
         let config = &worker.config;
-        let request =
-            match parse_request(inspection.endpoint, &inspection.body, config.max_body_bytes) {
-                Ok(r) => r,
-                Err(_) => {
-                    host.count(Metric::SkippedMalformed, 1);
-                    return;
-                }
-            };
+        let Some(body) = host.request_body(0, inspection.buffered) else {
+            host.count(Metric::SkippedMalformed, 1);
+            return;
+        };
+        let request = match parse_request(inspection.endpoint, &body, config.max_body_bytes) {
+            Ok(r) => r,
+            Err(_) => {
+                host.count(Metric::SkippedMalformed, 1);
+                return;
+            }
+        };
         host.count(Metric::RequestsInspected, 1);
         let canonical = canonical_prompt(&request);
         let chain = BlockChain::of(&request.model, canonical.as_bytes(), &worker.fingerprint);
-        let user = inspection.user.as_deref().or(request.user.as_deref());
+        let body_user = request
+            .user
+            .as_deref()
+            .filter(|u| config.user_from_body && u.len() <= MAX_NAME_BYTES);
+        let user = inspection.user.as_deref().or(body_user);
         if user.is_none() {
             host.count(Metric::NoUser, 1);
         }
@@ -171,14 +173,7 @@ impl RequestFlow {
                 sketched,
             },
         );
-        enqueue(
-            host,
-            &worker.keys.signals(),
-            prefill.into_iter().collect(),
-            config.max_pending_signals,
-            config.max_pending_bytes,
-            config.cas_retries,
-        );
+        worker.queue.enqueue(host, prefill.into_iter().collect());
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
             return;

@@ -14,7 +14,6 @@ use crate::host::{Host, Level, Metric};
 use crate::observe::fold_tally;
 use crate::routing::TableStamp;
 use crate::shared::{read_u64, update};
-use crate::signal_queue::{enqueue, take};
 use crate::worker::Worker;
 
 /// A call in flight and what it was for.
@@ -48,14 +47,7 @@ impl RootTasks {
     pub fn fold_tally<H: Host + ?Sized>(&self, host: &H, worker: &Worker) {
         let config = &worker.config;
         let signals = fold_tally(host, config, &worker.keys, worker.tally.take());
-        enqueue(
-            host,
-            &worker.keys.signals(),
-            signals,
-            config.max_pending_signals,
-            config.max_pending_bytes,
-            config.cas_retries,
-        );
+        worker.queue.enqueue(host, signals);
     }
 
     fn in_flight(&self, pred: impl Fn(&Call) -> bool) -> bool {
@@ -109,12 +101,7 @@ impl RootTasks {
             return;
         }
         let config = &worker.config;
-        let pending = take(
-            host,
-            &worker.keys.signals(),
-            config.max_batch_signals,
-            config.cas_retries,
-        );
+        let pending = worker.queue.take(host);
         if pending.signals.is_empty() {
             return;
         }

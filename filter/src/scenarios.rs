@@ -50,10 +50,16 @@ fn send(
     verdicts
 }
 
+/// The signals pending in the shared ring (default 256 slots), without taking them.
 fn queued(host: &FakeHost) -> Vec<Signal> {
-    let bytes = host.shared_value("prewarm/signals").unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    serde_json::from_value(v["signals"].clone()).unwrap_or_default()
+    let counter = |name: &str| {
+        host.shared_value(&format!("prewarm/signals/{name}"))
+            .map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap()))
+    };
+    (counter("head")..counter("tail"))
+        .filter_map(|seq| host.shared_value(&format!("prewarm/signals/{}", seq % 256)))
+        .map(|v| serde_json::from_slice(&v[8..]).unwrap())
+        .collect()
 }
 
 #[test]
@@ -515,4 +521,103 @@ fn without_routing_the_headers_are_not_held_and_the_body_is_still_observed() {
     assert_eq!(host.metric(Metric::RequestsInspected), 1);
     assert_eq!(host.metric(Metric::UnroutedDisabled), 1);
     assert_eq!(host.header("x-gateway-destination-endpoint"), None);
+}
+
+#[test]
+fn the_body_is_read_once_at_its_end_however_it_arrives() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let body = chat_body("m", &template(), "q");
+    let len = body.len().to_string();
+    host.set_request(
+        &[
+            (":method", b"POST"),
+            (":path", b"/v1/chat/completions"),
+            ("content-length", len.as_bytes()),
+        ],
+        &body,
+    );
+    let mut flow = RequestFlow::default();
+    assert_eq!(flow.on_headers(&host, &worker, false), Verdict::Pause);
+    for cut in [1, 100, body.len() / 2, body.len() - 1] {
+        assert_eq!(flow.on_body(&host, &worker, cut, false), Verdict::Pause);
+    }
+    assert_eq!(host.body_reads(), 0, "nothing is read before the end");
+    assert_eq!(
+        flow.on_body(&host, &worker, body.len(), true),
+        Verdict::Continue
+    );
+    assert_eq!(host.body_reads(), 1);
+    assert_eq!(host.metric(Metric::RequestsInspected), 1);
+    // trailers end a body too: still one read
+    let mut flow = RequestFlow::default();
+    flow.on_headers(&host, &worker, false);
+    flow.on_body(&host, &worker, body.len(), false);
+    assert_eq!(flow.on_trailers(&host, &worker), Verdict::Continue);
+    assert_eq!(host.body_reads(), 2);
+    assert_eq!(host.metric(Metric::RequestsInspected), 2);
+}
+
+#[test]
+fn model_names_above_the_cap_are_skipped_and_not_tallied() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let long = "a".repeat(prewarm_core::wire::MAX_NAME_BYTES + 1);
+    let v = send(&host, &worker, "/v1/completions", &[], &chat_like(&long, 1));
+    assert_eq!(v.last(), Some(&Verdict::Continue));
+    assert_eq!(host.metric(Metric::SkippedMalformed), 1);
+    assert_eq!(host.metric(Metric::RequestsInspected), 0);
+    assert!(worker.tally.take().adapters.is_empty());
+    // a tenant header above the cap travels as no tenant
+    let long_tenant = long.as_bytes();
+    send(
+        &host,
+        &worker,
+        "/v1/completions",
+        &[("x-prewarm-tenant", long_tenant)],
+        &chat_like("lora", 1),
+    );
+    let tallied = worker.tally.take();
+    assert_eq!(tallied.adapters["lora"].tenant, None);
+}
+
+#[test]
+fn the_user_comes_only_from_the_configured_trusted_source() {
+    let t = template();
+    let body = |q: &str| {
+        serde_json::to_vec(
+            &serde_json::json!({"model":"m","user":"u","prompt": format!("{t} {q}")}),
+        )
+        .unwrap()
+    };
+    // header only: a body `user` is ignored, so no streak and no prefill
+    let host = FakeHost::new();
+    let worker = Worker::new(
+        FilterConfig::from_json(br#"{"base_models":["m"],"user_from_body":false}"#).unwrap(),
+    );
+    for q in ["q1", "q2", "q3"] {
+        send(&host, &worker, "/v1/completions", &[], &body(q));
+    }
+    assert!(queued(&host).is_empty());
+    assert_eq!(host.metric(Metric::NoUser), 3);
+    // a header set by the mesh's authentication (e.g. jwt_authn's claim_to_headers)
+    let host = FakeHost::new();
+    let worker = Worker::new(
+        FilterConfig::from_json(
+            br#"{"base_models":["m"],"user_from_body":false,"user_header":"x-jwt-sub","tenant_header":null}"#,
+        )
+        .unwrap(),
+    );
+    for q in ["q1", "q2", "q3"] {
+        send(
+            &host,
+            &worker,
+            "/v1/completions",
+            &[("x-jwt-sub", b"alice"), ("x-prewarm-user", b"mallory")],
+            &body(q),
+        );
+    }
+    let signals = queued(&host);
+    assert_eq!(signals.len(), 1);
+    assert!(matches!(&signals[0], Signal::Prefill(p) if p.tenant.is_none()));
 }

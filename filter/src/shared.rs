@@ -8,7 +8,7 @@
 //! | `user/<slot>` (`user_slots` of them) | user hash (8) + core `UserPattern` bytes |
 //! | `pattern/<slot>` (`pattern_slots`) | [`RateSlot`]: pattern hash, signalled flag, rate window |
 //! | `adapter/<slot>` (`adapter_slots`) | [`RateSlot`]: adapter hash, pinned flag, rate window |
-//! | `signals` | the pending-signal queue (JSON, bounded; see `signal_queue`) |
+//! | `signals/head`, `signals/tail`, `signals/<slot>` (`max_pending_signals` slots) | the pending-signal ring (see `shared_ring`, `signal_queue`) |
 //! | `routing/table` | the last routing table body the gateway sent (JSON) |
 //! | `routing/generation` | generation (8) + fetched-at ms (8) of that table |
 //! | `routing/poll` | ms at which a worker last claimed the table poll (8) |

@@ -1,121 +1,102 @@
-//! The pending-signal queue every worker appends to and a root tick drains: one shared-data
-//! value (JSON `{"dropped":N,"signals":[...]}`) updated with compare-and-swap. It is bounded in
-//! count and bytes: beyond either bound the oldest signals are dropped and counted, and the
-//! count travels in the next batch's `dropped`. Adopted-feedback signals for the same prefix
-//! are merged into one with a count, so a hot template costs one entry per tick, not one per
-//! request.
+//! The pending-signal queue every worker appends to and a root tick drains: a [`SharedRing`] of
+//! `max_pending_signals` slots, one encoded `Signal` (JSON) per slot. Appending a signal costs
+//! one 8-byte compare-and-swap and one write of that signal, whatever the queue holds; a signal
+//! longer than `max_signal_bytes` is dropped (counted) so that the queue's memory is bounded by
+//! `slots × max_signal_bytes`. Beyond `slots` pending, the oldest are overwritten; the taker
+//! counts them and the count travels in the next batch's `dropped`.
+//!
+//! A take is cut to fit a batch: at most `max_batch_signals` signals and at most
+//! `max_batch_bytes` for the whole encoded `SignalBatch` (core's envelope bound plus each
+//! signal and its comma), and `max_batch_bytes` is at most core's `MAX_SIGNAL_BATCH_BYTES`,
+//! the gateway's default body limit, so a batch is never refused for its size.
 
-use prewarm_core::wire::Signal;
-use serde::{Deserialize, Serialize};
+use prewarm_core::wire::{Signal, SignalBatch};
 
+use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
-use crate::shared::update;
+use crate::shared::Keys;
+use crate::shared_ring::SharedRing;
 
-/// What the queue holds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Signals taken for one batch.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PendingSignals {
     /// Signals dropped since the last batch was taken.
-    #[serde(default)]
     pub dropped: u64,
-    #[serde(default)]
     pub signals: Vec<Signal>,
 }
 
-impl PendingSignals {
-    fn read(bytes: &[u8]) -> Self {
-        serde_json::from_slice(bytes).unwrap_or_default()
-    }
-
-    fn push(&mut self, signal: Signal) {
-        if let Signal::Feedback(new) = &signal {
-            for queued in &mut self.signals {
-                if let Signal::Feedback(f) = queued {
-                    if f.model == new.model && f.prefix == new.prefix && f.outcome == new.outcome {
-                        f.count = f.count.saturating_add(new.count);
-                        return;
-                    }
-                }
-            }
-        }
-        self.signals.push(signal);
-    }
-
-    /// Drops the oldest signals beyond the bounds; returns how many.
-    fn bound(&mut self, max_signals: usize, max_bytes: usize) -> u64 {
-        let sizes: Vec<usize> = self
-            .signals
-            .iter()
-            .map(|s| serde_json::to_vec(s).map_or(0, |v| v.len().saturating_add(1)))
-            .collect();
-        let mut total: usize = sizes.iter().sum();
-        let mut cut = 0;
-        for size in &sizes {
-            if self.signals.len().saturating_sub(cut) <= max_signals && total <= max_bytes {
-                break;
-            }
-            total = total.saturating_sub(*size);
-            cut += 1;
-        }
-        self.signals.drain(..cut.min(self.signals.len()));
-        cut as u64
-    }
-}
-
-/// Appends signals to the queue; counts enqueued and dropped ones.
-pub fn enqueue<H: Host + ?Sized>(
-    host: &H,
-    key: &str,
-    signals: Vec<Signal>,
-    max_signals: usize,
-    max_bytes: usize,
+/// The queue of one configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalQueue {
+    ring: SharedRing,
+    max_signal_bytes: usize,
+    max_batch_signals: usize,
+    /// Bytes of signals (and commas) a batch may carry beside its envelope.
+    batch_budget: usize,
     retries: u32,
-) {
-    if signals.is_empty() {
-        return;
-    }
-    let n = signals.len() as u64;
-    let dropped = update(host, key, retries, |bytes| {
-        let mut queue = PendingSignals::read(bytes);
-        for s in signals.iter().cloned() {
-            queue.push(s);
-        }
-        let dropped = queue.bound(max_signals, max_bytes);
-        queue.dropped = queue.dropped.saturating_add(dropped);
-        (serde_json::to_vec(&queue).ok(), dropped)
-    });
-    match dropped {
-        Some(d) => {
-            host.count(Metric::SignalsEnqueued, n);
-            host.count(Metric::SignalsDropped, d);
-        }
-        None => host.count(Metric::SignalsDropped, n),
-    }
 }
 
-/// Takes up to `max` of the oldest signals (and the dropped count) off the queue.
-pub fn take<H: Host + ?Sized>(host: &H, key: &str, max: usize, retries: u32) -> PendingSignals {
-    update(host, key, retries, |bytes| {
-        let mut queue = PendingSignals::read(bytes);
-        if queue.signals.is_empty() && queue.dropped == 0 {
-            return (None, PendingSignals::default());
+impl SignalQueue {
+    pub fn new(config: &FilterConfig, keys: &Keys) -> Self {
+        Self {
+            ring: SharedRing::new(&keys.signals(), config.max_pending_signals),
+            max_signal_bytes: config.max_signal_bytes,
+            max_batch_signals: config.max_batch_signals,
+            batch_budget: config
+                .max_batch_bytes
+                .saturating_sub(SignalBatch::envelope_bytes(&config.source)),
+            retries: config.cas_retries,
         }
-        let n = max.min(queue.signals.len());
-        let taken = PendingSignals {
-            dropped: queue.dropped,
-            signals: queue.signals.drain(..n).collect(),
+    }
+
+    /// The shared-data keys the queue can use.
+    pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.ring.keys()
+    }
+
+    /// Appends signals; counts enqueued and dropped ones.
+    pub fn enqueue<H: Host + ?Sized>(&self, host: &H, signals: Vec<Signal>) {
+        for signal in signals {
+            let bytes = serde_json::to_vec(&signal).unwrap_or_default();
+            let fits = !bytes.is_empty() && bytes.len() <= self.max_signal_bytes;
+            if fits && self.ring.push(host, &bytes, self.retries) {
+                host.count(Metric::SignalsEnqueued, 1);
+            } else {
+                host.count(Metric::SignalsDropped, 1);
+            }
+        }
+    }
+
+    /// Takes the oldest signals that fit one batch, and the dropped count.
+    pub fn take<H: Host + ?Sized>(&self, host: &H) -> PendingSignals {
+        let taken = self
+            .ring
+            .take(host, self.max_batch_signals, self.batch_budget, |record| {
+                record.len().saturating_add(1)
+            });
+        let mut pending = PendingSignals {
+            dropped: taken.dropped,
+            signals: Vec::with_capacity(taken.records.len()),
         };
-        queue.dropped = 0;
-        (serde_json::to_vec(&queue).ok(), taken)
-    })
-    .unwrap_or_default()
+        for record in taken.records {
+            match serde_json::from_slice::<Signal>(&record) {
+                Ok(signal) => pending.signals.push(signal),
+                Err(_) => pending.dropped = pending.dropped.saturating_add(1),
+            }
+        }
+        if pending.dropped > 0 {
+            host.count(Metric::SignalsDropped, pending.dropped);
+        }
+        pending
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fake_host::FakeHost;
-    use prewarm_core::wire::{FeedbackOutcome, FeedbackSignal, PinSignal};
-    use prewarm_core::BlockHash;
+    use prewarm_core::wire::{PatternState, PinSignal, PrefillSignal, MAX_SIGNAL_BATCH_BYTES};
+    use prewarm_core::{BlockHash, Endpoint};
 
     fn pin(name: &str) -> Signal {
         Signal::Pin(PinSignal {
@@ -126,58 +107,90 @@ mod tests {
         })
     }
 
-    fn adopted(prefix: u64) -> Signal {
-        Signal::Feedback(FeedbackSignal {
+    fn prefill(text_bytes: usize) -> Signal {
+        Signal::Prefill(PrefillSignal {
             model: "m".into(),
-            prefix: BlockHash(prefix),
-            outcome: FeedbackOutcome::Adopted,
-            count: 1,
+            tenant: None,
+            endpoint: Endpoint::Completions,
+            prefix: vec![BlockHash(1); 512],
+            prefix_tokens: 512 * 64,
+            prefix_text: "x".repeat(text_bytes),
+            state: PatternState::New,
+            priority: 1,
         })
+    }
+
+    fn queue(config: FilterConfig) -> SignalQueue {
+        SignalQueue::new(&config, &Keys::new("p/"))
     }
 
     #[test]
     fn bounded_oldest_dropped_and_reported() {
         let h = FakeHost::new();
-        let signals = (0..5).map(|i| pin(&format!("a{i}"))).collect();
-        enqueue(&h, "q", signals, 3, 1 << 20, 4);
-        assert_eq!(h.metric(Metric::SignalsDropped), 2);
-        let taken = take(&h, "q", 2, 4);
+        let q = queue(FilterConfig {
+            max_pending_signals: 3,
+            max_batch_signals: 2,
+            ..FilterConfig::default()
+        });
+        q.enqueue(&h, (0..5).map(|i| pin(&format!("a{i}"))).collect());
+        let taken = q.take(&h);
         assert_eq!(taken.dropped, 2);
         assert_eq!(taken.signals, vec![pin("a2"), pin("a3")]);
-        let rest = take(&h, "q", 10, 4);
+        let rest = q.take(&h);
         assert_eq!((rest.dropped, rest.signals), (0, vec![pin("a4")]));
-        assert!(take(&h, "q", 10, 4).signals.is_empty());
+        assert!(q.take(&h).signals.is_empty());
+        assert_eq!(h.metric(Metric::SignalsDropped), 2);
     }
 
     #[test]
-    fn byte_bound_drops_oldest() {
+    fn a_signal_above_its_cap_is_dropped_at_enqueue() {
         let h = FakeHost::new();
-        enqueue(
-            &h,
-            "q",
-            (0..100).map(|i| pin(&format!("a{i}"))).collect(),
-            1000,
-            1024,
-            4,
-        );
-        let taken = take(&h, "q", 1000, 4);
-        assert!(taken.signals.len() < 100 && !taken.signals.is_empty());
-        assert_eq!(taken.dropped as usize + taken.signals.len(), 100);
-        assert_eq!(taken.signals.last(), Some(&pin("a99")));
+        let q = queue(FilterConfig::default());
+        q.enqueue(&h, vec![prefill(300 << 10), pin("a")]);
+        assert_eq!(h.metric(Metric::SignalsDropped), 1);
+        assert_eq!(q.take(&h).signals, vec![pin("a")]);
     }
 
+    /// A full queue of the largest signals drains in batches the gateway's default limit
+    /// accepts, every one of them within `max_batch_bytes`.
     #[test]
-    fn adopted_feedback_is_merged() {
+    fn batches_from_a_full_queue_fit_the_gateway_limit() {
         let h = FakeHost::new();
-        for _ in 0..3 {
-            enqueue(&h, "q", vec![adopted(7)], 10, 1 << 20, 4);
-        }
-        enqueue(&h, "q", vec![adopted(8)], 10, 1 << 20, 4);
-        let taken = take(&h, "q", 10, 4);
-        assert_eq!(taken.signals.len(), 2);
-        let Signal::Feedback(f) = &taken.signals[0] else {
-            panic!("feedback expected")
+        let config = FilterConfig {
+            max_batch_bytes: MAX_SIGNAL_BATCH_BYTES,
+            max_pending_signals: 40,
+            ..FilterConfig::default()
         };
-        assert_eq!(f.count, 3);
+        let q = queue(config.clone());
+        let big = prefill(config.max_signal_bytes - (20 << 10));
+        let n = config.max_pending_signals;
+        q.enqueue(&h, vec![big; n]);
+        let mut sent = 0;
+        for _ in 0..n {
+            let taken = q.take(&h);
+            if taken.signals.is_empty() {
+                break;
+            }
+            sent += taken.signals.len();
+            let body = SignalBatch::new(config.source.clone(), u64::MAX, taken.signals).encode();
+            assert!(body.len() <= config.max_batch_bytes, "{}", body.len());
+            assert!(SignalBatch::decode(&body).is_ok());
+        }
+        assert_eq!(sent, n, "every signal went out, none dropped");
+    }
+
+    /// Appending to a full queue costs the signal, not the queue (the old queue re-read and
+    /// re-wrote the whole JSON document, up to 4 MiB, per append).
+    #[test]
+    fn enqueue_on_a_full_queue_moves_only_the_signal() {
+        let h = FakeHost::new();
+        let q = queue(FilterConfig::default());
+        let signal = prefill(16 << 10);
+        let size = serde_json::to_vec(&signal).unwrap().len();
+        q.enqueue(&h, vec![signal.clone(); 300]);
+        h.reset_shared_traffic();
+        q.enqueue(&h, vec![signal]);
+        let (read, written) = h.shared_traffic();
+        assert!(read <= 8 && written <= size + 16, "{read} {written}");
     }
 }

@@ -1,13 +1,15 @@
-//! [`Host`] on Envoy: `proxy_wasm::hostcalls` only (they return `Result`; the SDK's trait
-//! helpers unwrap and would trap the VM), the `*_bytes` getters (a non-UTF-8 header value
-//! panics the `String` getter), and metric ids defined once per VM.
+//! [`Host`] on Envoy: the raw host functions of `abi` (every status returned as a value, so
+//! nothing the host says can trap the VM; a failure is counted in `prewarm.host_errors` and the
+//! request goes on untouched), byte values throughout (a non-UTF-8 header is just bytes), and
+//! metric ids defined once per VM. Calls out go through the SDK's `dispatch_http_call`, which
+//! registers them for their reply.
 
 use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status};
 
+use crate::abi;
 use crate::host::{CasMismatch, Host, Level, Metric};
 
 /// The host of one VM; cheap to clone into every context.
@@ -21,14 +23,7 @@ impl WasmHost {
     pub fn new() -> Self {
         let ids = Metric::ALL
             .iter()
-            .map(|m| {
-                let kind = if m.is_gauge() {
-                    MetricType::Gauge
-                } else {
-                    MetricType::Counter
-                };
-                hostcalls::define_metric(kind, m.name()).ok()
-            })
+            .map(|m| abi::define_metric(u32::from(m.is_gauge()), m.name()).ok())
             .collect();
         Self {
             metric_ids: Rc::new(ids),
@@ -38,37 +33,65 @@ impl WasmHost {
     fn id(&self, metric: Metric) -> Option<u32> {
         self.metric_ids.get(metric as usize).copied().flatten()
     }
+
+    fn failed<T>(&self, result: Result<T, abi::HostStatus>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.count(Metric::HostErrors, 1);
+                None
+            }
+        }
+    }
+
+    /// The plugin configuration: `Ok(None)` when there is none, `Err` when the host could not
+    /// give it (the VM must then not run with defaults, see `config::Configured`).
+    pub fn plugin_configuration(&self, size: usize) -> Result<Option<Vec<u8>>, ()> {
+        match abi::buffer(abi::PLUGIN_CONFIGURATION, 0, size) {
+            Ok(bytes) => Ok(bytes),
+            Err(_) => Err(()),
+        }
+    }
+
+    /// Sets the root context's tick; false when the host refused.
+    pub fn set_tick_period(&self, period: Duration) -> bool {
+        let ms = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
+        abi::set_tick_period_ms(ms).is_ok()
+    }
 }
 
 impl Host for WasmHost {
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
-        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
-            .ok()
+        self.failed(abi::header(abi::REQUEST_HEADERS, name))
             .flatten()
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) {
-        let _ = hostcalls::set_map_value_bytes(MapType::HttpRequestHeaders, name, Some(value));
+        self.failed(abi::replace_header(abi::REQUEST_HEADERS, name, value));
     }
 
     fn remove_request_header(&self, name: &str) {
-        let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+        self.failed(abi::remove_header(abi::REQUEST_HEADERS, name));
     }
 
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
-        hostcalls::get_buffer(BufferType::HttpRequestBody, start, len)
-            .ok()
+        self.failed(abi::buffer(abi::REQUEST_BODY, start, len))
             .flatten()
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        hostcalls::get_shared_data(key).unwrap_or((None, None))
+        self.failed(abi::shared_get(key)).unwrap_or((None, None))
     }
 
     fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
-        match hostcalls::set_shared_data(key, Some(value), cas) {
+        match abi::shared_set(key, value, cas) {
             Ok(()) => Ok(()),
-            Err(Status::CasMismatch) | Err(_) => Err(CasMismatch),
+            // a lost race is expected; anything else is the host's failure
+            Err(abi::HostStatus(8)) => Err(CasMismatch),
+            Err(e) => {
+                self.failed::<()>(Err(e));
+                Err(CasMismatch)
+            }
         }
     }
 
@@ -83,43 +106,39 @@ impl Host for WasmHost {
     }
 
     fn call_response_status(&self) -> Option<u16> {
-        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
-            .ok()
+        let status = self
+            .failed(abi::header(abi::CALL_RESPONSE_HEADERS, ":status"))
             .flatten()?;
         std::str::from_utf8(&status).ok()?.parse().ok()
     }
 
     fn call_response_body(&self, len: usize) -> Option<Vec<u8>> {
-        hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, len)
-            .ok()
+        self.failed(abi::buffer(abi::CALL_RESPONSE_BODY, 0, len))
             .flatten()
     }
 
     fn count(&self, metric: Metric, by: u64) {
         if let Some(id) = self.id(metric) {
-            let _ = hostcalls::increment_metric(id, i64::try_from(by).unwrap_or(i64::MAX));
+            let _ = abi::increment_metric(id, i64::try_from(by).unwrap_or(i64::MAX));
         }
     }
 
     fn gauge(&self, metric: Metric, value: u64) {
         if let Some(id) = self.id(metric) {
-            let _ = hostcalls::record_metric(id, value);
+            let _ = abi::record_metric(id, value);
         }
     }
 
     fn now_ms(&self) -> u64 {
-        hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        abi::now_ns().map_or(0, |ns| ns / 1_000_000)
     }
 
     fn log(&self, level: Level, message: &str) {
         let level = match level {
-            Level::Debug => LogLevel::Debug,
-            Level::Info => LogLevel::Info,
-            Level::Warn => LogLevel::Warn,
+            Level::Debug => 1,
+            Level::Info => 2,
+            Level::Warn => 3,
         };
-        let _ = hostcalls::log(level, message);
+        let _ = abi::log(level, message);
     }
 }

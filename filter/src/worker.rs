@@ -1,11 +1,13 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
-//! configuration, its shared-data keys, its copy of the routing table, and its tally.
+//! configuration, its shared-data keys, its signal queue, its copy of the routing table, and its
+//! tally.
 
 use prewarm_core::FingerprintConfig;
 
 use crate::config::FilterConfig;
 use crate::routing::TableCache;
 use crate::shared::Keys;
+use crate::signal_queue::SignalQueue;
 use crate::tally::Tally;
 
 #[derive(Debug)]
@@ -13,15 +15,18 @@ pub struct Worker {
     pub config: FilterConfig,
     pub fingerprint: FingerprintConfig,
     pub keys: Keys,
+    pub queue: SignalQueue,
     pub table: TableCache,
     pub tally: Tally,
 }
 
 impl Worker {
     pub fn new(config: FilterConfig) -> Self {
+        let keys = Keys::new(&config.shared_prefix);
         Self {
             fingerprint: config.fingerprint(),
-            keys: Keys::new(&config.shared_prefix),
+            queue: SignalQueue::new(&config, &keys),
+            keys,
             table: TableCache::default(),
             tally: Tally::default(),
             config,

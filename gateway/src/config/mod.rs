@@ -54,7 +54,8 @@ pub struct ServerConfig {
     pub signal_token: String,
     /// Largest accepted request body on admin endpoints, bytes (default 65,536).
     pub max_body_bytes: usize,
-    /// Largest accepted `POST /v1/signals` body, bytes (default 4,194,304).
+    /// Largest accepted `POST /v1/signals` body, bytes (default 4,194,304: core's
+    /// `MAX_SIGNAL_BATCH_BYTES`, the most a filter's batch can be).
     pub max_signal_body_bytes: usize,
     /// Grace period for draining at shutdown, seconds (default 10).
     pub drain_seconds: u64,
@@ -67,7 +68,7 @@ impl Default for ServerConfig {
             admin_token: String::new(),
             signal_token: String::new(),
             max_body_bytes: 64 * 1024,
-            max_signal_body_bytes: 4 * 1024 * 1024,
+            max_signal_body_bytes: prewarm_core::wire::MAX_SIGNAL_BATCH_BYTES,
             drain_seconds: 10,
         }
     }

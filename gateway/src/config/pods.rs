@@ -1,6 +1,7 @@
 //! `[pods]`: where pods come from (a static list, DNS re-resolution of a headless service, the
 //! admin API) and how the gateway talks to them (timeouts, retries, concurrency).
 
+use prewarm_core::address::{is_pod_address, ADDRESS_RULE};
 use serde::{Deserialize, Serialize};
 
 /// Which HTTP dialect a pod speaks.
@@ -82,11 +83,8 @@ impl PodSpec {
                 self.id
             ));
         }
-        if !valid_host_port(&self.address) {
-            p.push(format!(
-                "{at}.address: {:?}: must be host:port",
-                self.address
-            ));
+        if !is_pod_address(&self.address) {
+            p.push(format!("{at}.address: {:?}: {ADDRESS_RULE}", self.address));
         }
         if !(self.weight > 0.0 && self.weight.is_finite()) {
             p.push(format!("{at}.weight: {}: must be > 0", self.weight));
@@ -115,19 +113,6 @@ impl PodSpec {
             }
         }
         p
-    }
-}
-
-/// `host:port` with a non-empty host and a port number.
-pub fn valid_host_port(s: &str) -> bool {
-    match s.rsplit_once(':') {
-        Some((host, port)) => {
-            !host.is_empty()
-                && !host.contains('/')
-                && !host.chars().any(|c| c.is_whitespace())
-                && port.parse::<u16>().is_ok()
-        }
-        None => false,
     }
 }
 
@@ -221,13 +206,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_port_rules() {
-        assert!(valid_host_port("127.0.0.1:8000"));
-        assert!(valid_host_port("pod-a.svc:80"));
-        assert!(!valid_host_port("http://x:80"));
-        assert!(!valid_host_port("x"));
-        assert!(!valid_host_port("x:99999"));
-        assert!(!valid_host_port(":80"));
+    fn addresses_follow_the_core_rule() {
+        for ok in ["127.0.0.1:8000", "pod-a.svc:80", "[::1]:8000"] {
+            assert!(PodSpec::new("p", ok).problems("p").is_empty(), "{ok}");
+        }
+        // hostile addresses a routing table would carry into the endpoint header
+        for bad in [
+            "http://x:80",
+            "x",
+            "x:99999",
+            ":80",
+            "a:1,b:2",
+            "u@h:80",
+            "h\u{7}:80",
+            "x:0",
+            "",
+        ] {
+            let problems = PodSpec::new("p", bad).problems("pods.static[0]");
+            assert_eq!(problems.len(), 1, "{bad:?}: {problems:?}");
+            assert!(
+                problems[0].starts_with("pods.static[0].address: "),
+                "{problems:?}"
+            );
+        }
     }
 
     #[test]
