@@ -195,7 +195,7 @@ def served_adapters(pod_url: str) -> set[str]:
 def pin_signal(gw, adapter: str, priority: int = 50) -> None:
     batch = {"version": "1.0", "source": "test", "signals": [
         {"kind": "pin", "adapter": adapter, "rate_per_minute": 30.0, "priority": priority}]}
-    r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+    r = gw.signals(batch)
     assert r.status_code == 202 and r.json()["pins"] == 1, r.text
 
 
@@ -406,7 +406,7 @@ def test_signalled_hot_prefix_is_prefilled_where_it_is_routed(tmp_path):
         batch = {"version": "1.0", "source": "envoy-test", "signals": [
             {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": blocks,
              "prefix_tokens": 384, "prefix_text": text, "state": "new", "priority": 40}]}
-        r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+        r = gw.signals(batch)
         assert r.status_code == 202 and r.json()["prefills"] == 1, r.text
         wait_until(lambda: metric(gw, 'prewarm_prefills_total{pod="p",outcome="ok"}') >= 1,
                    timeout=20, what="keep-warm prefill of the signalled prefix")

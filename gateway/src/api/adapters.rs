@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::error::ApiError;
-use super::input::{json_body, require_admin};
+use super::input::json_body;
 use super::AppState;
 use crate::policy::LoraDecision;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
@@ -97,12 +97,7 @@ fn check_consistent_before(gateway: &Gateway, name: &str) -> Result<(), ApiError
     }
 }
 
-pub async fn register(
-    State(gateway): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
+pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let request: RegisterAdapter = json_body(&body)?;
     let max_files = gateway.config.registry.max_manifest_files;
     let r = request.clone();
@@ -148,11 +143,9 @@ struct RollbackRequest {
 
 pub async fn rollback(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let request: RollbackRequest = json_body(&body)?;
     if gateway.state().registry.get(&name).is_none() {
         return Err(ApiError::NotFound(format!(
@@ -228,10 +221,8 @@ async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<
 
 pub async fn pin(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     gateway.state().registry.set_pinned(&name, true)?;
     let outcomes = pin_where_placed(&gateway, &name).await;
     Ok(Json(json!({"adapter": name, "pinned": true, "outcomes": outcomes})).into_response())
@@ -239,10 +230,8 @@ pub async fn pin(
 
 pub async fn unpin(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let mut state = gateway.state();
     state.registry.set_pinned(&name, false)?;
     for pod in state.pods.values_mut() {
@@ -253,10 +242,8 @@ pub async fn unpin(
 
 pub async fn remove(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let decisions = {
         let mut state = gateway.state();
         if state.registry.remove(&name).is_none() {

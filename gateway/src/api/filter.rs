@@ -8,7 +8,6 @@ use axum::Json;
 use prewarm_core::wire::{SignalBatch, WireError};
 
 use super::error::ApiError;
-use super::input::require_signal_token;
 use super::AppState;
 
 /// Signals a batch may carry at most.
@@ -16,10 +15,8 @@ pub const MAX_SIGNALS_PER_BATCH: usize = 10_000;
 
 pub async fn post_signals(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_signal_token(&headers, &gateway.config.server.signal_token)?;
     let batch = SignalBatch::decode(&body).map_err(|e| match e {
         WireError::IncompatibleVersion { .. } => ApiError::BadRequest(e.to_string()),
         WireError::Malformed(m) => ApiError::BadRequest(m),
@@ -38,7 +35,6 @@ pub async fn get_routing(
     State(gateway): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require_signal_token(&headers, &gateway.config.server.signal_token)?;
     let table = gateway.published_table();
     let etag = table.etag();
     let unchanged = headers

@@ -37,6 +37,7 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
     for (field, token) in [
         ("server.admin_token", &s.admin_token),
         ("server.signal_token", &s.signal_token),
+        ("server.read_token", &s.read_token),
     ] {
         if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
             p.push(format!(
