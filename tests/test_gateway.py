@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from harness import bin_path, wait_until
-from harness.gateway import start_gateway, write_config
+from harness.gateway import fingerprint, start_gateway, write_config
 from harness.podsim import make_adapter, start_podsim
 
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
@@ -402,11 +402,24 @@ def test_signalled_hot_prefix_is_prefilled_where_it_is_routed(tmp_path):
     try:
         wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
         text = template_text(42)[:1536]  # 6 full blocks of 64 tokens
-        blocks = [f"{0x1000 + i:016x}" for i in range(6)]
-        batch = {"version": "1.0", "source": "envoy-test", "signals": [
-            {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": blocks,
-             "prefix_tokens": 384, "prefix_text": text, "state": "new", "priority": 40}]}
-        r = gw.signals(batch)
+        blocks = fingerprint(BASE, text)
+        assert len(blocks) == 6
+
+        def batch(prefix: list[str], prefix_text: str) -> dict:
+            return {"version": "1.0", "source": "envoy-test", "signals": [
+                {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": prefix,
+                 "prefix_tokens": 384, "prefix_text": prefix_text, "state": "new", "priority": 40}]}
+
+        # Hashes that are not the text's (forged, or another text's) are refused: nobody can
+        # file text under a prefix key it does not fingerprint to.
+        forged = [f"{0x1000 + i:016x}" for i in range(6)]
+        other = template_text(43)[:1536]
+        for prefix, prefix_text in ((forged, text), (blocks, other)):
+            r = gw.signals(batch(prefix, prefix_text))
+            assert r.status_code == 202 and r.json()["rejected"] == 1, r.text
+            assert r.json()["reasons"][0].startswith("prefix: does not match the text"), r.text
+        assert gw.get("/admin/prompts").json()["total"] == 0
+        r = gw.signals(batch(blocks, text))
         assert r.status_code == 202 and r.json()["prefills"] == 1, r.text
         wait_until(lambda: metric(gw, 'prewarm_prefills_total{pod="p",outcome="ok"}') >= 1,
                    timeout=20, what="keep-warm prefill of the signalled prefix")

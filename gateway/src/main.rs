@@ -1,4 +1,5 @@
-//! `prewarm-gateway`: `serve`, `check-config` and `plan`. See `docs/gateway-config.md`.
+//! `prewarm-gateway`: `serve`, `check-config`, `plan`, `status` and `fingerprint`. See
+//! `docs/gateway-config.md`.
 //!
 //! Exit codes: 0 success; 64 invalid configuration (every problem printed); 1 runtime failure;
 //! 2 bad command-line usage.
@@ -48,6 +49,41 @@ enum Command {
     },
     /// Print a running gateway's pods, warm-up progress, adapters per pod and top prefixes.
     Status(prewarm_gateway::status::StatusArgs),
+    /// Print (JSON) core's block hashes of the canonical text on stdin for `--model`: what a
+    /// filter signals for it, what `/v1/signals` checks a prefix against.
+    Fingerprint {
+        #[arg(long)]
+        model: String,
+        /// Tokens per block (`fingerprint.block_tokens`).
+        #[arg(long, default_value_t = 64)]
+        block_tokens: usize,
+    },
+}
+
+fn fingerprint(model: &str, block_tokens: usize) -> ExitCode {
+    use std::io::Read;
+    let config = prewarm_core::FingerprintConfig {
+        block_tokens,
+        ..prewarm_core::FingerprintConfig::default()
+    };
+    if let Some(problem) = config.validate().first() {
+        eprintln!("prewarm-gateway fingerprint: --{problem}");
+        return ExitCode::from(2);
+    }
+    let mut text = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut text) {
+        eprintln!("prewarm-gateway fingerprint: stdin: {e}");
+        return ExitCode::FAILURE;
+    }
+    let chain = prewarm_core::BlockChain::of(model, &text, &config);
+    let key = chain
+        .prefix_fingerprint()
+        .map(|last| prewarm_gateway::policy::PrefixKey::new(model, last).to_string());
+    println!(
+        "{}",
+        serde_json::json!({"blocks": chain.blocks, "key": key, "prompt_tokens": chain.prompt_tokens})
+    );
+    ExitCode::SUCCESS
 }
 
 fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
@@ -135,6 +171,10 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Fingerprint {
+            model,
+            block_tokens,
+        } => fingerprint(&model, block_tokens),
         Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
             rt.block_on(prewarm_gateway::status::run(args))
         }),

@@ -10,6 +10,8 @@
   `Gateway.get(path)` reads with the read token (the signal token for the filters' routes,
   `/v1/routing`), as a dashboard or a filter would; `Gateway.signals(batch)` posts a signal batch
   with the signal token, as a filter does.
+- `fingerprint(model, text)` is core's block chain of `text` (hex hashes), from the gateway
+  binary's `fingerprint` command: what a filter would signal for it.
 - `to_toml(dict)` renders the small TOML subset the gateway's configuration uses.
 
 The caller stops the process (`gw.proc.stop()`: SIGTERM, SIGKILL after a grace period).
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -86,6 +89,14 @@ class Gateway:
         headers = kwargs.pop("headers", {})
         headers.setdefault("Authorization", f"Bearer {SIGNAL_TOKEN}")
         return requests.post(f"{self.url}/v1/signals", json=batch, headers=headers, timeout=30, **kwargs)
+
+
+def fingerprint(model: str, text: str, block_tokens: int = 64) -> list[str]:
+    """Core's block hashes of `text` for `model` (`prewarm-gateway fingerprint`)."""
+    out = subprocess.run([bin_path("prewarm-gateway"), "fingerprint", "--model", model,
+                          "--block-tokens", str(block_tokens)],
+                         input=text.encode(), capture_output=True, timeout=30, check=True).stdout
+    return json.loads(out)["blocks"]
 
 
 def write_config(tmp_path: Path, config: Union[dict, str], name: str) -> Path:

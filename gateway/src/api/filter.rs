@@ -1,4 +1,5 @@
-//! The filters' endpoints: `POST /v1/signals` and `GET /v1/routing` (with ETag/304).
+//! The filters' endpoints: `POST /v1/signals` (screened first: names within limits, prefix
+//! hashes recomputed from the text) and `GET /v1/routing` (with ETag/304).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -9,6 +10,8 @@ use prewarm_core::wire::{SignalBatch, WireError};
 
 use super::error::ApiError;
 use super::AppState;
+use crate::policy::hotness::screen::screen;
+use crate::telemetry::Telemetry;
 
 /// Signals a batch may carry at most.
 pub const MAX_SIGNALS_PER_BATCH: usize = 10_000;
@@ -27,7 +30,20 @@ pub async fn post_signals(
             batch.signals.len()
         )));
     }
-    let accepted = gateway.ingest_signals(batch);
+    let (batch, refused) = screen(batch, &gateway.config.fingerprint.core());
+    let mut accepted = gateway.ingest_signals(batch);
+    if !refused.is_empty() {
+        Telemetry::add(
+            &gateway.telemetry.signals,
+            &[("kind", "rejected")],
+            refused.len() as u64,
+        );
+        accepted.rejected += refused.len();
+        let room = 8usize.saturating_sub(accepted.reasons.len());
+        accepted
+            .reasons
+            .extend(refused.iter().take(room).map(|e| e.to_string()));
+    }
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
 

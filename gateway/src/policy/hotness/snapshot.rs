@@ -80,7 +80,19 @@ impl PromptPool {
                 return Err(PoolError::BadTags(r.tags.len(), self.config.max_tags));
             }
             Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
+            // Records come hottest first: a colder dynamic one that does not fit is dropped.
+            Origin::Dynamic
+                if self
+                    .bytes
+                    .saturating_add(super::entry_bytes(r.text.len(), r.blocks.len()))
+                    > self.config.max_pool_bytes =>
+            {
+                return Ok(())
+            }
             _ => {}
+        }
+        if r.origin == Origin::Static {
+            self.make_room(super::entry_bytes(r.text.len(), r.blocks.len()), false)?;
         }
         let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
         let hotness = if r.hotness.is_finite() {
@@ -89,7 +101,7 @@ impl PromptPool {
             0.0
         };
         let score = hotness * self.factor;
-        self.entries.insert(
+        self.insert_entry(
             key,
             Entry {
                 text: r.text.into_boxed_str(),

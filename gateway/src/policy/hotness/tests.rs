@@ -196,6 +196,97 @@ fn the_coldest_dynamic_entry_is_evicted_and_templates_never() {
 }
 
 #[test]
+fn the_byte_bound_evicts_the_coldest_and_counts_what_is_held() {
+    // Room for four 2-block entries (512 text bytes each), not five.
+    let one = entry_bytes(512, 2);
+    let config = HotnessConfig {
+        max_pool_bytes: 4 * one + one / 2,
+        ..HotnessConfig::default()
+    };
+    let mut pool = PromptPool::new(config, 0);
+    for (id, prio) in [(1, 30), (2, 10), (3, 20), (4, 40)] {
+        pool.apply_prefill(prefill("m", &text(id, 2), prio), 0)
+            .unwrap();
+    }
+    assert_eq!((pool.len(), pool.bytes()), (4, 4 * one));
+    pool.apply_prefill(prefill("m", &text(5, 2), 50), 0)
+        .unwrap();
+    assert_eq!(
+        pool.hotness(&key_of("m", &text(2, 2))),
+        None,
+        "the coldest went"
+    );
+    assert_eq!(
+        (pool.len(), pool.bytes(), pool.stats().evicted),
+        (4, 4 * one, 1)
+    );
+    // A bigger entry makes room by evicting as many cold entries as it needs.
+    pool.apply_prefill(prefill("m", &text(6, 4), 0), 0).unwrap();
+    assert_eq!(pool.bytes(), 2 * one + entry_bytes(1024, 4));
+    assert!(pool.bytes() <= pool.config().max_pool_bytes);
+    // A template larger than the whole bound is refused, the pool unchanged.
+    let before = pool.len();
+    let huge = Template {
+        model: "m".into(),
+        text: text(7, 20),
+        tenant: None,
+        endpoint: Endpoint::Completions,
+        tags: vec![],
+    };
+    assert!(matches!(
+        pool.add_template(huge, &fp(), 0),
+        Err(PoolError::PoolFull(_))
+    ));
+    assert_eq!(pool.bytes(), 0, "it evicted every dynamic entry trying");
+    assert!(before > 0);
+}
+
+#[test]
+fn names_are_bounded() {
+    let mut pool = PromptPool::new(HotnessConfig::default(), 0);
+    let long = "n".repeat(MAX_NAME_BYTES + 1);
+    let e = pool
+        .apply_prefill(prefill(&long, &text(1, 1), 0), 0)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("model: 257 bytes"), "{e}");
+    let mut tenant = prefill("m", &text(1, 1), 0);
+    tenant.tenant = Some(long.clone());
+    let e = pool.apply_prefill(tenant, 0).unwrap_err();
+    assert!(e.to_string().starts_with("tenant: "), "{e}");
+    assert!(pool.is_empty());
+}
+
+#[test]
+fn one_batch_counts_at_most_max_feedback_count_per_prefix() {
+    let config = HotnessConfig {
+        max_feedback_count: 10,
+        ..HotnessConfig::default()
+    };
+    let mut pool = PromptPool::new(config, 0);
+    let t = text(1, 2);
+    pool.apply_prefill(prefill("m", &t, 0), 0).unwrap();
+    let huge = feedback("m", &t, FeedbackOutcome::Adopted, u32::MAX);
+    let batch = SignalBatch::new(
+        "envoy-1",
+        0,
+        vec![
+            Signal::Feedback(huge.clone()),
+            Signal::Feedback(huge.clone()),
+            Signal::Feedback(feedback("m", &t, FeedbackOutcome::Succeeded, 3)),
+        ],
+    );
+    let r = pool.ingest(batch, 0);
+    assert_eq!((r.feedback, r.feedback_capped), (1, 2));
+    let v = pool.get(&key_of("m", &t)).unwrap();
+    assert_eq!((v.adoptions, v.successes), (10, 0));
+    assert!(close(v.hotness, 1.0 + 10.0 * 0.3), "{}", v.hotness);
+    // The next batch has its own allowance.
+    let r = pool.ingest(SignalBatch::new("e", 0, vec![Signal::Feedback(huge)]), 0);
+    assert_eq!(r.feedback, 1);
+    assert_eq!(pool.get(&key_of("m", &t)).unwrap().adoptions, 20);
+}
+
+#[test]
 fn templates_match_filter_fingerprints_and_keep_their_floor() {
     let mut pool = PromptPool::new(HotnessConfig::default(), 0);
     let t = text(7, 3);
