@@ -28,9 +28,10 @@ pub mod screen;
 mod snapshot;
 
 pub use config::{HotnessConfig, MAX_TAG_BYTES};
-pub use snapshot::PromptRecord;
+pub use snapshot::{PromptRecord, SharedRecord};
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use prewarm_core::fingerprint::{
     blocks_to_tokens, routing_key, BlockChain, BlockHash, FingerprintConfig,
@@ -202,8 +203,9 @@ fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    text: Box<str>,
-    blocks: Box<[BlockHash]>,
+    /// Shared (not copied) with a snapshot being written outside the lock.
+    text: Arc<str>,
+    blocks: Arc<[BlockHash]>,
     /// hotness × growth^(epoch − base_epoch).
     score: f64,
     last_signal_ms: u64,
@@ -502,8 +504,8 @@ impl PromptPool {
         self.insert_entry(
             key,
             Entry {
-                text: signal.prefix_text.into_boxed_str(),
-                blocks: signal.prefix.into_boxed_slice(),
+                text: Arc::from(signal.prefix_text),
+                blocks: Arc::from(signal.prefix),
                 score,
                 last_signal_ms: self.last_now_ms,
                 model,
@@ -628,8 +630,8 @@ impl PromptPool {
                 self.insert_entry(
                     key,
                     Entry {
-                        text: template.text.into_boxed_str(),
-                        blocks: chain.blocks.into_boxed_slice(),
+                        text: Arc::from(template.text),
+                        blocks: Arc::from(chain.blocks),
                         score: floor,
                         last_signal_ms: self.last_now_ms,
                         model,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{now_ms, Gateway};
 use crate::policy::RoutingTableBuilder;
 use crate::state::snapshot_file::{self, Generation};
-use crate::state::Snapshot;
+use crate::state::{Snapshot, SnapshotToWrite};
 use crate::telemetry::Telemetry;
 
 /// What a restore found.
@@ -92,12 +92,30 @@ impl Gateway {
         restored
     }
 
+    /// The state to write: the lock is held for reference counts of the pool's entries and a
+    /// copy of the (small) adapter registry; serialising happens after it is released.
+    fn snapshot_to_write(&self) -> SnapshotToWrite {
+        let state = self.state();
+        SnapshotToWrite {
+            written_at_ms: now_ms(),
+            prompts: state.pool.export_shared(),
+            registry: state.registry.clone(),
+            table_generation: state.routing.table().generation,
+        }
+    }
+
     /// Writes a snapshot now (blocking file I/O: call from `spawn_blocking` on the runtime).
+    /// Writes are serialised ([`snapshot_file::write_with`]): concurrent callers each write in
+    /// turn, every one a complete generation.
     pub fn write_snapshot(&self) -> std::io::Result<Written> {
-        let snapshot = self.snapshot();
-        let prompts = snapshot.prompts.len();
-        let adapters = snapshot.registry.len();
-        match snapshot_file::write(&self.config.state.dir, &snapshot) {
+        let (mut prompts, mut adapters) = (0, 0);
+        let outcome = snapshot_file::write_with(&self.config.state.dir, || {
+            let snapshot = self.snapshot_to_write();
+            prompts = snapshot.prompts.len();
+            adapters = snapshot.registry.len();
+            snapshot
+        });
+        match outcome {
             Ok(bytes) => {
                 Telemetry::count(&self.telemetry.snapshots_written, &[("outcome", "ok")]);
                 tracing::info!(bytes, prompts, adapters, "snapshot written");

@@ -577,6 +577,8 @@ fn export_and_restore_round_trip() {
     pool.tick(3 * MIN);
     let records = pool.export();
     let json = serde_json::to_string(&records).unwrap();
+    // What a snapshot writes (sharing texts with the pool) is the same JSON.
+    assert_eq!(serde_json::to_string(&pool.export_shared()).unwrap(), json);
     let back: Vec<PromptRecord> = serde_json::from_str(&json).unwrap();
     let mut restored = PromptPool::new(HotnessConfig::default(), 10 * MIN);
     assert!(restored.restore(back, 10 * MIN).is_empty());
