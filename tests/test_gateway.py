@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from harness import bin_path, wait_until
+from harness.fake_servers import MisbehavingPod, RecordingServer
 from harness.gateway import fingerprint, start_gateway, write_config
 from harness.podsim import make_adapter, start_podsim
 
@@ -508,3 +510,78 @@ def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
         gw.proc.stop()
         pa.stop()
         pb.stop()
+
+
+# Misbehaving clients and pods (issue 17, item 13).
+
+def test_slowloris_and_idle_connections_are_closed(tmp_path):
+    """A client that never finishes its request headers, and a kept-alive connection left idle,
+    are closed after `server.header_read_timeout_ms`, not held forever."""
+    gw = start_gateway(tmp_path, {"server": {"header_read_timeout_ms": 300}})
+    host, port = gw.url.removeprefix("http://").rsplit(":", 1)
+    try:
+        slow = socket.create_connection((host, int(port)), timeout=20)
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Slow: 1")  # never the blank line
+        idle = socket.create_connection((host, int(port)), timeout=20)
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        first = idle.recv(4096)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        for conn in (slow, idle):
+            # Whatever the server says on the way out (a 408 at most), then end of stream; a
+            # socket timeout here means the connection was held.
+            data = b""
+            while chunk := conn.recv(4096):
+                data += chunk
+            assert b"200 OK" not in data, data
+            conn.close()
+        assert gw.get("/healthz").status_code == 200
+    finally:
+        gw.proc.stop()
+
+
+def test_a_hung_pod_does_not_hold_up_the_other_pods_health(tmp_path):
+    """With a pod that accepts and never answers (and a request timeout of 30 s), another pod
+    going down still leaves the routing table within a few health rounds."""
+    hung = MisbehavingPod("hang", name="hung").start()
+    b, b_url = start_podsim(tmp_path, name="pod-b")
+    config = gateway_config([pod_spec("hung", f"http://{hung.address}"), pod_spec("b", b_url)])
+    config["pods"].update({"request_timeout_ms": 30000, "retries": 0})
+    gw = start_gateway(tmp_path, config)
+    try:
+        wait_until(lambda: routed_ids(gw) == ["b"], timeout=30, what="pod b routable")
+        b.stop()
+        wait_until(lambda: routed_ids(gw) == [], timeout=15, interval=0.1,
+                   what="pod b leaving the table while the hung pod hangs")
+        assert hung.hits >= 1
+    finally:
+        gw.proc.stop()
+        hung.stop()
+
+
+def test_redirects_from_a_pod_are_not_followed(tmp_path):
+    canary = RecordingServer("canary").start()
+    pod = MisbehavingPod("redirect", name="redirecting", redirect_to=f"http://{canary.address}/stolen").start()
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("r", f"http://{pod.address}")]))
+    try:
+        wait_until(lambda: pod.hits >= 5, timeout=20, what="several health rounds")
+        assert gw.get("/admin/pods/r").json()["health"] != "up"
+        assert canary.received() == [], [r.path for r in canary.received()]
+    finally:
+        gw.proc.stop()
+        pod.stop()
+        canary.stop()
+
+
+def test_a_huge_metrics_reply_is_cut_off(tmp_path):
+    """A pod streaming an endless `/metrics` is read up to the gateway's reply limit (4 MiB), not
+    to the end: the pod gets to send little more than the limit before the gateway hangs up."""
+    pod = MisbehavingPod("huge_metrics", name="huge").start()
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("h", f"http://{pod.address}")]))
+    try:
+        wait_until(lambda: len(pod.metrics_sent) >= 3, timeout=60, what="three /metrics reads")
+        done = pod.metrics_sent[:-1]  # the last may still be under way
+        assert done and all(sent < 32 << 20 for sent in done), done
+        assert gw.get("/healthz").status_code == 200
+    finally:
+        gw.proc.stop()
+        pod.stop()

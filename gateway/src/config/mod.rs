@@ -64,6 +64,11 @@ pub struct ServerConfig {
     pub max_signal_body_bytes: usize,
     /// Grace period for draining at shutdown, seconds (default 10).
     pub drain_seconds: u64,
+    /// A request's headers must arrive within this many ms, and a kept-alive connection idle
+    /// this long is closed (default 10,000: a filter polls every second (`tick_period_ms`) and
+    /// sends its headers at once; 10 s also covers a human typing into `curl`-like tools slowly
+    /// enough, while a slowloris client holds a connection 10 s, not forever).
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +81,7 @@ impl Default for ServerConfig {
             max_body_bytes: 64 * 1024,
             max_signal_body_bytes: 4 * 1024 * 1024,
             drain_seconds: 10,
+            header_read_timeout_ms: 10_000,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The background loops, each stopping on the shutdown signal:
-//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod; a pod
-//!   that comes up has its `/v1/models` reconciled, then starts a warm-up; every 5th round
+//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod, each
+//!   pod's within a deadline of one interval (at least 2 s, at most `pods.request_timeout_ms`): a pod that
+//!   does not answer in time counts as failed, so a hung pod never stretches the others' rounds;
+//!   a pod that comes up has its `/v1/models` reconciled, then starts a warm-up; every 5th round
 //!   `/v1/models` reconciles the LoRA model of every pod;
 //!   the routing table is rebuilt (a warm-up deadline may have passed);
 //! - keep-warm: the KV and LoRA policies' re-touches for up pods, within their budgets;
@@ -52,21 +54,50 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     tasks
 }
 
+/// The shortest per-pod health deadline, ms: vLLM answers `/health` from its API server without
+/// waiting for the engine, so 2 s is generous under load, and short intervals (tests use 100 ms)
+/// do not turn a busy pod's slow answer into a failure.
+const HEALTH_DEADLINE_FLOOR_MS: u64 = 2_000;
+
+/// How long one pod's health probe (and each of its `/metrics` and `/v1/models` reads) may take
+/// in a round: one interval, at least [`HEALTH_DEADLINE_FLOOR_MS`], at most the request timeout.
+fn health_deadline(gateway: &Gateway) -> Duration {
+    let pods = &gateway.config.pods;
+    Duration::from_millis(
+        pods.health_interval_ms
+            .max(HEALTH_DEADLINE_FLOOR_MS)
+            .min(pods.request_timeout_ms),
+    )
+}
+
 async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
     let Some((engine, _)) = gateway.pod_handle(&id) else {
         return;
     };
-    let ok = engine.health().await.is_ok();
-    let load = if ok { engine.load().await.ok() } else { None };
+    let deadline = health_deadline(&gateway);
+    let ok = matches!(
+        tokio::time::timeout(deadline, engine.health()).await,
+        Ok(Ok(()))
+    );
+    let load = if ok {
+        tokio::time::timeout(deadline, engine.load())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    } else {
+        None
+    };
     if let Some(epoch) = gateway.record_health(&id, ok, load) {
         // What the pod already serves (adapters configured with `--lora-modules`) decides which
         // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
-        reconcile_models(&gateway, &id, engine.as_ref()).await;
+        let _ =
+            tokio::time::timeout(deadline, reconcile_models(&gateway, &id, engine.as_ref())).await;
         start_warmup(&gateway, &id, epoch);
         return;
     }
     if ok && reconcile {
-        reconcile_models(&gateway, &id, engine.as_ref()).await;
+        let _ =
+            tokio::time::timeout(deadline, reconcile_models(&gateway, &id, engine.as_ref())).await;
     }
 }
 
