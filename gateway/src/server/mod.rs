@@ -69,6 +69,27 @@ pub async fn serve(
             return 1;
         }
     };
+    for (field, token, refused) in [
+        (
+            "server.signal_token",
+            &config.server.signal_token,
+            "filters' signals and table polls",
+        ),
+        (
+            "server.read_token",
+            &config.server.read_token,
+            "admin reads without the admin token",
+        ),
+        (
+            "server.admin_token",
+            &config.server.admin_token,
+            "admin calls",
+        ),
+    ] {
+        if token.is_empty() {
+            tracing::warn!("{field} is empty: {refused} are refused with 401");
+        }
+    }
     let drain = Duration::from_secs(config.server.drain_seconds);
     let gateway = Gateway::new(config);
     let restored = gateway.restore();
