@@ -236,6 +236,8 @@ pub struct PromptPool {
     stats: PoolStats,
     /// What the entries held count against `max_pool_bytes` ([`entry_bytes`]).
     bytes: usize,
+    /// The part of `bytes` that is templates (never evicted).
+    template_bytes: usize,
 }
 
 impl PromptPool {
@@ -256,6 +258,7 @@ impl PromptPool {
             last_now_ms: now_ms,
             stats: PoolStats::default(),
             bytes: 0,
+            template_bytes: 0,
         }
     }
 
@@ -287,8 +290,12 @@ impl PromptPool {
     }
 
     /// Evicts the coldest dynamic entries until an entry of `cost` bytes fits within
-    /// `max_pool_bytes` (and, for a `dynamic` one, below `max_entries`).
+    /// `max_pool_bytes` (and, for a `dynamic` one, below `max_entries`). An entry that could
+    /// not fit beside the templates alone is refused before anything is evicted.
     fn make_room(&mut self, cost: usize, dynamic: bool) -> Result<(), PoolError> {
+        if self.template_bytes.saturating_add(cost) > self.config.max_pool_bytes {
+            return Err(PoolError::PoolFull(cost));
+        }
         loop {
             let over_bytes = self.bytes.saturating_add(cost) > self.config.max_pool_bytes;
             let over_count = dynamic && self.dynamic_len() >= self.config.max_entries.max(1);
@@ -303,15 +310,28 @@ impl PromptPool {
         }
     }
 
+    /// Counts (`added`) or uncounts an entry's bytes.
+    fn account(&mut self, e: &Entry, added: bool) {
+        let n = entry_bytes(e.text.len(), e.blocks.len());
+        let templates = e.origin == Origin::Static;
+        if added {
+            self.bytes = self.bytes.saturating_add(n);
+            if templates {
+                self.template_bytes = self.template_bytes.saturating_add(n);
+            }
+        } else {
+            self.bytes = self.bytes.saturating_sub(n);
+            if templates {
+                self.template_bytes = self.template_bytes.saturating_sub(n);
+            }
+        }
+    }
+
     /// Inserts a new entry (the caller made room) and counts its bytes.
     fn insert_entry(&mut self, key: PrefixKey, entry: Entry) {
-        self.bytes = self
-            .bytes
-            .saturating_add(entry_bytes(entry.text.len(), entry.blocks.len()));
+        self.account(&entry, true);
         if let Some(old) = self.entries.insert(key, entry) {
-            self.bytes = self
-                .bytes
-                .saturating_sub(entry_bytes(old.text.len(), old.blocks.len()));
+            self.account(&old, false);
         }
     }
 
@@ -402,9 +422,7 @@ impl PromptPool {
 
     fn remove_entry(&mut self, key: &PrefixKey) -> Option<Entry> {
         let e = self.entries.remove(key)?;
-        self.bytes = self
-            .bytes
-            .saturating_sub(entry_bytes(e.text.len(), e.blocks.len()));
+        self.account(&e, false);
         match e.origin {
             Origin::Dynamic => {
                 self.order.remove(&(e.score.to_bits(), *key));
@@ -621,6 +639,8 @@ impl PromptPool {
                     e.origin = Origin::Static;
                     e.score = e.score.max(floor);
                     self.templates += 1;
+                    let n = entry_bytes(e.text.len(), e.blocks.len());
+                    self.template_bytes = self.template_bytes.saturating_add(n);
                 }
             }
             None => {

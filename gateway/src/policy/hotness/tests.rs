@@ -233,12 +233,39 @@ fn the_byte_bound_evicts_the_coldest_and_counts_what_is_held() {
         endpoint: Endpoint::Completions,
         tags: vec![],
     };
+    let bytes = pool.bytes();
     assert!(matches!(
         pool.add_template(huge, &fp(), 0),
         Err(PoolError::PoolFull(_))
     ));
-    assert_eq!(pool.bytes(), 0, "it evicted every dynamic entry trying");
-    assert!(before > 0);
+    assert_eq!(
+        (pool.len(), pool.bytes()),
+        (before, bytes),
+        "nothing evicted for it"
+    );
+    // Templates fill the pool (two of 1,248 bytes; a third would pass the bound).
+    let mut i = 100;
+    loop {
+        let t = Template {
+            model: "m".into(),
+            text: text(i, 4),
+            tenant: None,
+            endpoint: Endpoint::Completions,
+            tags: vec![],
+        };
+        i += 1;
+        if pool.add_template(t, &fp(), 0).is_err() {
+            break;
+        }
+    }
+    assert_eq!(pool.templates(), 2);
+    // A dynamic entry that cannot fit beside the templates is refused; one that can gets in.
+    assert!(matches!(
+        pool.apply_prefill(prefill("m", &text(8, 4), 0), 0),
+        Err(PoolError::PoolFull(_))
+    ));
+    pool.apply_prefill(prefill("m", &text(9, 2), 0), 0).unwrap();
+    assert!(pool.bytes() <= pool.config().max_pool_bytes);
 }
 
 #[test]
