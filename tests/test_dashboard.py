@@ -28,7 +28,7 @@ import pytest
 import requests
 
 from harness import REPO, ManagedProcess, wait_until
-from harness.gateway import Gateway, start_gateway
+from harness.gateway import READ_TOKEN, Gateway, start_gateway
 from harness.podsim import make_adapter, start_podsim
 
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
@@ -58,7 +58,7 @@ def feedback(gw: Gateway, model: str, key: str, count: int) -> None:
     batch = {"version": "1.0", "source": "test", "signals": [
         {"kind": "feedback", "model": model, "prefix": key.split("-")[1], "outcome": "succeeded",
          "count": count}]}
-    r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+    r = gw.signals(batch)
     assert r.status_code == 202 and r.json()["feedback"] == 1, r.text
 
 
@@ -300,6 +300,21 @@ def decisions(gw: Gateway) -> dict:
     return {f"{p} {d}": float(n) for p, d, n in DECISION.findall(gw.get("/metrics").text)}
 
 
+SIGN_IN = """(() => {
+  const form = document.getElementById('signin');
+  if (!form || form.hidden) return false;
+  document.getElementById('token').value = %s;
+  form.requestSubmit();
+  return true;
+})()"""
+
+
+def sign_in(page: Page, token: str) -> None:
+    """Types `token` into the page's sign-in form once the page asks for it, and submits."""
+    wait_until(lambda: page.evaluate(SIGN_IN % json.dumps(token)), timeout=30, interval=0.1,
+               what="the dashboard's sign-in form")
+
+
 def dom_view(page: Page) -> dict:
     return json.loads(page.evaluate(DOM_VIEW))
 
@@ -329,6 +344,13 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
     f = fleet(tmp_path)
     try:
         page = browser.open(f"{f.gw.url}/?refresh=500")
+        # Before signing in the page shows no data; a wrong token is refused and asked again.
+        sign_in(page, "wrong-token")
+        wait_until(lambda: "refused" in (d := dom_view(page))["summary"] and d, timeout=15, interval=0.1,
+                   what="the wrong token refused")
+        assert dom_view(page)["pods"] == [] and dom_view(page)["refreshes"] == 0
+        sign_in(page, READ_TOKEN)
+        assert "token" not in page.evaluate("location.href")
         dom = wait_until(lambda: matches(page, f.gw), timeout=30, interval=0.2,
                          what="the dashboard showing the admin API's state")
         # The known state, as shown: a warm and routed, sql-lora resident (pinned) on a, the six

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
 
 from harness import bin_path, wait_until
-from harness.gateway import start_gateway, write_config
+from harness.fake_servers import MisbehavingPod, RecordingServer
+from harness.gateway import fingerprint, start_gateway, write_config
 from harness.podsim import make_adapter, start_podsim
 
 BASE = "meta-llama/Llama-3.1-8B-Instruct"
@@ -195,7 +198,7 @@ def served_adapters(pod_url: str) -> set[str]:
 def pin_signal(gw, adapter: str, priority: int = 50) -> None:
     batch = {"version": "1.0", "source": "test", "signals": [
         {"kind": "pin", "adapter": adapter, "rate_per_minute": 30.0, "priority": priority}]}
-    r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+    r = gw.signals(batch)
     assert r.status_code == 202 and r.json()["pins"] == 1, r.text
 
 
@@ -312,6 +315,43 @@ def test_restart_keeps_templates_registry_and_pins(tmp_path):
         gw.proc.stop()
 
 
+def test_parallel_snapshots_then_sigkill_leave_a_loadable_state(tmp_path):
+    """16 `POST /admin/snapshot` at once (beside the periodic writer) all succeed, each a whole
+    generation; a SIGKILL in the middle of another burst leaves a state a restart loads as it
+    was, nothing set aside as corrupt."""
+    state = tmp_path / "state"
+    config = {"pods": {"base_model": BASE}, "state": {"dir": str(state), "snapshot_interval_seconds": 1}}
+    gw = start_gateway(tmp_path, config, name="gw-1")
+    keys = {gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(i) * 20}).json()["key"]
+            for i in range(40)}
+    assert len(keys) == 40
+
+    def burst() -> list[int]:
+        def one(_) -> int:
+            try:
+                return gw.admin("POST", "/admin/snapshot").status_code
+            except requests.RequestException:
+                return 0  # the connection died with the process
+        with ThreadPoolExecutor(16) as pool:
+            return list(pool.map(one, range(16)))
+
+    assert burst() == [200] * 16
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(burst)
+        wait_until(lambda: (state / "snapshot.json.tmp").exists() or pending.done(), timeout=20, interval=0.001,
+                   what="a snapshot write under way")
+        gw.proc.kill()
+        pending.result(timeout=60)
+    assert not (state / "snapshot.json.bad").exists()
+    gw = start_gateway(tmp_path, config, name="gw-2")
+    try:
+        assert gw.get("/readyz").status_code == 200
+        assert state_of(gw)[0] == keys
+        assert metric(gw, 'prewarm_snapshot_fallbacks_total{reason="none_usable"}') == 0
+    finally:
+        gw.proc.stop()
+
+
 def test_plan_command_prints_the_plan_without_touching_pods(tmp_path):
     state = tmp_path / "state"
     config = {"pods": {"base_model": BASE, "static": [{"id": "a", "address": "127.0.0.1:9"},
@@ -402,11 +442,24 @@ def test_signalled_hot_prefix_is_prefilled_where_it_is_routed(tmp_path):
     try:
         wait_until(lambda: routed_ids(gw) == ["p"], timeout=20, what="pod routable")
         text = template_text(42)[:1536]  # 6 full blocks of 64 tokens
-        blocks = [f"{0x1000 + i:016x}" for i in range(6)]
-        batch = {"version": "1.0", "source": "envoy-test", "signals": [
-            {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": blocks,
-             "prefix_tokens": 384, "prefix_text": text, "state": "new", "priority": 40}]}
-        r = requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10)
+        blocks = fingerprint(BASE, text)
+        assert len(blocks) == 6
+
+        def batch(prefix: list[str], prefix_text: str) -> dict:
+            return {"version": "1.0", "source": "envoy-test", "signals": [
+                {"kind": "prefill", "model": BASE, "endpoint": "completions", "prefix": prefix,
+                 "prefix_tokens": 384, "prefix_text": prefix_text, "state": "new", "priority": 40}]}
+
+        # Hashes that are not the text's (forged, or another text's) are refused: nobody can
+        # file text under a prefix key it does not fingerprint to.
+        forged = [f"{0x1000 + i:016x}" for i in range(6)]
+        other = template_text(43)[:1536]
+        for prefix, prefix_text in ((forged, text), (blocks, other)):
+            r = gw.signals(batch(prefix, prefix_text))
+            assert r.status_code == 202 and r.json()["rejected"] == 1, r.text
+            assert r.json()["reasons"][0].startswith("prefix: does not match the text"), r.text
+        assert gw.get("/admin/prompts").json()["total"] == 0
+        r = gw.signals(batch(blocks, text))
         assert r.status_code == 202 and r.json()["prefills"] == 1, r.text
         wait_until(lambda: metric(gw, 'prewarm_prefills_total{pod="p",outcome="ok"}') >= 1,
                    timeout=20, what="keep-warm prefill of the signalled prefix")
@@ -457,3 +510,78 @@ def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
         gw.proc.stop()
         pa.stop()
         pb.stop()
+
+
+# Misbehaving clients and pods (issue 17, item 13).
+
+def test_slowloris_and_idle_connections_are_closed(tmp_path):
+    """A client that never finishes its request headers, and a kept-alive connection left idle,
+    are closed after `server.header_read_timeout_ms`, not held forever."""
+    gw = start_gateway(tmp_path, {"server": {"header_read_timeout_ms": 300}})
+    host, port = gw.url.removeprefix("http://").rsplit(":", 1)
+    try:
+        slow = socket.create_connection((host, int(port)), timeout=20)
+        slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Slow: 1")  # never the blank line
+        idle = socket.create_connection((host, int(port)), timeout=20)
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+        first = idle.recv(4096)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        for conn in (slow, idle):
+            # Whatever the server says on the way out (a 408 at most), then end of stream; a
+            # socket timeout here means the connection was held.
+            data = b""
+            while chunk := conn.recv(4096):
+                data += chunk
+            assert b"200 OK" not in data, data
+            conn.close()
+        assert gw.get("/healthz").status_code == 200
+    finally:
+        gw.proc.stop()
+
+
+def test_a_hung_pod_does_not_hold_up_the_other_pods_health(tmp_path):
+    """With a pod that accepts and never answers (and a request timeout of 30 s), another pod
+    going down still leaves the routing table within a few health rounds."""
+    hung = MisbehavingPod("hang", name="hung").start()
+    b, b_url = start_podsim(tmp_path, name="pod-b")
+    config = gateway_config([pod_spec("hung", f"http://{hung.address}"), pod_spec("b", b_url)])
+    config["pods"].update({"request_timeout_ms": 30000, "retries": 0})
+    gw = start_gateway(tmp_path, config)
+    try:
+        wait_until(lambda: routed_ids(gw) == ["b"], timeout=30, what="pod b routable")
+        b.stop()
+        wait_until(lambda: routed_ids(gw) == [], timeout=15, interval=0.1,
+                   what="pod b leaving the table while the hung pod hangs")
+        assert hung.hits >= 1
+    finally:
+        gw.proc.stop()
+        hung.stop()
+
+
+def test_redirects_from_a_pod_are_not_followed(tmp_path):
+    canary = RecordingServer("canary").start()
+    pod = MisbehavingPod("redirect", name="redirecting", redirect_to=f"http://{canary.address}/stolen").start()
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("r", f"http://{pod.address}")]))
+    try:
+        wait_until(lambda: pod.hits >= 5, timeout=20, what="several health rounds")
+        assert gw.get("/admin/pods/r").json()["health"] != "up"
+        assert canary.received() == [], [r.path for r in canary.received()]
+    finally:
+        gw.proc.stop()
+        pod.stop()
+        canary.stop()
+
+
+def test_a_huge_metrics_reply_is_cut_off(tmp_path):
+    """A pod streaming an endless `/metrics` is read up to the gateway's reply limit (4 MiB), not
+    to the end: the pod gets to send little more than the limit before the gateway hangs up."""
+    pod = MisbehavingPod("huge_metrics", name="huge").start()
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("h", f"http://{pod.address}")]))
+    try:
+        wait_until(lambda: len(pod.metrics_sent) >= 3, timeout=60, what="three /metrics reads")
+        done = pod.metrics_sent[:-1]  # the last may still be under way
+        assert done and all(sent < 32 << 20 for sent in done), done
+        assert gw.get("/healthz").status_code == 200
+    finally:
+        gw.proc.stop()
+        pod.stop()

@@ -14,7 +14,7 @@ import requests
 
 from harness import REPO, wait_until
 from harness.envoy import EnvoyFleet
-from harness.gateway import start_gateway
+from harness.gateway import SIGNAL_TOKEN, start_gateway
 from harness.podsim import make_adapter, start_podsim
 
 DASHBOARD = REPO / "envoy" / "k8s" / "grafana-dashboard.json"
@@ -97,7 +97,7 @@ def drive_gateway(tmp_path, pod_url: str):
     key = gw.get("/admin/prompts").json()["prompts"][0]["key"]
     batch = {"version": "1.0", "source": "test", "signals": [
         {"kind": "feedback", "model": BASE, "prefix": key.split("-")[1], "outcome": "succeeded"}]}
-    assert requests.post(f"{gw.url}/v1/signals", json=batch, timeout=10).status_code == 202
+    assert gw.signals(batch).status_code == 202
     assert gw.admin("DELETE", "/admin/adapters/sql-lora").status_code == 200
     assert gw.admin("POST", "/admin/snapshot").status_code == 200
     return gw
@@ -114,7 +114,8 @@ def test_dashboard_queries_only_exported_metrics(tmp_path):
     gw = drive_gateway(tmp_path, pod_url)
     fleet = EnvoyFleet(tmp_path)
     try:
-        envoy = fleet.start(pods=[pod_url.removeprefix("http://")], gateway=gw.url.removeprefix("http://"))
+        envoy = fleet.start(pods=[pod_url.removeprefix("http://")], gateway=gw.url.removeprefix("http://"),
+                            filter_config={"gateway_token": SIGNAL_TOKEN})
         status, _, _ = envoy.post("/v1/completions", {"model": BASE, "prompt": "hello " * 100, "max_tokens": 1})
         assert status == 200
         filter_names = {n for n in exported(envoy.admin_get("/stats/prometheus")) if n.startswith("prewarm_")}

@@ -33,7 +33,7 @@ import yaml
 from harness import REPO, bin_path, envoy_path, filter_wasm_path, wait_until
 from harness.envoy import EnvoyFleet, _endpoint
 from harness.fake_servers import FakeGateway, FakeUpstream
-from harness.gateway import start_gateway
+from harness.gateway import SIGNAL_TOKEN, start_gateway
 from harness.podsim import start_podsim
 
 VALIDATOR = REPO / "tools" / "validate-manifests.py"
@@ -533,6 +533,7 @@ def runnable(config: dict, pods: list[str], gateway: str) -> dict:
             wasm_config(entry)["vm_config"]["code"]["local"]["filename"] = str(filter_wasm_path())
             plugin = plugin_json(wasm_config(entry))
             plugin["tick_period_ms"] = 100
+            plugin["gateway_token"] = SIGNAL_TOKEN  # the harness gateway's
             wasm_config(entry)["configuration"]["value"] = json.dumps(plugin)
     gateway_cluster = plugin_json(wasm_config(patch_filter()))["gateway_cluster"]
     for cl in c["static_resources"]["clusters"]:

@@ -3,16 +3,23 @@ with real podsim pods): its tables must say what the admin API says, before and 
 """
 from __future__ import annotations
 
+import os
 import subprocess
+from typing import Optional
 
 from harness import bin_path, wait_until
+from harness.gateway import READ_TOKEN, start_gateway
 from harness.podsim import start_podsim
 from test_dashboard import api_state, fleet, pod_spec
 
 
-def status(url: str, *flags: str) -> subprocess.CompletedProcess:
+def status(url: str, *flags: str, token: Optional[str] = READ_TOKEN) -> subprocess.CompletedProcess:
+    """Runs `status`, the read token in `PREWARM_READ_TOKEN` (none when `token` is None)."""
+    env = {k: v for k, v in os.environ.items() if k != "PREWARM_READ_TOKEN"}
+    if token is not None:
+        env["PREWARM_READ_TOKEN"] = token
     return subprocess.run([bin_path("prewarm-gateway"), "status", "--url", url, *flags],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
 def sections(text: str) -> dict:
@@ -118,3 +125,15 @@ def test_status_names_the_url_when_the_gateway_is_unreachable(tmp_path):
     assert r.returncode == 1 and "http://127.0.0.1:9/admin/pods" in r.stderr, r.stderr
     bad = status("http://127.0.0.1:9", "--top", "0")
     assert bad.returncode == 2 and "--top" in bad.stderr
+
+
+def test_status_needs_the_read_token(tmp_path):
+    gw = start_gateway(tmp_path, {}, name="gateway")
+    try:
+        for token in (None, "wrong"):
+            r = status(gw.url, token=token)
+            assert r.returncode == 1 and "401" in r.stderr and "read token" in r.stderr, r.stderr
+        ok = status(gw.url, "--token", READ_TOKEN, token=None)
+        assert ok.returncode == 0 and "pods" in ok.stdout.lower(), ok.stderr
+    finally:
+        gw.proc.stop()

@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from harness import bin_path  # noqa: E402
 from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
+from harness.gateway import READ_TOKEN  # noqa: E402
 
 TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 SERVEGEN = REPO.parent / "shared" / "traces" / "servegen-m-small"
@@ -208,7 +209,7 @@ def live(args, stack: Stack, workdir: Path) -> None:
 
 def print_urls(stack: Stack) -> None:
     print(f"\nThe prewarm stack is up (KEEP=1). Ctrl-C stops it.\n"
-          f"  dashboard      {stack.gateway.url}/\n"
+          f"  dashboard      {stack.gateway.url}/  (sign in with the read token: {READ_TOKEN})\n"
           f"  admin API      {stack.gateway.url}/admin/pods  (bearer token for mutations: {stack.gateway.token})\n"
           f"  routing table  {stack.gateway.url}/v1/routing\n"
           f"  Envoy          {stack.envoy.url}/v1/completions  (admin {stack.envoy.admin_url})\n", flush=True)

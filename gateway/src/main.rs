@@ -1,4 +1,5 @@
-//! `prewarm-gateway`: `serve`, `check-config` and `plan`. See `docs/gateway-config.md`.
+//! `prewarm-gateway`: `serve`, `check-config`, `plan`, `status` and `fingerprint`. See
+//! `docs/gateway-config.md`.
 //!
 //! Exit codes: 0 success; 64 invalid configuration (every problem printed); 1 runtime failure;
 //! 2 bad command-line usage.
@@ -49,6 +50,60 @@ enum Command {
     },
     /// Print a running gateway's pods, warm-up progress, adapters per pod and top prefixes.
     Status(prewarm_gateway::status::StatusArgs),
+    /// Print (JSON) core's block hashes of the canonical text on stdin for `--model`: what a
+    /// filter signals for it, what `/v1/signals` checks a prefix against.
+    Fingerprint {
+        #[arg(long)]
+        model: String,
+        /// Tokens per block (`fingerprint.block_tokens`).
+        #[arg(long, default_value_t = 64)]
+        block_tokens: usize,
+        /// Read one JSON string (a text) per line and print one JSON object per line.
+        #[arg(long)]
+        jsonl: bool,
+    },
+}
+
+fn fingerprint(model: &str, block_tokens: usize, jsonl: bool) -> ExitCode {
+    use std::io::{BufRead, Read};
+    let config = prewarm_core::FingerprintConfig {
+        block_tokens,
+        ..prewarm_core::FingerprintConfig::default()
+    };
+    if let Some(problem) = config.validate().first() {
+        eprintln!("prewarm-gateway fingerprint: --{problem}");
+        return ExitCode::from(2);
+    }
+    let chain_json = |text: &[u8]| {
+        let chain = prewarm_core::BlockChain::of(model, text, &config);
+        let key = chain
+            .prefix_fingerprint()
+            .map(|last| prewarm_gateway::policy::PrefixKey::new(model, last).to_string());
+        serde_json::json!({"blocks": chain.blocks, "key": key, "prompt_tokens": chain.prompt_tokens})
+    };
+    if jsonl {
+        for (i, line) in std::io::stdin().lock().lines().enumerate() {
+            let text: String = match line
+                .map_err(|e| e.to_string())
+                .and_then(|l| serde_json::from_str(&l).map_err(|e| e.to_string()))
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("prewarm-gateway fingerprint: line {}: {e}", i + 1);
+                    return ExitCode::from(2);
+                }
+            };
+            println!("{}", chain_json(text.as_bytes()));
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mut text = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut text) {
+        eprintln!("prewarm-gateway fingerprint: stdin: {e}");
+        return ExitCode::FAILURE;
+    }
+    println!("{}", chain_json(&text));
+    ExitCode::SUCCESS
 }
 
 fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
@@ -139,6 +194,11 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Fingerprint {
+            model,
+            block_tokens,
+            jsonl,
+        } => fingerprint(&model, block_tokens, jsonl),
         Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
             rt.block_on(prewarm_gateway::status::run(args))
         }),

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const TOKEN: &str = "admin-secret";
+const READ: &str = "read-secret";
+const SIGNAL: &str = "signal-secret";
 
 struct Fixture {
     app: Router,
@@ -26,6 +28,8 @@ fn fixture_with(edit: impl FnOnce(&mut GatewayConfig)) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mut config = GatewayConfig::default();
     config.server.admin_token = TOKEN.into();
+    config.server.read_token = READ.into();
+    config.server.signal_token = SIGNAL.into();
     config.server.max_body_bytes = 4096;
     config.state.dir = dir.path().join("state");
     config.pods.static_pods = vec![PodSpec::new("pod-a", "127.0.0.1:9")];
@@ -82,7 +86,7 @@ async fn admin(app: &Router, method: Method, uri: &str, body: Value) -> (StatusC
 }
 
 async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
-    let (s, v, _) = call(app, Method::GET, uri, None, None).await;
+    let (s, v, _) = call(app, Method::GET, uri, Some(READ), None).await;
     (s, v)
 }
 
@@ -131,19 +135,21 @@ async fn readyz_is_503_before_the_snapshot_is_loaded() {
 #[tokio::test]
 async fn routing_answers_304_for_the_current_generation() {
     let f = fixture();
-    let (s, table, headers) = call(&f.app, Method::GET, "/v1/routing", None, None).await;
+    let (s, table, headers) = call(&f.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
     assert_eq!(s, StatusCode::OK);
     let generation = table["generation"].as_u64().unwrap();
     let etag = format!("\"{generation}\"");
     assert_eq!(headers[header::ETAG].to_str().unwrap(), etag);
     assert_eq!(table["block_tokens"], 64);
     let req = Request::get("/v1/routing")
+        .header(header::AUTHORIZATION, format!("Bearer {SIGNAL}"))
         .header(header::IF_NONE_MATCH, &etag)
         .body(Body::empty())
         .unwrap();
     let resp = f.app.clone().oneshot(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_MODIFIED);
     let req = Request::get("/v1/routing")
+        .header(header::AUTHORIZATION, format!("Bearer {SIGNAL}"))
         .header(header::IF_NONE_MATCH, "\"999\"")
         .body(Body::empty())
         .unwrap();
@@ -167,7 +173,7 @@ async fn signals_are_ingested_and_bad_batches_refused() {
         &f.app,
         Method::POST,
         "/v1/signals",
-        None,
+        Some(SIGNAL),
         Some(batch.to_string().into_bytes()),
     )
     .await;
@@ -183,7 +189,7 @@ async fn signals_are_ingested_and_bad_batches_refused() {
         &f.app,
         Method::POST,
         "/v1/signals",
-        None,
+        Some(SIGNAL),
         Some(br#"{"version":"2.0","signals":[]}"#.to_vec()),
     )
     .await;
@@ -193,7 +199,7 @@ async fn signals_are_ingested_and_bad_batches_refused() {
         &f.app,
         Method::POST,
         "/v1/signals",
-        None,
+        Some(SIGNAL),
         Some(b"{not json".to_vec()),
     )
     .await;
@@ -292,6 +298,82 @@ async fn every_mutating_admin_endpoint_requires_the_token() {
             .len(),
         1
     );
+}
+
+/// Every admin read needs the read (or admin) token; the read token writes nothing; probes,
+/// `/metrics` and the dashboard's assets stay open.
+#[tokio::test]
+async fn admin_reads_require_the_read_token() {
+    let f = fixture();
+    let reads = [
+        "/admin/pods",
+        "/admin/pods/pod-a",
+        "/admin/pods/pod-a/warmup",
+        "/admin/pods/pod-a/plan",
+        "/admin/adapters",
+        "/admin/adapters/heatmap",
+        "/admin/adapters/a",
+        "/admin/prompts?k=1000",
+    ];
+    for uri in reads {
+        for token in [None, Some("wrong"), Some(SIGNAL)] {
+            let (s, _, h) = call(&f.app, Method::GET, uri, token, None).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "GET {uri} {token:?}");
+            assert_eq!(h[header::WWW_AUTHENTICATE], "Bearer");
+        }
+        for token in [READ, TOKEN] {
+            let (s, _, _) = call(&f.app, Method::GET, uri, Some(token), None).await;
+            assert_ne!(s, StatusCode::UNAUTHORIZED, "GET {uri} with {token}");
+        }
+    }
+    let (s, _, _) = call(
+        &f.app,
+        Method::POST,
+        "/admin/prompts",
+        Some(READ),
+        Some(template(1).to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    for open in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/pods/pod-a/ready",
+        "/",
+        "/dashboard/app.js",
+    ] {
+        let (s, _, _) = call(&f.app, Method::GET, open, None, None).await;
+        assert!(s != StatusCode::UNAUTHORIZED, "{open}: {s}");
+    }
+}
+
+/// With no signal or read token configured, the filters' routes and admin reads are refused:
+/// nothing is open by default.
+#[tokio::test]
+async fn unconfigured_tokens_refuse_instead_of_opening() {
+    let f = fixture_with(|c| {
+        c.server.signal_token.clear();
+        c.server.read_token.clear();
+    });
+    let empty = br#"{"version":"1.0","signals":[]}"#.to_vec();
+    for token in [None, Some("")] {
+        let (s, _, _) = call(
+            &f.app,
+            Method::POST,
+            "/v1/signals",
+            token,
+            Some(empty.clone()),
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        let (s, _, _) = call(&f.app, Method::GET, "/v1/routing", token, None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+        let (s, _, _) = call(&f.app, Method::GET, "/admin/pods", token, None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED);
+    }
+    let (s, _, _) = call(&f.app, Method::GET, "/admin/pods", Some(TOKEN), None).await;
+    assert_eq!(s, StatusCode::OK);
 }
 
 #[tokio::test]

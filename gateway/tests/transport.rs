@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
+use futures::StreamExt;
 use prewarm_gateway::engine::vllm::VllmEngine;
 use prewarm_gateway::engine::{
     AdapterLoad, AdapterOutcome, Engine, EngineError, HttpPod, RetryPolicy,
@@ -191,4 +192,81 @@ async fn slow_pods_time_out_and_dead_ones_are_unreachable() {
     let e = engine.health().await.unwrap_err();
     assert!(matches!(e, EngineError::Unreachable { .. }), "{e}");
     assert!(e.retryable());
+}
+
+/// A pod answering 302 to a canary: the reply is the 302, the canary is never called.
+#[tokio::test]
+async fn redirects_from_a_pod_are_not_followed() {
+    let canary_hits = Arc::new(AtomicUsize::new(0));
+    let hits = canary_hits.clone();
+    let canary = serve(Router::new().fallback(move || {
+        let hits = hits.clone();
+        async move {
+            hits.fetch_add(1, Ordering::SeqCst);
+            "stolen"
+        }
+    }))
+    .await;
+    let target = format!("http://{canary}/stolen");
+    let app = Router::new().fallback(move || {
+        let target = target.clone();
+        async move {
+            (
+                StatusCode::FOUND,
+                [(axum::http::header::LOCATION, target)],
+                "",
+            )
+        }
+    });
+    let addr = serve(app).await;
+    let reply = pod(&addr, 0, 4, 2000).get("/metrics").await.unwrap();
+    assert_eq!(reply.status, 302);
+    assert_eq!(canary_hits.load(Ordering::SeqCst), 0);
+    let engine = VllmEngine::new(pod(&addr, 0, 4, 2000));
+    assert!(
+        engine.health().await.is_err(),
+        "a redirect is not a healthy pod"
+    );
+    assert_eq!(canary_hits.load(Ordering::SeqCst), 0);
+}
+
+/// A pod streaming an endless /metrics (no length announced) or announcing a huge one: the read
+/// stops at the limit with a bad-reply error naming it.
+#[tokio::test]
+async fn pod_replies_are_read_up_to_the_limit() {
+    use prewarm_gateway::engine::http::MAX_REPLY_BYTES;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let s = sent.clone();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let s = s.clone();
+                async move {
+                    let chunk = axum::body::Bytes::from(vec![b'#'; 64 * 1024]);
+                    let stream = futures::stream::iter(0..16 * 1024).map(move |_| {
+                        s.fetch_add(chunk.len(), Ordering::SeqCst);
+                        Ok::<_, std::io::Error>(chunk.clone())
+                    });
+                    axum::body::Body::from_stream(stream)
+                }
+            }),
+        )
+        .route(
+            "/v1/models",
+            get(|| async { vec![b' '; MAX_REPLY_BYTES + 1] }),
+        );
+    let addr = serve(app).await;
+    let p = pod(&addr, 0, 4, 20_000);
+    let e = p.get("/metrics").await.unwrap_err();
+    assert!(
+        matches!(&e, EngineError::BadReply { message, .. } if message.contains("larger than")),
+        "{e}"
+    );
+    assert!(
+        sent.load(Ordering::SeqCst) < 1024 * 1024 * 1024,
+        "stopped before the end"
+    );
+    let e = p.get("/v1/models").await.unwrap_err();
+    assert!(matches!(e, EngineError::BadReply { .. }), "{e}");
 }

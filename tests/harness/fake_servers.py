@@ -3,7 +3,8 @@
 Each server is a threaded HTTP/1.1 server on 127.0.0.1 port 0 that records every request it
 receives (method, path, lower-cased headers, body; chunked request bodies are decoded) and
 answers through a replaceable `responder`. Ready-made responders cover what the tests need:
-fast echo, slow, 500, garbage, server-sent events.
+fast echo, slow, 500, garbage, server-sent events; `MisbehavingPod` hangs, redirects or streams
+an endless `/metrics` at the gateway.
 
     upstream = FakeUpstream("pod-a").start()
     gateway = FakeGateway().start(); gateway.table = {...}    # served on GET /v1/routing
@@ -270,3 +271,51 @@ class FakeGateway(RecordingServer):
                 return Reply(304, b"")
             return json_reply(table)
         return Reply(404, b"not found")
+
+
+class MisbehavingPod(RecordingServer):
+    """An inference pod that misbehaves towards the gateway, by `mode`:
+    - "hang": accepts every request (`/health` included) and never answers (until `stop()`);
+    - "redirect": answers every request (`/health` included) with a 302 to `redirect_to` plus
+      the path (point it at a canary `RecordingServer` and check it received nothing);
+    - "huge_metrics": healthy, but `GET /metrics` streams `huge_bytes` (chunked, no length);
+      `metrics_sent` lists the bytes each such reply got out before the peer hung up.
+    Every request, `/health` included, is counted in `hits`."""
+
+    def __init__(self, mode: str, name: str = "misbehaving-pod", redirect_to: str = "",
+                 huge_bytes: int = 256 << 20):
+        super().__init__(name)
+        self.mode = mode
+        self.redirect_to = redirect_to
+        self.huge_bytes = huge_bytes
+        self.hits = 0
+        self.metrics_sent: list[int] = []
+        self._release = threading.Event()
+
+    def stop(self):
+        self._release.set()
+        super().stop()
+
+    def respond(self, rec: Recorded) -> Reply:
+        with self.lock:
+            self.hits += 1
+        if self.mode == "hang":
+            self._release.wait(timeout=600)
+            return Reply(503, b"released")
+        if self.mode == "redirect":
+            return Reply(302, b"", {"location": f"{self.redirect_to}{rec.path}"})
+        if self.mode == "huge_metrics" and rec.path == "/metrics":
+            return Reply(200, headers={"content-type": "text/plain"}, chunks=self._huge())
+        return super().respond(rec)
+
+    def _huge(self):
+        chunk = b"# " + b"x" * (64 * 1024 - 3) + b"\n"
+        with self.lock:
+            self.metrics_sent.append(0)
+            slot = len(self.metrics_sent) - 1
+        sent = 0
+        while sent < self.huge_bytes:
+            yield chunk
+            sent += len(chunk)
+            with self.lock:
+                self.metrics_sent[slot] = sent

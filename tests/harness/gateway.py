@@ -4,8 +4,14 @@
   text) with `server.listen = 127.0.0.1:0` and a state directory under `tmp_path` unless given,
   starts `target/debug/prewarm-gateway serve --config ...`, waits for its
   `prewarm-gateway listening on http://127.0.0.1:PORT` line and returns a `Gateway` (process, base
-  URL, admin token, config path).
-- `Gateway.admin(method, path, json=...)` calls an admin endpoint with the bearer token.
+  URL, tokens, config path). Unless the configuration says otherwise, the gateway gets the three
+  tokens below (admin, read, signal).
+- `Gateway.admin(method, path, json=...)` calls an admin endpoint with the admin token;
+  `Gateway.get(path)` reads with the read token (the signal token for the filters' routes,
+  `/v1/routing`), as a dashboard or a filter would; `Gateway.signals(batch)` posts a signal batch
+  with the signal token, as a filter does.
+- `fingerprint(model, text)` is core's block chain of `text` (hex hashes), from the gateway
+  binary's `fingerprint` command: what a filter would signal for it.
 - `to_toml(dict)` renders the small TOML subset the gateway's configuration uses.
 
 The caller stops the process (`gw.proc.stop()`: SIGTERM, SIGKILL after a grace period).
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -23,6 +30,8 @@ import requests
 from . import LISTENING, ManagedProcess, bin_path
 
 ADMIN_TOKEN = "test-admin-token"
+READ_TOKEN = "test-read-token"
+SIGNAL_TOKEN = "test-signal-token"
 _counter = itertools.count()
 
 
@@ -71,7 +80,23 @@ class Gateway:
         return requests.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kwargs)
 
     def get(self, path: str, **kwargs) -> requests.Response:
-        return requests.get(f"{self.url}{path}", timeout=30, **kwargs)
+        headers = kwargs.pop("headers", {})
+        token = SIGNAL_TOKEN if path.startswith("/v1/routing") else READ_TOKEN
+        headers.setdefault("Authorization", f"Bearer {token}")
+        return requests.get(f"{self.url}{path}", headers=headers, timeout=30, **kwargs)
+
+    def signals(self, batch: dict, **kwargs) -> requests.Response:
+        headers = kwargs.pop("headers", {})
+        headers.setdefault("Authorization", f"Bearer {SIGNAL_TOKEN}")
+        return requests.post(f"{self.url}/v1/signals", json=batch, headers=headers, timeout=30, **kwargs)
+
+
+def fingerprint(model: str, text: str, block_tokens: int = 64) -> list[str]:
+    """Core's block hashes of `text` for `model` (`prewarm-gateway fingerprint`)."""
+    out = subprocess.run([bin_path("prewarm-gateway"), "fingerprint", "--model", model,
+                          "--block-tokens", str(block_tokens)],
+                         input=text.encode(), capture_output=True, timeout=30, check=True).stdout
+    return json.loads(out)["blocks"]
 
 
 def write_config(tmp_path: Path, config: Union[dict, str], name: str) -> Path:
@@ -83,6 +108,8 @@ def write_config(tmp_path: Path, config: Union[dict, str], name: str) -> Path:
         server = config.setdefault("server", {})
         server.setdefault("listen", "127.0.0.1:0")
         server.setdefault("admin_token", ADMIN_TOKEN)
+        server.setdefault("read_token", READ_TOKEN)
+        server.setdefault("signal_token", SIGNAL_TOKEN)
         state = config.setdefault("state", {})
         state.setdefault("dir", str(Path(tmp_path) / "gateway-state"))
         text = to_toml(config)

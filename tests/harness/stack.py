@@ -34,7 +34,7 @@ import requests
 
 from . import ManagedProcess, wait_until
 from .envoy import Envoy, build_config
-from .gateway import Gateway, start_gateway
+from .gateway import SIGNAL_TOKEN, Gateway, start_gateway
 from .podsim import make_adapter, start_podsim
 
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -164,7 +164,8 @@ class Stack:
                 "max_cpu_loras": self.spec.max_cpu_loras}
 
     def filter_config(self) -> dict:
-        base = {"tick_period_ms": 200, "base_models": [BASE_MODEL]}
+        # The filter presents the gateway's signal token, as a deployment's filter config does.
+        base = {"tick_period_ms": 200, "base_models": [BASE_MODEL], "gateway_token": SIGNAL_TOKEN}
         return {**base, **self.spec.filter_config}
 
     def start(self) -> "Stack":

@@ -1,4 +1,4 @@
-// prewarm dashboard: reads the gateway's open admin API (and the decision counters of its
+// prewarm dashboard: reads the gateway's admin API with the read token (and the decision counters of its
 // /metrics) every few seconds and renders pods, the adapters x pods residency heatmap, the hot
 // prefixes with their placement, the decisions so far and recent warm-up and adapter events. No dependencies; every text from the API goes through
 // textContent. `?refresh=MS` sets the period (default 2000, at least 500); `?k=N` the number
@@ -28,8 +28,37 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// The read token: typed into the sign-in form, kept in this tab's sessionStorage (never in a
+// URL), sent as `Authorization: Bearer`. A 401 clears it and shows the form again.
+const TOKEN_KEY = "prewarm-read-token";
+
+class Unauthorized extends Error {}
+
+function showSignin(message) {
+  const form = document.getElementById("signin");
+  form.hidden = false;
+  const summary = document.getElementById("summary");
+  summary.textContent = message;
+  summary.className = "error";
+}
+
+document.getElementById("signin").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const input = document.getElementById("token");
+  sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  document.getElementById("signin").hidden = true;
+  document.getElementById("summary").textContent = "loading…";
+});
+
 async function getJson(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) throw new Unauthorized("sign in with the gateway's read token");
+  const r = await fetch(path, { cache: "no-store", headers: { Authorization: `Bearer ${token}` } });
+  if (r.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    throw new Unauthorized("the read token was refused: sign in again");
+  }
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
   return r.json();
 }
@@ -260,8 +289,12 @@ async function refresh() {
     stamp.textContent = `updated ${new Date().toISOString().slice(11, 19)} UTC`;
     stamp.setAttribute("data-refreshes", String(refreshes));
   } catch (e) {
-    summary.textContent = `cannot read the admin API: ${e.message}`;
-    summary.className = "error";
+    if (e instanceof Unauthorized) {
+      showSignin(e.message);
+    } else {
+      summary.textContent = `cannot read the admin API: ${e.message}`;
+      summary.className = "error";
+    }
   } finally {
     setTimeout(refresh, REFRESH_MS);
   }

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::error::ApiError;
-use super::input::{json_body, require_admin};
+use super::input::json_body;
 use super::AppState;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
 use crate::service::adapters::DecisionOutcome;
@@ -90,12 +90,7 @@ fn check_consistent_before(gateway: &Gateway, name: &str) -> Result<(), ApiError
     }
 }
 
-pub async fn register(
-    State(gateway): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
+pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let request: RegisterAdapter = json_body(&body)?;
     let max_files = gateway.config.registry.max_manifest_files;
     let r = request.clone();
@@ -153,11 +148,9 @@ struct RollbackRequest {
 
 pub async fn rollback(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let request: RollbackRequest = json_body(&body)?;
     if gateway.state().fleet.registry().get(&name).is_none() {
         return Err(ApiError::NotFound(format!(
@@ -227,10 +220,8 @@ async fn pin_where_placed(gateway: &std::sync::Arc<Gateway>, name: &str) -> Vec<
 
 pub async fn pin(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let actions = gateway.fleet(|f| f.pin_adapter(&name, gateway.now()))?;
     let outcomes = gateway.execute_all(actions).await;
     Ok(Json(json!({"adapter": name, "pinned": true, "outcomes": outcomes})).into_response())
@@ -238,20 +229,16 @@ pub async fn pin(
 
 pub async fn unpin(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     gateway.fleet(|f| f.unpin_adapter(&name))?;
     Ok(Json(json!({"adapter": name, "pinned": false})).into_response())
 }
 
 pub async fn remove(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let actions = gateway
         .fleet(|f| f.remove_adapter(&name))
         .ok_or_else(|| ApiError::NotFound(format!("adapter {name:?}: not registered")))?;

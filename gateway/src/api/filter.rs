@@ -1,4 +1,5 @@
-//! The filters' endpoints: `POST /v1/signals` and `GET /v1/routing` (with ETag/304).
+//! The filters' endpoints: `POST /v1/signals` (screened first: names within limits, prefix
+//! hashes recomputed from the text) and `GET /v1/routing` (with ETag/304).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -8,18 +9,17 @@ use axum::Json;
 use prewarm_core::wire::{SignalBatch, WireError};
 
 use super::error::ApiError;
-use super::input::require_signal_token;
 use super::AppState;
+use crate::policy::hotness::screen::screen;
+use crate::telemetry::Telemetry;
 
 /// Signals a batch may carry at most.
 pub const MAX_SIGNALS_PER_BATCH: usize = 10_000;
 
 pub async fn post_signals(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_signal_token(&headers, &gateway.config.server.signal_token)?;
     let batch = SignalBatch::decode(&body).map_err(|e| match e {
         WireError::IncompatibleVersion { .. } => ApiError::BadRequest(e.to_string()),
         WireError::Malformed(m) => ApiError::BadRequest(m),
@@ -30,7 +30,20 @@ pub async fn post_signals(
             batch.signals.len()
         )));
     }
-    let accepted = gateway.ingest_signals(batch);
+    let (batch, refused) = screen(batch, &gateway.config.fingerprint.core());
+    let mut accepted = gateway.ingest_signals(batch);
+    if !refused.is_empty() {
+        Telemetry::add(
+            &gateway.telemetry.signals,
+            &[("kind", "rejected")],
+            refused.len() as u64,
+        );
+        accepted.rejected += refused.len();
+        let room = 8usize.saturating_sub(accepted.reasons.len());
+        accepted
+            .reasons
+            .extend(refused.iter().take(room).map(|e| e.to_string()));
+    }
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
 
@@ -38,7 +51,6 @@ pub async fn get_routing(
     State(gateway): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require_signal_token(&headers, &gateway.config.server.signal_token)?;
     let table = gateway.published_table();
     let etag = table.etag();
     let unchanged = headers

@@ -1,6 +1,8 @@
 //! The gateway's HTTP API (axum). Reference with JSON shapes: `docs/admin-api.md`.
 //!
-//! Filters (bearer token `server.signal_token` when configured):
+//! Access is one layer per group of routes ([`auth`]); an unconfigured token refuses its group.
+//!
+//! Filters (bearer token `server.signal_token`, else 401):
 //! - `POST /v1/signals` — a core `SignalBatch`; 202 with counts.
 //! - `GET  /v1/routing` — the core `RoutingTable`; `ETag: "<generation>"`, 304 when
 //!   `If-None-Match` equals it.
@@ -12,7 +14,7 @@
 //! - `GET /v1/pods/{id}/ready` — 200 when the pod is in the routing table, 503 otherwise, 404
 //!   for an unknown pod (Kubernetes readiness gates).
 //!
-//! Admin reads (open):
+//! Admin reads (bearer token `server.read_token` or `server.admin_token`, else 401):
 //! - `GET /admin/pods`, `GET /admin/pods/{id}`, `GET /admin/pods/{id}/warmup`,
 //!   `GET /admin/pods/{id}/plan`
 //! - `GET /admin/adapters`, `GET /admin/adapters/{name}`, `GET /admin/adapters/heatmap`
@@ -30,6 +32,7 @@
 //! malformed input gets 400 with `{"error": "<field>: ..."}`.
 
 mod adapters;
+pub mod auth;
 mod error;
 mod filter;
 mod input;
@@ -41,10 +44,13 @@ mod views;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
 
 pub use error::ApiError;
+
+use auth::{require_token, Access, Guard};
 
 use crate::service::Gateway;
 
@@ -58,7 +64,14 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     let filter = Router::new()
         .route("/v1/signals", post(filter::post_signals))
         .layer(DefaultBodyLimit::max(signal_limit))
-        .route("/v1/routing", get(filter::get_routing));
+        .route("/v1/routing", get(filter::get_routing))
+        .route_layer(from_fn_with_state(
+            Guard {
+                gateway: gateway.clone(),
+                access: Access::Signal,
+            },
+            require_token,
+        ));
     let admin = Router::new()
         .route("/admin/pods", get(pods::list).post(pods::add))
         .route("/admin/pods/{id}", get(pods::detail).delete(pods::remove))
@@ -85,6 +98,13 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             axum::routing::delete(prompts::remove),
         )
         .route("/admin/snapshot", post(probes::snapshot))
+        .route_layer(from_fn_with_state(
+            Guard {
+                gateway: gateway.clone(),
+                access: Access::Admin,
+            },
+            require_token,
+        ))
         .layer(DefaultBodyLimit::max(admin_limit));
     Router::new()
         .route("/healthz", get(probes::healthz))

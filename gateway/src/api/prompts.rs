@@ -2,14 +2,14 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::error::ApiError;
-use super::input::{json_body, require_admin};
+use super::input::json_body;
 use super::AppState;
 use crate::policy::hotness::{Origin, Template};
 use crate::policy::PrefixKey;
@@ -82,12 +82,7 @@ pub async fn top(
     })))
 }
 
-pub async fn add(
-    State(gateway): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
+pub async fn add(State(gateway): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let template: Template = json_body(&body)?;
     let fingerprint = gateway.config.fingerprint.core();
     let key = gateway
@@ -101,10 +96,8 @@ pub async fn add(
 
 pub async fn remove(
     State(gateway): State<AppState>,
-    headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    require_admin(&headers, &gateway.config.server.admin_token)?;
     let parsed = key
         .parse::<PrefixKey>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;

@@ -22,6 +22,8 @@ use crate::policy;
 pub const ADMIN_TOKEN_ENV: &str = "PREWARM_ADMIN_TOKEN";
 /// Environment variable that overrides `server.signal_token`.
 pub const SIGNAL_TOKEN_ENV: &str = "PREWARM_SIGNAL_TOKEN";
+/// Environment variable that overrides `server.read_token`.
+pub const READ_TOKEN_ENV: &str = "PREWARM_READ_TOKEN";
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -49,9 +51,13 @@ pub struct ServerConfig {
     /// Bearer token of the mutating admin endpoints (default empty: every mutating admin call is
     /// refused with 401). Overridden by `PREWARM_ADMIN_TOKEN`.
     pub admin_token: String,
-    /// Bearer token filters present on `/v1/signals` and `/v1/routing` (default empty: no token
-    /// required). Overridden by `PREWARM_SIGNAL_TOKEN`.
+    /// Bearer token filters present on `/v1/signals` and `/v1/routing` (default empty: both are
+    /// refused with 401 until one is set). Overridden by `PREWARM_SIGNAL_TOKEN`.
     pub signal_token: String,
+    /// Bearer token of the admin reads (`GET /admin/...`, what the dashboard and `status` read);
+    /// the admin token is accepted too (default empty: only the admin token reads). Overridden by
+    /// `PREWARM_READ_TOKEN`.
+    pub read_token: String,
     /// Largest accepted request body on admin endpoints, bytes (default 65,536).
     pub max_body_bytes: usize,
     /// Largest accepted `POST /v1/signals` body, bytes (default 4,194,304: core's
@@ -59,6 +65,11 @@ pub struct ServerConfig {
     pub max_signal_body_bytes: usize,
     /// Grace period for draining at shutdown, seconds (default 10).
     pub drain_seconds: u64,
+    /// A request's headers must arrive within this many ms, and a kept-alive connection idle
+    /// this long is closed (default 10,000: a filter polls every second (`tick_period_ms`) and
+    /// sends its headers at once; 10 s also covers a human typing into `curl`-like tools slowly
+    /// enough, while a slowloris client holds a connection 10 s, not forever).
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -67,9 +78,11 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:9100".into(),
             admin_token: String::new(),
             signal_token: String::new(),
+            read_token: String::new(),
             max_body_bytes: 64 * 1024,
             max_signal_body_bytes: prewarm_core::wire::MAX_SIGNAL_BATCH_BYTES,
             drain_seconds: 10,
+            header_read_timeout_ms: 10_000,
         }
     }
 }
@@ -225,6 +238,9 @@ impl GatewayConfig {
         }
         if let Some(t) = var(SIGNAL_TOKEN_ENV).filter(|t| !t.is_empty()) {
             self.server.signal_token = t;
+        }
+        if let Some(t) = var(READ_TOKEN_ENV).filter(|t| !t.is_empty()) {
+            self.server.read_token = t;
         }
     }
 

@@ -34,9 +34,16 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
             s.drain_seconds
         ));
     }
+    if !(100..=600_000).contains(&s.header_read_timeout_ms) {
+        p.push(format!(
+            "server.header_read_timeout_ms: {}: must be 100..600000",
+            s.header_read_timeout_ms
+        ));
+    }
     for (field, token) in [
         ("server.admin_token", &s.admin_token),
         ("server.signal_token", &s.signal_token),
+        ("server.read_token", &s.read_token),
     ] {
         if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
             p.push(format!(

@@ -1,6 +1,8 @@
 //! The transport every engine client shares: one pod's base URL, a reqwest client with connect
-//! and request timeouts, a semaphore bounding the gateway's requests in flight to the pod, and
-//! retries of retryable failures with exponential backoff plus jitter.
+//! and request timeouts that never follows redirects (a pod's 3xx is its answer, not a hop to
+//! wherever it points), replies read up to [`MAX_REPLY_BYTES`], a semaphore bounding the
+//! gateway's requests in flight to the pod, and retries of retryable failures with exponential
+//! backoff plus jitter.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +10,12 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::EngineError;
+
+/// Largest pod reply read, bytes (4 MiB). The largest replies ENGINE-FACTS describes are
+/// `/metrics` (tens to a few hundred KB for one model with its histograms and LoRA gauges) and
+/// `/v1/models` (one card of a few hundred bytes per adapter, at most `--max-cpu-loras`);
+/// 4 MiB is ten times either, and a pod streaming more is cut off and answered as a bad reply.
+pub const MAX_REPLY_BYTES: usize = 4 << 20;
 
 /// Retries of retryable failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +76,7 @@ impl HttpPod {
     /// A client with the configured timeouts, shared by every pod.
     pub fn client(connect_timeout: Duration, request_timeout: Duration) -> reqwest::Client {
         reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
             .pool_max_idle_per_host(16)
@@ -134,16 +143,31 @@ impl HttpPod {
             Some(b) => self.client.post(url).json(b),
             None => self.client.get(url),
         };
-        let response = request.send().await.map_err(|e| self.transport(url, &e))?;
+        let mut response = request.send().await.map_err(|e| self.transport(url, &e))?;
         let status = response.status().as_u16();
-        let body = response
-            .bytes()
+        let too_big = || EngineError::BadReply {
+            pod: self.pod_id.clone(),
+            url: url.to_string(),
+            message: format!("reply larger than {MAX_REPLY_BYTES} bytes"),
+        };
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_REPLY_BYTES as u64)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| self.transport(url, &e))?;
-        Ok(PodReply {
-            status,
-            body: body.to_vec(),
-        })
+            .map_err(|e| self.transport(url, &e))?
+        {
+            if body.len().saturating_add(chunk.len()) > MAX_REPLY_BYTES {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(PodReply { status, body })
     }
 
     fn transport(&self, url: &str, e: &reqwest::Error) -> EngineError {

@@ -10,7 +10,12 @@
 //! - Feedback adds `adoption_boost` (0.3) or `success_boost` (0.5) per request it stands for.
 //! - Every hotness is multiplied by `decay_factor` (0.95) once per `decay_period_ms`; dynamic
 //!   entries that fall below `retire_below` are retired.
-//! - At `max_entries` dynamic entries, a new one evicts the coldest dynamic entry.
+//! - At `max_entries` dynamic entries, or at `max_pool_bytes` (texts, hashes and a fixed
+//!   per-entry overhead), a new entry evicts the coldest dynamic entries.
+//! - Names (model, tenant) are at most [`MAX_NAME_BYTES`]; one batch's feedback for one prefix
+//!   stands for at most `max_feedback_count` requests.
+//! - Signals from the network are screened first ([`screen`]): a prefill whose block hashes are
+//!   not core's fingerprint of its text is refused.
 //!
 //! Decay is lazy: an entry stores `hotness × g^e` with `g = 1/decay_factor` and `e` the decay
 //! periods elapsed since a base epoch, so decaying everything costs nothing and the order of
@@ -19,12 +24,14 @@
 //! Reads (`get`, `top`, `sample`) see the pool as of the last mutation or [`PromptPool::tick`].
 
 mod config;
+pub mod screen;
 mod snapshot;
 
 pub use config::{HotnessConfig, MAX_TAG_BYTES};
-pub use snapshot::PromptRecord;
+pub use snapshot::{PromptRecord, SharedRecord};
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use prewarm_core::fingerprint::{
     blocks_to_tokens, routing_key, BlockChain, BlockHash, FingerprintConfig,
@@ -38,6 +45,22 @@ use serde::{Deserialize, Serialize};
 
 use super::interner::{Interner, NameId};
 use super::{HotPrefix, PrefixKey};
+
+/// Longest model or tenant name, bytes: vLLM served-model and LoRA names are Hugging Face repo
+/// ids (at most 96 characters) or short operator-chosen names; 256 leaves room for a path-like
+/// name and keeps a flood of distinct long names from costing more than the pool's `max_names`.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Bytes an entry costs beyond its text and hashes (the entry, its map slot and order node):
+/// what [`HotnessConfig::max_pool_bytes`] counts per entry. An estimate, on the high side.
+pub const ENTRY_OVERHEAD_BYTES: usize = 192;
+
+/// What an entry of `text_bytes` and `blocks` hashes counts against `max_pool_bytes`.
+pub fn entry_bytes(text_bytes: usize, blocks: usize) -> usize {
+    text_bytes
+        .saturating_add(blocks.saturating_mul(std::mem::size_of::<BlockHash>()))
+        .saturating_add(ENTRY_OVERHEAD_BYTES)
+}
 
 /// Periods after which the lazy-decay base is moved (0.95^-512 ≈ 2.5e11: far from overflow).
 const REBASE_PERIODS: u64 = 512;
@@ -89,6 +112,14 @@ pub enum PoolError {
     EmptyModel,
     #[error("model: {0:?}: too many distinct model and tenant names")]
     TooManyNames(String),
+    #[error("{field}: {bytes} bytes: must be at most {MAX_NAME_BYTES}")]
+    NameTooLong { field: &'static str, bytes: usize },
+    #[error(
+        "prefix: does not match the text: block {block} of the text fingerprints to another hash"
+    )]
+    HashMismatch { block: usize },
+    #[error("pool: {0} bytes: no room within hotness.max_pool_bytes")]
+    PoolFull(usize),
     #[error("templates: {0}: the maximum is reached")]
     TooManyTemplates(usize),
     #[error("tags: {0}: too many or too long (max {1} tags of {MAX_TAG_BYTES} bytes)")]
@@ -104,6 +135,8 @@ pub struct IngestReport {
     pub feedback: usize,
     /// Feedback for prefixes not in the pool (ignored).
     pub feedback_unknown: usize,
+    /// Feedback signals ignored because their prefix's batch cap was used up.
+    pub feedback_capped: usize,
     /// Signals refused, with the first few reasons (at most 8) for a log line.
     pub rejected: usize,
     pub reasons: Vec<PoolError>,
@@ -157,10 +190,22 @@ fn check_signal_lengths(signal: &PrefillSignal) -> Result<(), PoolError> {
     Ok(())
 }
 
+/// A name's length limit ([`MAX_NAME_BYTES`]).
+fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(PoolError::NameTooLong {
+            field,
+            bytes: name.len(),
+        });
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
-    text: Box<str>,
-    blocks: Box<[BlockHash]>,
+    /// Shared (not copied) with a snapshot being written outside the lock.
+    text: Arc<str>,
+    blocks: Arc<[BlockHash]>,
     /// hotness × growth^(epoch − base_epoch).
     score: f64,
     last_signal_ms: u64,
@@ -189,6 +234,10 @@ pub struct PromptPool {
     factor: f64,
     last_now_ms: u64,
     stats: PoolStats,
+    /// What the entries held count against `max_pool_bytes` ([`entry_bytes`]).
+    bytes: usize,
+    /// The part of `bytes` that is templates (never evicted).
+    template_bytes: usize,
 }
 
 impl PromptPool {
@@ -208,6 +257,8 @@ impl PromptPool {
             factor: 1.0,
             last_now_ms: now_ms,
             stats: PoolStats::default(),
+            bytes: 0,
+            template_bytes: 0,
         }
     }
 
@@ -231,6 +282,57 @@ impl PromptPool {
 
     pub fn stats(&self) -> PoolStats {
         self.stats
+    }
+
+    /// What the entries count against `max_pool_bytes`.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Evicts the coldest dynamic entries until an entry of `cost` bytes fits within
+    /// `max_pool_bytes` (and, for a `dynamic` one, below `max_entries`). An entry that could
+    /// not fit beside the templates alone is refused before anything is evicted.
+    fn make_room(&mut self, cost: usize, dynamic: bool) -> Result<(), PoolError> {
+        if self.template_bytes.saturating_add(cost) > self.config.max_pool_bytes {
+            return Err(PoolError::PoolFull(cost));
+        }
+        loop {
+            let over_bytes = self.bytes.saturating_add(cost) > self.config.max_pool_bytes;
+            let over_count = dynamic && self.dynamic_len() >= self.config.max_entries.max(1);
+            if !over_bytes && !over_count {
+                return Ok(());
+            }
+            let Some(&(_, coldest)) = self.order.first() else {
+                return Err(PoolError::PoolFull(cost));
+            };
+            self.remove_entry(&coldest);
+            self.stats.evicted += 1;
+        }
+    }
+
+    /// Counts (`added`) or uncounts an entry's bytes.
+    fn account(&mut self, e: &Entry, added: bool) {
+        let n = entry_bytes(e.text.len(), e.blocks.len());
+        let templates = e.origin == Origin::Static;
+        if added {
+            self.bytes = self.bytes.saturating_add(n);
+            if templates {
+                self.template_bytes = self.template_bytes.saturating_add(n);
+            }
+        } else {
+            self.bytes = self.bytes.saturating_sub(n);
+            if templates {
+                self.template_bytes = self.template_bytes.saturating_sub(n);
+            }
+        }
+    }
+
+    /// Inserts a new entry (the caller made room) and counts its bytes.
+    fn insert_entry(&mut self, key: PrefixKey, entry: Entry) {
+        self.account(&entry, true);
+        if let Some(old) = self.entries.insert(key, entry) {
+            self.account(&old, false);
+        }
     }
 
     /// Advances decay to `now_ms` and retires dynamic entries that fell below `retire_below`.
@@ -320,6 +422,7 @@ impl PromptPool {
 
     fn remove_entry(&mut self, key: &PrefixKey) -> Option<Entry> {
         let e = self.entries.remove(key)?;
+        self.account(&e, false);
         match e.origin {
             Origin::Dynamic => {
                 self.order.remove(&(e.score.to_bits(), *key));
@@ -347,6 +450,10 @@ impl PromptPool {
     ) -> Result<(NameId, NameId), PoolError> {
         if model.is_empty() {
             return Err(PoolError::EmptyModel);
+        }
+        check_name("model", model)?;
+        if let Some(t) = tenant {
+            check_name("tenant", t)?;
         }
         let limit = self.config.max_names;
         let m = self
@@ -402,20 +509,21 @@ impl PromptPool {
         }
         self.check_prefix(&signal.prefix_text, signal.prefix.len())?;
         check_signal_lengths(&signal)?;
-        while self.dynamic_len() >= self.config.max_entries.max(1) {
-            let Some(&(_, coldest)) = self.order.first() else {
-                break;
-            };
-            self.remove_entry(&coldest);
-            self.stats.evicted += 1;
+        check_name("model", &signal.model)?;
+        if let Some(t) = &signal.tenant {
+            check_name("tenant", t)?;
         }
+        self.make_room(
+            entry_bytes(signal.prefix_text.len(), signal.prefix.len()),
+            true,
+        )?;
         let (model, tenant) = self.acquire_names(&signal.model, signal.tenant.as_deref())?;
         let score = boost * self.factor;
-        self.entries.insert(
+        self.insert_entry(
             key,
             Entry {
-                text: signal.prefix_text.into_boxed_str(),
-                blocks: signal.prefix.into_boxed_slice(),
+                text: Arc::from(signal.prefix_text),
+                blocks: Arc::from(signal.prefix),
                 score,
                 last_signal_ms: self.last_now_ms,
                 model,
@@ -430,12 +538,16 @@ impl PromptPool {
         Ok(key)
     }
 
-    /// Applies feedback: `adoption_boost` or `success_boost` per request it stands for.
-    /// Returns whether the prefix was in the pool.
+    /// Applies feedback: `adoption_boost` or `success_boost` per request it stands for, at
+    /// most `max_feedback_count` requests. Returns whether the prefix was in the pool.
     pub fn apply_feedback(&mut self, signal: &FeedbackSignal, now_ms: u64) -> bool {
+        let cap = self.config.max_feedback_count.max(1);
+        self.apply_feedback_capped(signal, signal.count.clamp(1, cap), now_ms)
+    }
+
+    fn apply_feedback_capped(&mut self, signal: &FeedbackSignal, count: u32, now_ms: u64) -> bool {
         self.tick(now_ms);
         let key = PrefixKey::new(&signal.model, signal.prefix);
-        let count = signal.count.clamp(1, 1_000_000);
         let Some(e) = self.entries.get_mut(&key) else {
             return false;
         };
@@ -453,9 +565,13 @@ impl PromptPool {
         true
     }
 
-    /// Applies every prefill and feedback signal of a decoded batch; pins are handed back.
+    /// Applies every prefill and feedback signal of a decoded batch; pins are handed back. The
+    /// feedback for one prefix counts at most `max_feedback_count` requests per batch, however
+    /// many signals carry it.
     pub fn ingest(&mut self, batch: SignalBatch, now_ms: u64) -> IngestReport {
         let mut report = IngestReport::default();
+        let cap = self.config.max_feedback_count.max(1);
+        let mut counted: HashMap<PrefixKey, u32> = HashMap::new();
         for signal in batch.signals {
             match signal {
                 Signal::Prefill(p) => match self.apply_prefill(p, now_ms) {
@@ -468,7 +584,14 @@ impl PromptPool {
                     }
                 },
                 Signal::Feedback(f) => {
-                    if self.apply_feedback(&f, now_ms) {
+                    let used = counted
+                        .entry(PrefixKey::new(&f.model, f.prefix))
+                        .or_insert(0);
+                    let count = f.count.max(1).min(cap.saturating_sub(*used));
+                    *used = used.saturating_add(count);
+                    if count == 0 {
+                        report.feedback_capped += 1;
+                    } else if self.apply_feedback_capped(&f, count, now_ms) {
                         report.feedback += 1;
                     } else {
                         report.feedback_unknown += 1;
@@ -516,16 +639,19 @@ impl PromptPool {
                     e.origin = Origin::Static;
                     e.score = e.score.max(floor);
                     self.templates += 1;
+                    let n = entry_bytes(e.text.len(), e.blocks.len());
+                    self.template_bytes = self.template_bytes.saturating_add(n);
                 }
             }
             None => {
+                self.make_room(entry_bytes(template.text.len(), chain.blocks.len()), false)?;
                 let (model, tenant) =
                     self.acquire_names(&template.model, template.tenant.as_deref())?;
-                self.entries.insert(
+                self.insert_entry(
                     key,
                     Entry {
-                        text: template.text.into_boxed_str(),
-                        blocks: chain.blocks.into_boxed_slice(),
+                        text: Arc::from(template.text),
+                        blocks: Arc::from(chain.blocks),
                         score: floor,
                         last_signal_ms: self.last_now_ms,
                         model,

@@ -73,6 +73,14 @@ impl Interner {
         }
     }
 
+    /// The shared string of `id` (a reference count, no copy; `None` for a released id).
+    pub(crate) fn shared(&self, id: NameId) -> Option<Arc<str>> {
+        match self.names.get(id as usize) {
+            Some(Some((name, _))) => Some(name.clone()),
+            _ => None,
+        }
+    }
+
     /// Distinct names held.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

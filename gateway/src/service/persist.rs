@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::Gateway;
 use crate::state::snapshot_file::{self, Generation};
-use crate::state::Snapshot;
+use crate::state::{Snapshot, SnapshotToWrite};
 use crate::telemetry::Telemetry;
 
 /// What a restore found.
@@ -28,17 +28,6 @@ pub struct Written {
 }
 
 impl Gateway {
-    /// The current state as a snapshot.
-    pub fn snapshot(&self) -> Snapshot {
-        let state = self.state();
-        Snapshot {
-            written_at_ms: self.now(),
-            prompts: state.fleet.pool().export(),
-            registry: state.fleet.registry().clone(),
-            table_generation: state.fleet.table().generation,
-        }
-    }
-
     /// Loads the newest usable snapshot generation into the state and marks the gateway ready.
     pub fn restore(&self) -> Restored {
         let loaded = snapshot_file::load::<Snapshot>(&self.config.state.dir);
@@ -88,12 +77,30 @@ impl Gateway {
         restored
     }
 
+    /// The state to write: the lock is held for reference counts of the pool's entries and a
+    /// copy of the (small) adapter registry; serialising happens after it is released.
+    fn snapshot_to_write(&self) -> SnapshotToWrite {
+        let state = self.state();
+        SnapshotToWrite {
+            written_at_ms: self.now(),
+            prompts: state.fleet.pool().export_shared(),
+            registry: state.fleet.registry().clone(),
+            table_generation: state.fleet.table().generation,
+        }
+    }
+
     /// Writes a snapshot now (blocking file I/O: call from `spawn_blocking` on the runtime).
+    /// Writes are serialised ([`snapshot_file::write_with`]): concurrent callers each write in
+    /// turn, every one a complete generation.
     pub fn write_snapshot(&self) -> std::io::Result<Written> {
-        let snapshot = self.snapshot();
-        let prompts = snapshot.prompts.len();
-        let adapters = snapshot.registry.len();
-        match snapshot_file::write(&self.config.state.dir, &snapshot) {
+        let (mut prompts, mut adapters) = (0, 0);
+        let outcome = snapshot_file::write_with(&self.config.state.dir, || {
+            let snapshot = self.snapshot_to_write();
+            prompts = snapshot.prompts.len();
+            adapters = snapshot.registry.len();
+            snapshot
+        });
+        match outcome {
             Ok(bytes) => {
                 Telemetry::count(&self.telemetry.snapshots_written, &[("outcome", "ok")]);
                 tracing::info!(bytes, prompts, adapters, "snapshot written");

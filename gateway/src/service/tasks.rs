@@ -1,7 +1,10 @@
 //! The background loops, each stopping on the shutdown signal:
-//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod, fed to
-//!   the fleet core; a pod that comes up has its `/v1/models` reconciled, then its warm-up
-//!   started; every 5th round `/v1/models` reconciles the LoRA model of every pod;
+//! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod, each
+//!   pod's within a deadline of one interval (at least 2 s, at most `pods.request_timeout_ms`):
+//!   a pod that does not answer in time counts as failed, so a hung pod never stretches the
+//!   others' rounds; what they report is fed to the fleet core; a pod that comes up has its
+//!   `/v1/models` reconciled, then its warm-up started; every 5th round `/v1/models` reconciles
+//!   the LoRA model of every pod;
 //! - fleet: every [`TICK_MS`], the core's tick (warm-up steps, keep-warm, the table) and the
 //!   execution of its actions, concurrently; a finished action wakes the loop at once (the
 //!   warm-up's next step may be allowed);
@@ -51,16 +54,43 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     tasks
 }
 
+/// The shortest per-pod health deadline, ms: vLLM answers `/health` from its API server without
+/// waiting for the engine, so 2 s is generous under load, and short intervals (tests use 100 ms)
+/// do not turn a busy pod's slow answer into a failure.
+const HEALTH_DEADLINE_FLOOR_MS: u64 = 2_000;
+
+/// How long one pod's health probe (and each of its `/metrics` and `/v1/models` reads) may take
+/// in a round: one interval, at least [`HEALTH_DEADLINE_FLOOR_MS`], at most the request timeout.
+fn health_deadline(gateway: &Gateway) -> Duration {
+    let pods = &gateway.config.pods;
+    Duration::from_millis(
+        pods.health_interval_ms
+            .max(HEALTH_DEADLINE_FLOOR_MS)
+            .min(pods.request_timeout_ms),
+    )
+}
+
 async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
     let Some((engine, _)) = gateway.pod_handle(&id) else {
         return;
     };
-    let ok = engine.health().await.is_ok();
-    let load = if ok { engine.load().await.ok() } else { None };
+    let deadline = health_deadline(&gateway);
+    let ok = matches!(
+        tokio::time::timeout(deadline, engine.health()).await,
+        Ok(Ok(()))
+    );
+    let load = if ok {
+        tokio::time::timeout(deadline, engine.load())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    } else {
+        None
+    };
     if let Some(epoch) = gateway.record_health(&id, ok, load) {
         // What the pod already serves (adapters configured with `--lora-modules`) decides which
         // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
-        reconcile_models(&gateway, &id, engine.as_ref()).await;
+        reconcile_models(&gateway, &id, engine.as_ref(), deadline).await;
         let now = gateway.now();
         let started = gateway
             .fleet(|f| f.pod(&id).is_some_and(|p| p.epoch == epoch) && f.start_warmup(&id, now));
@@ -70,15 +100,21 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
         return;
     }
     if ok && reconcile {
-        reconcile_models(&gateway, &id, engine.as_ref()).await;
+        reconcile_models(&gateway, &id, engine.as_ref(), deadline).await;
     }
 }
 
-/// Reconciles the LoRA model of pod `id` with its `/v1/models` and executes what that decides
-/// (re-pins); keeps the previous view when the fetch fails or an adapter call overlapped it.
-async fn reconcile_models(gateway: &Arc<Gateway>, id: &str, engine: &dyn Engine) {
+/// Reconciles the LoRA model of pod `id` with its `/v1/models` (read within `deadline`) and
+/// executes what that decides (re-pins: never cut short, so an adapter call is never abandoned
+/// half-way); keeps the previous view when the fetch fails or an adapter call overlapped it.
+async fn reconcile_models(
+    gateway: &Arc<Gateway>,
+    id: &str,
+    engine: &dyn Engine,
+    deadline: Duration,
+) {
     let before = gateway.state().pods.get(id).map(|p| p.adapter_ops);
-    let Ok(served) = engine.models().await else {
+    let Ok(Ok(served)) = tokio::time::timeout(deadline, engine.models()).await else {
         return;
     };
     let actions = {

@@ -6,7 +6,7 @@ pub mod snapshot_file;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::hotness::PromptRecord;
+use crate::policy::hotness::{PromptRecord, SharedRecord};
 use crate::registry::AdapterRegistry;
 
 /// One snapshot.
@@ -17,5 +17,15 @@ pub struct Snapshot {
     pub prompts: Vec<PromptRecord>,
     pub registry: AdapterRegistry,
     #[serde(default)]
+    pub table_generation: u64,
+}
+
+/// A snapshot as it is written: the same JSON as [`Snapshot`], its prompts sharing their texts
+/// with the pool (taken under the state lock without copying texts, serialised after it).
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotToWrite {
+    pub written_at_ms: u64,
+    pub prompts: Vec<SharedRecord>,
+    pub registry: AdapterRegistry,
     pub table_generation: u64,
 }

@@ -1,13 +1,19 @@
-//! Snapshot files: atomic, checksummed, two generations.
+//! Snapshot files: atomic, checksummed, two generations, one writer at a time.
 //!
 //! A snapshot is one file, `snapshot.json`: a header line `prewarm-snapshot 1 <bytes> <sha256>`
-//! then the JSON payload, so truncation and corruption are detected before parsing. Writing goes
-//! to `snapshot.json.tmp` (write, fsync), the current file becomes `snapshot.prev.json`, the
-//! temporary file is renamed over `snapshot.json`, and the directory is fsynced. Loading takes the
-//! current generation, or the previous one when the current is missing, truncated or corrupt.
+//! then the JSON payload, so truncation and corruption are detected before parsing. Writing
+//! streams the payload into `snapshot.json.tmp` through the checksum (the header's length is
+//! zero-padded to a fixed width and filled in once the payload is written; fsync), the current
+//! file becomes `snapshot.prev.json` — unless its checksum fails, then it is kept aside as
+//! `snapshot.json.bad` and the good previous generation stays —, the temporary file is renamed
+//! over `snapshot.json`, and the directory is fsynced. Writes (periodic, on demand, at shutdown)
+//! are serialised by one process-wide lock, which also covers taking the value written, so a
+//! later state is never overwritten by an earlier one. Loading takes the current generation, or
+//! the previous one when the current is missing, truncated or corrupt.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -19,6 +25,14 @@ const MAGIC: &str = "prewarm-snapshot 1";
 pub const CURRENT: &str = "snapshot.json";
 pub const PREVIOUS: &str = "snapshot.prev.json";
 const TEMPORARY: &str = "snapshot.json.tmp";
+/// Where a current generation whose checksum failed is kept (for a post-mortem).
+pub const CORRUPT: &str = "snapshot.json.bad";
+/// Digits of the header's payload length (zero-padded, so the header's size is known before the
+/// payload is written).
+const LENGTH_DIGITS: usize = 20;
+
+/// One snapshot write at a time in this process.
+static WRITES: Mutex<()> = Mutex::new(());
 /// Largest snapshot read, bytes.
 pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
@@ -44,27 +58,132 @@ pub struct Loaded<T> {
 
 /// Writes `value` as the new current generation; the old current becomes the previous one.
 pub fn write<T: Serialize>(dir: &Path, value: &T) -> std::io::Result<u64> {
-    std::fs::create_dir_all(dir)?;
-    let payload = serde_json::to_vec(value).map_err(std::io::Error::other)?;
-    let header = format!(
-        "{MAGIC} {} {}\n",
-        payload.len(),
-        hex(&Sha256::digest(&payload))
-    );
-    let tmp = dir.join(TEMPORARY);
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(header.as_bytes())?;
-        f.write_all(&payload)?;
-        f.sync_all()?;
+    write_with(dir, || value)
+}
+
+/// Takes the value from `make` and writes it, both under the write lock.
+pub fn write_with<T: Serialize>(dir: &Path, make: impl FnOnce() -> T) -> std::io::Result<u64> {
+    let _one_writer = WRITES.lock().unwrap_or_else(|p| p.into_inner());
+    let value = make();
+    write_locked(dir, &value)
+}
+
+/// Counts and hashes what passes through to the file.
+struct Checksummed<W> {
+    inner: W,
+    sha: Sha256,
+    len: u64,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        let written = buf.get(..n).unwrap_or(buf);
+        self.sha.update(written);
+        self.len = self.len.saturating_add(n as u64);
+        Ok(n)
     }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn header(len: u64, sum: &str) -> String {
+    format!("{MAGIC} {len:0width$} {sum}\n", width = LENGTH_DIGITS)
+}
+
+fn write_locked<T: Serialize>(dir: &Path, value: &T) -> std::io::Result<u64> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(TEMPORARY);
+    let placeholder = header(0, &"0".repeat(64));
+    let len = {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(placeholder.as_bytes())?;
+        let (len, sum) = {
+            let mut out = Checksummed {
+                inner: std::io::BufWriter::new(&mut f),
+                sha: Sha256::new(),
+                len: 0,
+            };
+            serde_json::to_writer(&mut out, value).map_err(std::io::Error::other)?;
+            out.flush()?;
+            (out.len, hex(&out.sha.finalize()))
+        };
+        let real = header(len, &sum);
+        if real.len() != placeholder.len() {
+            return Err(std::io::Error::other("snapshot header changed size"));
+        }
+        f.seek(std::io::SeekFrom::Start(0))?;
+        f.write_all(real.as_bytes())?;
+        f.sync_all()?;
+        len
+    };
     let current = dir.join(CURRENT);
     if current.exists() {
-        std::fs::rename(&current, dir.join(PREVIOUS))?;
+        if checksum_ok(&current) {
+            std::fs::rename(&current, dir.join(PREVIOUS))?;
+        } else {
+            tracing::error!(file = %current.display(), "snapshot: the current generation is corrupt: kept aside, the previous one kept");
+            std::fs::rename(&current, dir.join(CORRUPT))?;
+        }
     }
     std::fs::rename(&tmp, &current)?;
     std::fs::File::open(dir)?.sync_all()?;
-    Ok((header.len() + payload.len()) as u64)
+    Ok(placeholder.len() as u64 + len)
+}
+
+/// The payload length and checksum a header line announces.
+fn parse_header(line: &[u8]) -> Result<(usize, &str), &'static str> {
+    let header = std::str::from_utf8(line).map_err(|_| "header is not text")?;
+    let rest = header
+        .strip_prefix(MAGIC)
+        .ok_or("not a prewarm snapshot (version 1)")?;
+    let mut fields = rest.split_whitespace();
+    let len: usize = fields
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or("header: bad length")?;
+    let sum = fields.next().ok_or("header: no checksum")?;
+    Ok((len, sum))
+}
+
+/// Whether the file at `path` has its header's length and checksum (streamed: the payload is
+/// not held in memory).
+fn checksum_ok(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    if reader
+        .by_ref()
+        .take(4096)
+        .read_until(b'\n', &mut line)
+        .is_err()
+    {
+        return false;
+    }
+    let Some(line) = line.strip_suffix(b"\n") else {
+        return false;
+    };
+    let Ok((len, sum)) = parse_header(line) else {
+        return false;
+    };
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0usize;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                sha.update(buf.get(..n).unwrap_or(&[]));
+                total = total.saturating_add(n);
+            }
+            Err(_) => return false,
+        }
+    }
+    total == len && hex(&sha.finalize()) == sum
 }
 
 fn read_one<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
@@ -84,17 +203,7 @@ fn read_one<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
         .iter()
         .position(|b| *b == b'\n')
         .ok_or_else(|| bad("no header line (truncated?)"))?;
-    let header = std::str::from_utf8(bytes.get(..newline).unwrap_or(&[]))
-        .map_err(|_| bad("header is not text"))?;
-    let rest = header
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("not a prewarm snapshot (version 1)"))?;
-    let mut fields = rest.split_whitespace();
-    let len: usize = fields
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("header: bad length"))?;
-    let sum = fields.next().ok_or_else(|| bad("header: no checksum"))?;
+    let (len, sum) = parse_header(bytes.get(..newline).unwrap_or(&[])).map_err(bad)?;
     let payload = bytes.get(newline + 1..).unwrap_or(&[]);
     if payload.len() != len {
         return Err(bad(&format!(
@@ -183,5 +292,68 @@ mod tests {
         let l: Loaded<Vec<u32>> = load(dir.path());
         assert_eq!((l.value, l.generation), (None, Generation::None));
         assert_eq!(l.problems.len(), 2);
+    }
+
+    /// Sixteen writers at once (periodic, on demand, shutdown): each write completes in turn, the
+    /// current generation is whole, and no temporary file is left.
+    #[test]
+    fn parallel_writes_are_serialised() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: Vec<Vec<u32>> = (0..16u32).map(|i| vec![i; 20_000]).collect();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = values
+                .iter()
+                .map(|v| s.spawn(|| write(dir.path(), v)))
+                .collect();
+            for h in handles {
+                assert!(h.join().unwrap().is_ok());
+            }
+        });
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!(l.generation, Generation::Current, "{:?}", l.problems);
+        assert!(values.contains(&l.value.unwrap()));
+        assert!(checksum_ok(&dir.path().join(PREVIOUS)));
+        assert!(!dir.path().join(TEMPORARY).exists());
+    }
+
+    /// A corrupt current generation is kept aside, never rotated over the good previous one.
+    #[test]
+    fn a_corrupt_current_is_kept_aside_and_the_previous_survives() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &vec![1u32]).unwrap();
+        write(dir.path(), &vec![2u32]).unwrap();
+        let current = dir.path().join(CURRENT);
+        let mut bytes = std::fs::read(&current).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] ^= 1;
+        std::fs::write(&current, &bytes).unwrap();
+        // What a restart loads: the previous generation.
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!(
+            (l.value, l.generation),
+            (Some(vec![1]), Generation::Previous)
+        );
+        write(dir.path(), &vec![3u32]).unwrap();
+        assert_eq!(std::fs::read(dir.path().join(CORRUPT)).unwrap(), bytes);
+        let prev = read_one::<Vec<u32>>(&dir.path().join(PREVIOUS)).unwrap();
+        assert_eq!(prev, Some(vec![1]), "the good previous generation survived");
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!(
+            (l.value, l.generation),
+            (Some(vec![3]), Generation::Current)
+        );
+    }
+
+    #[test]
+    fn the_header_is_written_after_the_streamed_payload() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = write(dir.path(), &"x".repeat(1000)).unwrap();
+        let bytes = std::fs::read(dir.path().join(CURRENT)).unwrap();
+        assert_eq!(n, bytes.len() as u64);
+        let line = bytes.split(|b| *b == b'\n').next().unwrap();
+        let (len, sum) = parse_header(line).unwrap();
+        assert_eq!(len, 1002);
+        assert_ne!(sum, "0".repeat(64));
+        assert!(checksum_ok(&dir.path().join(CURRENT)));
     }
 }

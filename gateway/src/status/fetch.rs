@@ -29,6 +29,11 @@ async fn get<T: DeserializeOwned>(client: &reqwest::Client, url: String) -> Resu
         .await
         .map_err(|e| fail(e.to_string()))?;
     let status = reply.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Err(fail(format!(
+            "HTTP {status}: pass the gateway's read token (--token or PREWARM_READ_TOKEN)"
+        )));
+    }
     if !status.is_success() {
         return Err(fail(format!("HTTP {status}")));
     }

@@ -33,6 +33,18 @@ pub struct HotnessConfig {
     pub max_names: usize,
     /// Maximum tags per template (default 16), each at most 64 bytes.
     pub max_tags: usize,
+    /// Bound on the pool's memory, bytes (default 268,435,456 = 256 MiB): every entry's text,
+    /// block hashes and a fixed per-entry overhead ([`super::ENTRY_OVERHEAD_BYTES`]). At the
+    /// bound a new entry evicts the coldest dynamic entries. The default holds the text of
+    /// 64 M tokens (4 bytes a token): the whole KV cache of 256 pods of 262,144 tokens each
+    /// (an 8B model on one H100, 16,384 blocks of 16 tokens), so the pool is never what keeps
+    /// a fleet of that size from warming what its caches can hold.
+    pub max_pool_bytes: usize,
+    /// Requests one prefix's feedback may stand for per signal batch (default 1,024). A filter
+    /// merges a tick's (1 s) feedback per prefix; a pod runs at most `max_num_seqs` (vLLM: 256
+    /// by default) requests at once, so a legitimate count per tick stays far below; the cap
+    /// keeps one batch from pushing an entry to the top with a huge count.
+    pub max_feedback_count: u32,
 }
 
 impl Default for HotnessConfig {
@@ -50,6 +62,8 @@ impl Default for HotnessConfig {
             max_prefix_bytes: 131_072,
             max_names: 10_000,
             max_tags: 16,
+            max_pool_bytes: 256 << 20,
+            max_feedback_count: 1_024,
         }
     }
 }
@@ -87,6 +101,8 @@ impl HotnessConfig {
         ] {
             p.between(name, v, 1, max);
         }
+        p.between("max_pool_bytes", self.max_pool_bytes, 1 << 20, 64 << 30);
+        p.between("max_feedback_count", self.max_feedback_count, 1, 1_000_000);
         p.into_vec()
     }
 }

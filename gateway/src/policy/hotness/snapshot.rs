@@ -1,4 +1,9 @@
-//! Snapshots of the prompt pool: every entry as a [`PromptRecord`], and back.
+//! Snapshots of the prompt pool: every entry as a [`PromptRecord`], and back. A snapshot being
+//! written takes [`SharedRecord`]s ([`PromptPool::export_shared`]): the texts and hashes are
+//! shared with the pool by reference count, so the lock is held for a pass over the entries,
+//! never for copying texts or serialising them.
+
+use std::sync::Arc;
 
 use prewarm_core::fingerprint::BlockHash;
 use prewarm_core::request::Endpoint;
@@ -28,7 +33,85 @@ pub struct PromptRecord {
     pub last_signal_ms: u64,
 }
 
+/// An entry for a snapshot being written: serialises exactly as a [`PromptRecord`], its text,
+/// hashes and names shared with the pool.
+#[derive(Debug, Clone)]
+pub struct SharedRecord {
+    model: Arc<str>,
+    tenant: Option<Arc<str>>,
+    endpoint: Endpoint,
+    text: Arc<str>,
+    blocks: Arc<[BlockHash]>,
+    hotness: f64,
+    origin: Origin,
+    tags: Vec<String>,
+    adoptions: u32,
+    successes: u32,
+    last_signal_ms: u64,
+}
+
+/// [`PromptRecord`]'s fields, borrowed.
+#[derive(Serialize)]
+struct RecordRef<'a> {
+    model: &'a str,
+    tenant: Option<&'a str>,
+    endpoint: Endpoint,
+    text: &'a str,
+    blocks: &'a [BlockHash],
+    hotness: f64,
+    origin: Origin,
+    tags: &'a [String],
+    adoptions: u32,
+    successes: u32,
+    last_signal_ms: u64,
+}
+
+impl Serialize for SharedRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        RecordRef {
+            model: &self.model,
+            tenant: self.tenant.as_deref(),
+            endpoint: self.endpoint,
+            text: &self.text,
+            blocks: &self.blocks,
+            hotness: self.hotness,
+            origin: self.origin,
+            tags: &self.tags,
+            adoptions: self.adoptions,
+            successes: self.successes,
+            last_signal_ms: self.last_signal_ms,
+        }
+        .serialize(serializer)
+    }
+}
+
 impl PromptPool {
+    /// Every entry, hottest first, sharing texts, hashes and names with the pool: O(entries)
+    /// reference counts, no text copied. Serialises as [`PromptPool::export`] does.
+    pub fn export_shared(&self) -> Vec<SharedRecord> {
+        self.hottest_keys(usize::MAX)
+            .into_iter()
+            .filter_map(|(hotness, key)| {
+                let e = self.entries.get(&key)?;
+                Some(SharedRecord {
+                    model: self.names.shared(e.model)?,
+                    tenant: (e.tenant != super::NO_NAME)
+                        .then(|| self.names.shared(e.tenant))
+                        .flatten(),
+                    endpoint: e.endpoint,
+                    text: e.text.clone(),
+                    blocks: e.blocks.clone(),
+                    hotness,
+                    origin: e.origin,
+                    tags: self.tags.get(&key).map(|t| t.to_vec()).unwrap_or_default(),
+                    adoptions: e.adoptions,
+                    successes: e.successes,
+                    last_signal_ms: e.last_signal_ms,
+                })
+            })
+            .collect()
+    }
+
     /// Every entry as a snapshot record, hottest first.
     pub fn export(&self) -> Vec<PromptRecord> {
         self.hottest_keys(usize::MAX)
@@ -80,7 +163,19 @@ impl PromptPool {
                 return Err(PoolError::BadTags(r.tags.len(), self.config.max_tags));
             }
             Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
+            // Records come hottest first: a colder dynamic one that does not fit is dropped.
+            Origin::Dynamic
+                if self
+                    .bytes
+                    .saturating_add(super::entry_bytes(r.text.len(), r.blocks.len()))
+                    > self.config.max_pool_bytes =>
+            {
+                return Ok(())
+            }
             _ => {}
+        }
+        if r.origin == Origin::Static {
+            self.make_room(super::entry_bytes(r.text.len(), r.blocks.len()), false)?;
         }
         let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
         let hotness = if r.hotness.is_finite() {
@@ -89,11 +184,11 @@ impl PromptPool {
             0.0
         };
         let score = hotness * self.factor;
-        self.entries.insert(
+        self.insert_entry(
             key,
             Entry {
-                text: r.text.into_boxed_str(),
-                blocks: r.blocks.into_boxed_slice(),
+                text: Arc::from(r.text),
+                blocks: Arc::from(r.blocks),
                 score,
                 last_signal_ms: r.last_signal_ms,
                 model,

@@ -196,6 +196,124 @@ fn the_coldest_dynamic_entry_is_evicted_and_templates_never() {
 }
 
 #[test]
+fn the_byte_bound_evicts_the_coldest_and_counts_what_is_held() {
+    // Room for four 2-block entries (512 text bytes each), not five.
+    let one = entry_bytes(512, 2);
+    let config = HotnessConfig {
+        max_pool_bytes: 4 * one + one / 2,
+        ..HotnessConfig::default()
+    };
+    let mut pool = PromptPool::new(config, 0);
+    for (id, prio) in [(1, 30), (2, 10), (3, 20), (4, 40)] {
+        pool.apply_prefill(prefill("m", &text(id, 2), prio), 0)
+            .unwrap();
+    }
+    assert_eq!((pool.len(), pool.bytes()), (4, 4 * one));
+    pool.apply_prefill(prefill("m", &text(5, 2), 50), 0)
+        .unwrap();
+    assert_eq!(
+        pool.hotness(&key_of("m", &text(2, 2))),
+        None,
+        "the coldest went"
+    );
+    assert_eq!(
+        (pool.len(), pool.bytes(), pool.stats().evicted),
+        (4, 4 * one, 1)
+    );
+    // A bigger entry makes room by evicting as many cold entries as it needs.
+    pool.apply_prefill(prefill("m", &text(6, 4), 0), 0).unwrap();
+    assert_eq!(pool.bytes(), 2 * one + entry_bytes(1024, 4));
+    assert!(pool.bytes() <= pool.config().max_pool_bytes);
+    // A template larger than the whole bound is refused, the pool unchanged.
+    let before = pool.len();
+    let huge = Template {
+        model: "m".into(),
+        text: text(7, 20),
+        tenant: None,
+        endpoint: Endpoint::Completions,
+        tags: vec![],
+    };
+    let bytes = pool.bytes();
+    assert!(matches!(
+        pool.add_template(huge, &fp(), 0),
+        Err(PoolError::PoolFull(_))
+    ));
+    assert_eq!(
+        (pool.len(), pool.bytes()),
+        (before, bytes),
+        "nothing evicted for it"
+    );
+    // Templates fill the pool (two of 1,248 bytes; a third would pass the bound).
+    let mut i = 100;
+    loop {
+        let t = Template {
+            model: "m".into(),
+            text: text(i, 4),
+            tenant: None,
+            endpoint: Endpoint::Completions,
+            tags: vec![],
+        };
+        i += 1;
+        if pool.add_template(t, &fp(), 0).is_err() {
+            break;
+        }
+    }
+    assert_eq!(pool.templates(), 2);
+    // A dynamic entry that cannot fit beside the templates is refused; one that can gets in.
+    assert!(matches!(
+        pool.apply_prefill(prefill("m", &text(8, 4), 0), 0),
+        Err(PoolError::PoolFull(_))
+    ));
+    pool.apply_prefill(prefill("m", &text(9, 2), 0), 0).unwrap();
+    assert!(pool.bytes() <= pool.config().max_pool_bytes);
+}
+
+#[test]
+fn names_are_bounded() {
+    let mut pool = PromptPool::new(HotnessConfig::default(), 0);
+    let long = "n".repeat(MAX_NAME_BYTES + 1);
+    let e = pool
+        .apply_prefill(prefill(&long, &text(1, 1), 0), 0)
+        .unwrap_err();
+    assert!(e.to_string().starts_with("model: 257 bytes"), "{e}");
+    let mut tenant = prefill("m", &text(1, 1), 0);
+    tenant.tenant = Some(long.clone());
+    let e = pool.apply_prefill(tenant, 0).unwrap_err();
+    assert!(e.to_string().starts_with("tenant: "), "{e}");
+    assert!(pool.is_empty());
+}
+
+#[test]
+fn one_batch_counts_at_most_max_feedback_count_per_prefix() {
+    let config = HotnessConfig {
+        max_feedback_count: 10,
+        ..HotnessConfig::default()
+    };
+    let mut pool = PromptPool::new(config, 0);
+    let t = text(1, 2);
+    pool.apply_prefill(prefill("m", &t, 0), 0).unwrap();
+    let huge = feedback("m", &t, FeedbackOutcome::Adopted, u32::MAX);
+    let batch = SignalBatch::new(
+        "envoy-1",
+        0,
+        vec![
+            Signal::Feedback(huge.clone()),
+            Signal::Feedback(huge.clone()),
+            Signal::Feedback(feedback("m", &t, FeedbackOutcome::Succeeded, 3)),
+        ],
+    );
+    let r = pool.ingest(batch, 0);
+    assert_eq!((r.feedback, r.feedback_capped), (1, 2));
+    let v = pool.get(&key_of("m", &t)).unwrap();
+    assert_eq!((v.adoptions, v.successes), (10, 0));
+    assert!(close(v.hotness, 1.0 + 10.0 * 0.3), "{}", v.hotness);
+    // The next batch has its own allowance.
+    let r = pool.ingest(SignalBatch::new("e", 0, vec![Signal::Feedback(huge)]), 0);
+    assert_eq!(r.feedback, 1);
+    assert_eq!(pool.get(&key_of("m", &t)).unwrap().adoptions, 20);
+}
+
+#[test]
 fn templates_match_filter_fingerprints_and_keep_their_floor() {
     let mut pool = PromptPool::new(HotnessConfig::default(), 0);
     let t = text(7, 3);
@@ -486,6 +604,8 @@ fn export_and_restore_round_trip() {
     pool.tick(3 * MIN);
     let records = pool.export();
     let json = serde_json::to_string(&records).unwrap();
+    // What a snapshot writes (sharing texts with the pool) is the same JSON.
+    assert_eq!(serde_json::to_string(&pool.export_shared()).unwrap(), json);
     let back: Vec<PromptRecord> = serde_json::from_str(&json).unwrap();
     let mut restored = PromptPool::new(HotnessConfig::default(), 10 * MIN);
     assert!(restored.restore(back, 10 * MIN).is_empty());

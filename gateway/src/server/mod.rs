@@ -1,12 +1,17 @@
 //! The `serve` lifecycle, linkerd-style: the configuration is already validated → restore the
 //! snapshot → bind → print the listening line → spawn the background loops → wait for SIGTERM or
 //! Ctrl-C → stop accepting, drain within `server.drain_seconds` → write the final snapshot.
+//! Connections are served by [`listener`] (header-read and idle timeout).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+
+mod listener;
+
+pub use listener::{serve_http, ListenerLimits};
 
 use crate::api::router;
 use crate::config::GatewayConfig;
@@ -64,6 +69,27 @@ pub async fn serve(
             return 1;
         }
     };
+    for (field, token, refused) in [
+        (
+            "server.signal_token",
+            &config.server.signal_token,
+            "filters' signals and table polls",
+        ),
+        (
+            "server.read_token",
+            &config.server.read_token,
+            "admin reads without the admin token",
+        ),
+        (
+            "server.admin_token",
+            &config.server.admin_token,
+            "admin calls",
+        ),
+    ] {
+        if token.is_empty() {
+            tracing::warn!("{field} is empty: {refused} are refused with 401");
+        }
+    }
     let drain = Duration::from_secs(config.server.drain_seconds);
     let gateway = Gateway::new(config);
     let restored = gateway.restore();
@@ -72,40 +98,25 @@ pub async fn serve(
     let tasks = tasks::spawn_all(&gateway);
     let app = router(gateway.clone());
     let g = gateway.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let limits = ListenerLimits {
+        header_read_timeout: Duration::from_millis(gateway.config.server.header_read_timeout_ms),
+        drain,
+    };
+    let drained = serve_http(listener, app, limits, async move {
         shutdown.await;
         tracing::info!("shutdown requested: draining");
         g.begin_shutdown();
-    });
-    let mut server = std::pin::pin!(std::future::IntoFuture::into_future(server));
-    let result = tokio::select! {
-        r = &mut server => r,
-        _ = async {
-            // Bound the drain: once shutdown began, in-flight requests get `drain` to finish.
-            let mut s = gateway.shutdown_signal();
-            while !*s.borrow() {
-                if s.changed().await.is_err() {
-                    break;
-                }
-            }
-            tokio::time::sleep(drain).await;
-        } => {
-            tracing::warn!("drain period over: closing remaining connections");
-            Ok(())
-        }
-    };
+    })
+    .await;
+    if !drained {
+        tracing::warn!("drain period over: closing remaining connections");
+    }
     gateway.begin_shutdown();
     for t in tasks {
         let _ = tokio::time::timeout(drain, t).await;
     }
     final_snapshot(&gateway).await;
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::error!(error = %e, "server failed");
-            1
-        }
-    }
+    0
 }
 
 async fn final_snapshot(gateway: &Arc<Gateway>) {
