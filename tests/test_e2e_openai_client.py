@@ -5,6 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from harness import wait_until
 from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec
 from harness.stack import question_text as question
 
@@ -62,3 +63,19 @@ def test_client_errors_pass_through_unchanged(stack):
     with pytest.raises(openai.BadRequestError) as bad:
         client(stack.envoy.url).chat.completions.create(model=BASE_MODEL, messages=MESSAGES, max_tokens=0)
     assert bad.value.body["param"] == "max_tokens"
+
+
+def test_routed_requests_reach_the_gateways_kv_model(stack):
+    """The filter's served records (which pod each routed request went to) arrive with its
+    batches, and the gateway's KV model of that pod holds the prompt's shards: before the fleet
+    core, the shipped gateway never fed served traffic to its KV model."""
+    sent = stack.envoy.metric("prewarm.served.sent")
+    via = client(stack.envoy.url).completions.with_raw_response.create(
+        model=BASE_MODEL, prompt=question(6, 2), max_tokens=2)
+    pod = stack.pod_by_address(via.headers["x-prewarm-upstream"])
+    assert pod is not None
+    wait_until(lambda: stack.envoy.metric("prewarm.served.sent") > sent, timeout=15,
+               what="the served record sent with a batch")
+    detail = wait_until(lambda: (d := stack.gateway.get(f"/admin/pods/{pod.id}").json())["resident_shards"] > 0
+                        and d, timeout=15, what="the pod's KV model to hold the prompt's shards")
+    assert detail["modelled_hit_ratio"] is not None

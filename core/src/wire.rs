@@ -265,13 +265,15 @@ impl SignalBatch {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Bytes an encoded batch from `source` takes beyond its signals: the envelope with the
-    /// longest numbers. A batch's body is at most this plus, per signal, its encoded length + 1
-    /// (the comma), which is how a sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
+    /// Bytes an encoded batch from `source` takes beyond its signals and served records: the
+    /// envelope with the longest numbers and an empty `served` list. A batch's body is at most
+    /// this plus, per signal and per record, its encoded length + 1 (the comma), which is how a
+    /// sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
     pub fn envelope_bytes(source: &str) -> usize {
         let mut empty = Self::new(source, u64::MAX, Vec::new());
         empty.dropped = u64::MAX;
-        empty.encode().len()
+        empty.served_dropped = u64::MAX;
+        empty.encode().len() + r#","served":[]"#.len()
     }
 }
 

@@ -34,6 +34,9 @@ pub struct FilterConfig {
     /// Most signals waiting in the shared queue (its slots); the oldest are dropped beyond
     /// (default 256).
     pub max_pending_signals: usize,
+    /// Most served records (which pod each routed request went to, for the gateway's KV model)
+    /// waiting in their shared queue; the oldest are dropped beyond (default 4096).
+    pub max_pending_served: usize,
     /// Longest signal queued, bytes of JSON; longer ones are dropped (default 256 KiB: a
     /// prefill of the default 32768 prefix tokens, 128 KiB of text, fits with room for escapes).
     pub max_signal_bytes: usize,
@@ -94,6 +97,7 @@ impl Default for FilterConfig {
             max_batch_signals: 64,
             max_batch_bytes: 1 << 20,
             max_pending_signals: 256,
+            max_pending_served: 4096,
             max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
@@ -247,6 +251,13 @@ impl FilterConfig {
             &mut p,
             "max_pending_signals",
             self.max_pending_signals,
+            1,
+            100_000,
+        );
+        range(
+            &mut p,
+            "max_pending_served",
+            self.max_pending_served,
             1,
             100_000,
         );

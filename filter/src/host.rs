@@ -90,6 +90,9 @@ metrics! {
     SignalsSent => "prewarm.signals.sent", false;
     SignalsDropped => "prewarm.signals.dropped", false;
     BatchesSent => "prewarm.batches.sent", false;
+    ServedEnqueued => "prewarm.served.enqueued", false;
+    ServedSent => "prewarm.served.sent", false;
+    ServedDropped => "prewarm.served.dropped", false;
     DispatchFailures => "prewarm.dispatch_failures", false;
     TableFetches => "prewarm.table.fetches", false;
     TableUpdates => "prewarm.table.updates", false;

@@ -8,7 +8,7 @@
 //! setting beyond the defaults is needed. Anything unexpected: count it and let the request
 //! through untouched.
 
-use prewarm_core::wire::MAX_NAME_BYTES;
+use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::host::{Host, Metric};
@@ -193,6 +193,14 @@ impl RequestFlow {
                 let value = route.header_value();
                 host.set_request_header(&config.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
+                let served = ServedRecord::of(
+                    &route.primary.id,
+                    &request.model,
+                    &chain,
+                    chain.prompt_tokens as u64,
+                    &worker.fingerprint,
+                );
+                worker.served.enqueue(host, vec![served]);
             }
             Err(why) => host.count(why.metric(), 1),
         }

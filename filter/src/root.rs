@@ -19,7 +19,7 @@ use crate::worker::Worker;
 /// A call in flight and what it was for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Call {
-    Batch { signals: u64 },
+    Batch { signals: u64, served: u64 },
     Table,
 }
 
@@ -102,12 +102,16 @@ impl RootTasks {
         }
         let config = &worker.config;
         let pending = worker.queue.take(host);
-        if pending.signals.is_empty() {
+        let served = worker.served.take(host);
+        if pending.records.is_empty() && served.records.is_empty() {
             return;
         }
-        let n = pending.signals.len() as u64;
-        let mut batch = SignalBatch::new(config.source.clone(), now, pending.signals);
+        let n = pending.records.len() as u64;
+        let m = served.records.len() as u64;
+        let mut batch = SignalBatch::new(config.source.clone(), now, pending.records);
         batch.dropped = pending.dropped;
+        batch.served = served.records;
+        batch.served_dropped = served.dropped;
         let body = batch.encode();
         let mut headers = Self::gateway_headers(worker, "POST", "/v1/signals");
         headers.push(("content-type", "application/json"));
@@ -116,9 +120,13 @@ impl RootTasks {
             worker,
             &headers,
             Some(&body),
-            Call::Batch { signals: n },
+            Call::Batch {
+                signals: n,
+                served: m,
+            },
         ) {
             host.count(Metric::SignalsDropped, n);
+            host.count(Metric::ServedDropped, m);
         }
     }
 
@@ -169,13 +177,15 @@ impl RootTasks {
         let status = host.call_response_status();
         let ok = status.is_some_and(|s| (200..300).contains(&s));
         match call {
-            Call::Batch { signals } => {
+            Call::Batch { signals, served } => {
                 if ok {
                     host.count(Metric::BatchesSent, 1);
                     host.count(Metric::SignalsSent, signals);
+                    host.count(Metric::ServedSent, served);
                 } else {
                     host.count(Metric::DispatchFailures, 1);
                     host.count(Metric::SignalsDropped, signals);
+                    host.count(Metric::ServedDropped, served);
                     host.log(
                         Level::Debug,
                         &format!("prewarm: signal batch refused: {status:?}"),

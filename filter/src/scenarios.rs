@@ -459,6 +459,46 @@ fn a_request_routes_with_the_table_another_worker_just_published() {
     assert_eq!(other_host.metric(Metric::Routed), 1);
 }
 
+/// Each routed request reaches the gateway as a served record in the next batch (the pod it
+/// went to, its shards and tokens: what the gateway's KV model ages by); unrouted ones do not.
+#[test]
+fn routed_requests_travel_as_served_records_in_the_next_batch() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut root = RootTasks::default();
+    root.on_tick(&host, &worker);
+    let get = host.take_calls().pop().unwrap();
+    let body = table(&[("p1", "127.0.0.1:1", &[])]).encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(&host, &worker, get.token, body.len());
+    let prompt = chat_body("m", &template(), "q");
+    send(&host, &worker, "/v1/chat/completions", &[], &prompt);
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[],
+        &chat_body("m", "hi", "q"),
+    );
+    host.set_now(host_now(&host) + 2_000);
+    root.on_tick(&host, &worker);
+    let post = host
+        .take_calls()
+        .into_iter()
+        .find(|c| c.headers.contains(&(":path".into(), "/v1/signals".into())))
+        .expect("a batch with the served records");
+    let batch = SignalBatch::decode(&post.body).unwrap();
+    assert_eq!(
+        batch.served.len(),
+        1,
+        "the short prompt has no block to route by"
+    );
+    let record = &batch.served[0];
+    assert_eq!((record.pod.as_str(), record.model.as_str()), ("p1", "m"));
+    assert!(!record.shards.is_empty() && record.prompt_tokens >= record.chained_tokens);
+    assert_eq!(host.metric(Metric::ServedEnqueued), 1);
+}
+
 fn host_now(h: &FakeHost) -> u64 {
     use crate::host::Host;
     h.now_ms()

@@ -56,6 +56,10 @@ impl Keys {
         self.slot("adapter", adapter_hash, slots)
     }
 
+    pub fn served(&self) -> String {
+        format!("{}served", self.prefix)
+    }
+
     pub fn signals(&self) -> String {
         format!("{}signals", self.prefix)
     }

@@ -1,91 +1,136 @@
-//! The pending-signal queue every worker appends to and a root tick drains: a [`SharedRing`] of
-//! `max_pending_signals` slots, one encoded `Signal` (JSON) per slot. Appending a signal costs
-//! one 8-byte compare-and-swap and one write of that signal, whatever the queue holds; a signal
-//! longer than `max_signal_bytes` is dropped (counted) so that the queue's memory is bounded by
-//! `slots × max_signal_bytes`. Beyond `slots` pending, the oldest are overwritten; the taker
-//! counts them and the count travels in the next batch's `dropped`.
+//! The queues every worker appends to and a root tick drains into one batch: pending signals,
+//! and served records (core's `ServedRecord`: which pod each routed request went to, for the
+//! gateway's KV model). Each is a [`SharedRing`] of slots, one encoded record (JSON) per slot.
+//! Appending costs one 8-byte compare-and-swap and one write of that record, whatever the queue
+//! holds; a record longer than its cap is dropped (counted) so that a queue's memory is bounded
+//! by `slots × cap`. Beyond `slots` pending, the oldest are overwritten; the taker counts them
+//! and the count travels in the next batch (`dropped`, `served_dropped`).
 //!
-//! A take is cut to fit a batch: at most `max_batch_signals` signals and at most
-//! `max_batch_bytes` for the whole encoded `SignalBatch` (core's envelope bound plus each
-//! signal and its comma), and `max_batch_bytes` is at most core's `MAX_SIGNAL_BATCH_BYTES`,
-//! the gateway's default body limit, so a batch is never refused for its size.
+//! A take is cut to fit a batch: at most `max_batch_signals` signals (and core's
+//! `MAX_SERVED_PER_BATCH` records), and at most `max_batch_bytes` for the whole encoded
+//! `SignalBatch`: core's envelope bound, then three quarters of the rest for signals (each with
+//! its comma) and a quarter for served records. `max_batch_bytes` is at most core's
+//! `MAX_SIGNAL_BATCH_BYTES`, the gateway's default body limit, so a batch is never refused for
+//! its size.
 
-use prewarm_core::wire::{Signal, SignalBatch};
+use std::marker::PhantomData;
+
+use prewarm_core::wire::{ServedRecord, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
 use crate::shared::Keys;
 use crate::shared_ring::SharedRing;
 
-/// Signals taken for one batch.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PendingSignals {
-    /// Signals dropped since the last batch was taken.
+/// Records taken for one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending<T> {
+    /// Records dropped since the last batch was taken.
     pub dropped: u64,
-    pub signals: Vec<Signal>,
+    pub records: Vec<T>,
 }
 
-/// The queue of one configuration.
+/// A queue of one record kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignalQueue {
+pub struct RecordQueue<T> {
     ring: SharedRing,
-    max_signal_bytes: usize,
-    max_batch_signals: usize,
-    /// Bytes of signals (and commas) a batch may carry beside its envelope.
+    max_record_bytes: usize,
+    max_batch_records: usize,
+    /// Bytes of records (and commas) a batch may carry.
     batch_budget: usize,
     retries: u32,
+    enqueued: Metric,
+    dropped: Metric,
+    kind: PhantomData<fn() -> T>,
+}
+
+/// The pending signals.
+pub type SignalQueue = RecordQueue<Signal>;
+
+/// The served records.
+pub type ServedQueue = RecordQueue<ServedRecord>;
+
+/// What a batch may carry beside its envelope.
+fn records_budget(config: &FilterConfig) -> usize {
+    config
+        .max_batch_bytes
+        .saturating_sub(SignalBatch::envelope_bytes(&config.source))
 }
 
 impl SignalQueue {
     pub fn new(config: &FilterConfig, keys: &Keys) -> Self {
+        let budget = records_budget(config);
         Self {
             ring: SharedRing::new(&keys.signals(), config.max_pending_signals),
-            max_signal_bytes: config.max_signal_bytes,
-            max_batch_signals: config.max_batch_signals,
-            batch_budget: config
-                .max_batch_bytes
-                .saturating_sub(SignalBatch::envelope_bytes(&config.source)),
+            max_record_bytes: config.max_signal_bytes,
+            max_batch_records: config.max_batch_signals,
+            batch_budget: budget - budget / 4,
             retries: config.cas_retries,
+            enqueued: Metric::SignalsEnqueued,
+            dropped: Metric::SignalsDropped,
+            kind: PhantomData,
         }
     }
+}
 
+impl ServedQueue {
+    /// A served record is a pod id, a model name (each at most core's name cap), a hash per
+    /// 512-token shard of the fingerprinted prefix and two counts.
+    pub fn served(config: &FilterConfig, keys: &Keys) -> Self {
+        let shards = config.max_prefix_tokens.div_ceil(512);
+        Self {
+            ring: SharedRing::new(&keys.served(), config.max_pending_served),
+            max_record_bytes: 1024 + shards.saturating_mul(24),
+            max_batch_records: MAX_SERVED_PER_BATCH,
+            batch_budget: records_budget(config) / 4,
+            retries: config.cas_retries,
+            enqueued: Metric::ServedEnqueued,
+            dropped: Metric::ServedDropped,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> RecordQueue<T> {
     /// The shared-data keys the queue can use.
     pub fn keys(&self) -> impl Iterator<Item = String> + '_ {
         self.ring.keys()
     }
 
-    /// Appends signals; counts enqueued and dropped ones.
-    pub fn enqueue<H: Host + ?Sized>(&self, host: &H, signals: Vec<Signal>) {
-        for signal in signals {
-            let bytes = serde_json::to_vec(&signal).unwrap_or_default();
-            let fits = !bytes.is_empty() && bytes.len() <= self.max_signal_bytes;
+    /// Appends records; counts enqueued and dropped ones.
+    pub fn enqueue<H: Host + ?Sized>(&self, host: &H, records: Vec<T>) {
+        for record in records {
+            let bytes = serde_json::to_vec(&record).unwrap_or_default();
+            let fits = !bytes.is_empty() && bytes.len() <= self.max_record_bytes;
             if fits && self.ring.push(host, &bytes, self.retries) {
-                host.count(Metric::SignalsEnqueued, 1);
+                host.count(self.enqueued, 1);
             } else {
-                host.count(Metric::SignalsDropped, 1);
+                host.count(self.dropped, 1);
             }
         }
     }
 
-    /// Takes the oldest signals that fit one batch, and the dropped count.
-    pub fn take<H: Host + ?Sized>(&self, host: &H) -> PendingSignals {
+    /// Takes the oldest records that fit one batch, and the dropped count.
+    pub fn take<H: Host + ?Sized>(&self, host: &H) -> Pending<T> {
         let taken = self
             .ring
-            .take(host, self.max_batch_signals, self.batch_budget, |record| {
+            .take(host, self.max_batch_records, self.batch_budget, |record| {
                 record.len().saturating_add(1)
             });
-        let mut pending = PendingSignals {
+        let mut pending = Pending {
             dropped: taken.dropped,
-            signals: Vec::with_capacity(taken.records.len()),
+            records: Vec::with_capacity(taken.records.len()),
         };
         for record in taken.records {
-            match serde_json::from_slice::<Signal>(&record) {
-                Ok(signal) => pending.signals.push(signal),
+            match serde_json::from_slice::<T>(&record) {
+                Ok(r) => pending.records.push(r),
                 Err(_) => pending.dropped = pending.dropped.saturating_add(1),
             }
         }
         if pending.dropped > 0 {
-            host.count(Metric::SignalsDropped, pending.dropped);
+            host.count(self.dropped, pending.dropped);
         }
         pending
     }
@@ -135,10 +180,10 @@ mod tests {
         q.enqueue(&h, (0..5).map(|i| pin(&format!("a{i}"))).collect());
         let taken = q.take(&h);
         assert_eq!(taken.dropped, 2);
-        assert_eq!(taken.signals, vec![pin("a2"), pin("a3")]);
+        assert_eq!(taken.records, vec![pin("a2"), pin("a3")]);
         let rest = q.take(&h);
-        assert_eq!((rest.dropped, rest.signals), (0, vec![pin("a4")]));
-        assert!(q.take(&h).signals.is_empty());
+        assert_eq!((rest.dropped, rest.records), (0, vec![pin("a4")]));
+        assert!(q.take(&h).records.is_empty());
         assert_eq!(h.metric(Metric::SignalsDropped), 2);
     }
 
@@ -148,7 +193,7 @@ mod tests {
         let q = queue(FilterConfig::default());
         q.enqueue(&h, vec![prefill(300 << 10), pin("a")]);
         assert_eq!(h.metric(Metric::SignalsDropped), 1);
-        assert_eq!(q.take(&h).signals, vec![pin("a")]);
+        assert_eq!(q.take(&h).records, vec![pin("a")]);
     }
 
     /// A full queue of the largest signals drains in batches the gateway's default limit
@@ -168,11 +213,11 @@ mod tests {
         let mut sent = 0;
         for _ in 0..n {
             let taken = q.take(&h);
-            if taken.signals.is_empty() {
+            if taken.records.is_empty() {
                 break;
             }
-            sent += taken.signals.len();
-            let body = SignalBatch::new(config.source.clone(), u64::MAX, taken.signals).encode();
+            sent += taken.records.len();
+            let body = SignalBatch::new(config.source.clone(), u64::MAX, taken.records).encode();
             assert!(body.len() <= config.max_batch_bytes, "{}", body.len());
             assert!(SignalBatch::decode(&body).is_ok());
         }

@@ -1,13 +1,13 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
-//! configuration, its shared-data keys, its signal queue, its copy of the routing table, and its
-//! tally.
+//! configuration, its shared-data keys, its signal and served-record queues, its copy of the
+//! routing table, and its tally.
 
 use prewarm_core::FingerprintConfig;
 
 use crate::config::FilterConfig;
 use crate::routing::TableCache;
 use crate::shared::Keys;
-use crate::signal_queue::SignalQueue;
+use crate::signal_queue::{ServedQueue, SignalQueue};
 use crate::tally::Tally;
 
 #[derive(Debug)]
@@ -16,6 +16,7 @@ pub struct Worker {
     pub fingerprint: FingerprintConfig,
     pub keys: Keys,
     pub queue: SignalQueue,
+    pub served: ServedQueue,
     pub table: TableCache,
     pub tally: Tally,
 }
@@ -26,6 +27,7 @@ impl Worker {
         Self {
             fingerprint: config.fingerprint(),
             queue: SignalQueue::new(&config, &keys),
+            served: ServedQueue::served(&config, &keys),
             keys,
             table: TableCache::default(),
             tally: Tally::default(),
