@@ -9,6 +9,7 @@ adapters, the MiniLM folder for pooling): nothing is downloaded at run time.
 - `start_vllm(workdir, model, *flags, ...)` starts `python -m vllm.entrypoints.openai.api_server`
   on 127.0.0.1 and a port reserved from a `:0` bind, and returns `(process, base_url)` once
   `/health` answers 200 (polled with a deadline; a dead process fails at once).
+- `VllmStack` is `harness.stack.Stack` with real vLLM pods (Envoy + filter + gateway as usual).
 - `LLAMA_FLAGS` are the engine flags every generative pod gets (LoRA, prefix caching, cached-token
   reporting, float32 on CPU).
 
@@ -29,11 +30,11 @@ import pytest
 import requests
 
 from . import REPO, ManagedProcess, wait_until
+from .stack import BASE_MODEL, Pod, Stack
 
 VENV = Path(os.environ.get("PREWARM_VLLM_VENV", REPO / ".venv-vllm"))
 PYTHON = VENV / "bin" / "python"
-BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-"""The served name of the tiny Llama: the name podsim and the stack's gateway use for the base."""
+# The tiny Llama is served as `BASE_MODEL`, the base-model name podsim and the stack use.
 
 LLAMA_FLAGS = (
     "--served-model-name", BASE_MODEL,
@@ -133,3 +134,27 @@ def _fail_fast(check):
 
 class _Dead(BaseException):
     pass
+
+
+class VllmStack(Stack):
+    """`harness.stack.Stack` whose pods are real vLLM servers serving the tiny Llama under the
+    stack's base-model name, with the stack's LoRA flags (`--enable-lora`, `--max-loras`,
+    `--max-cpu-loras`, `--lora-modules` when preloaded). Adapters are the generator's PEFT
+    adapters (vLLM checks their shapes), registered with the gateway from their real directories.
+    Keep `pods + spare_pods` at 2 or fewer: each server is a few hundred MB and a core's share."""
+
+    def start_pod(self, pod: Pod, port: Optional[int] = None) -> Pod:
+        models = tiny_models(self.workdir / "vllm-models", [a.name for a in self.spec.adapters])
+        self.adapter_dirs.update(models.adapters)
+        flags = [*LLAMA_FLAGS, *self.pod_flags()]
+        pod.process, url = start_vllm(self.workdir, models.llama, *flags, port=port, name=pod.id)
+        pod.address = url.removeprefix("http://")
+        return pod
+
+
+def tokens_of(pod_url: str, text: str) -> int:
+    """How many tokens vLLM's own tokenizer makes of `text` (`POST /tokenize`, no specials)."""
+    r = requests.post(f"{pod_url}/tokenize", json={"model": BASE_MODEL, "prompt": text, "add_special_tokens": False},
+                      timeout=30)
+    r.raise_for_status()
+    return int(r.json()["count"])
