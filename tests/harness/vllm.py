@@ -10,8 +10,8 @@ adapters, the MiniLM folder for pooling): nothing is downloaded at run time.
   on 127.0.0.1 and a port reserved from a `:0` bind, and returns `(process, base_url)` once
   `/health` answers 200 (polled with a deadline; a dead process fails at once).
 - `VllmStack` is `harness.stack.Stack` with real vLLM pods (Envoy + filter + gateway as usual).
-- `LLAMA_FLAGS` are the engine flags every generative pod gets (LoRA, prefix caching, cached-token
-  reporting, float32 on CPU).
+- `LLAMA_FLAGS` are the engine flags every generative pod gets (served name, prefix caching,
+  cached-token reporting, float32 on CPU); `lora_flags()` adds LoRA.
 
 Bounded on 2 cores: `VLLM_CPU_KVCACHE_SPACE=1` (GiB), one OpenMP thread per server, and callers
 start at most two servers at once (fixtures are module-scoped) and stop them by process id.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ import pytest
 import requests
 
 from . import REPO, ManagedProcess, wait_until
-from .stack import BASE_MODEL, Pod, Stack
+from .stack import BASE_MODEL, Pod, Stack, free_port
 
 VENV = Path(os.environ.get("PREWARM_VLLM_VENV", REPO / ".venv-vllm"))
 PYTHON = VENV / "bin" / "python"
@@ -75,12 +74,6 @@ def tiny_models(root: Path, adapters: Sequence[str] = (), rank: int = 8) -> Tiny
                       {k: Path(v) for k, v in paths["adapters"].items()})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_vllm(
     workdir: Path,
     model: Path,
@@ -113,6 +106,9 @@ def start_vllm(
 
     try:
         wait_until(_fail_fast(healthy), timeout, interval=0.5, what=f"vLLM {name} /health")
+    except _Dead as dead:
+        proc.stop(grace=10)
+        raise RuntimeError(str(dead)) from None
     except BaseException:
         proc.stop(grace=10)
         raise
