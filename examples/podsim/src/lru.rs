@@ -1,70 +1,58 @@
-//! An ordered set with least-recently-used order: O(log n) insert, touch, remove and pop of the
-//! oldest entry. It backs the KV free-block queue and both LoRA caches (host cache, GPU slots).
+//! Least-recently-used order for the KV free-block queue and both LoRA caches (host cache, GPU
+//! slots), on the `lru` crate: O(1) touch, remove and pop of the oldest entry. Unbounded on
+//! purpose: the callers choose what to evict (an adapter with a running request is skipped, a
+//! block in use is not in the queue), so capacity is theirs, not the queue's.
 
-use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+
+use lru::LruCache;
 
 /// Keys in use order: the front is the least recently used (the next to evict).
 #[derive(Debug, Clone)]
-pub struct LruQueue<K: Hash + Eq + Clone> {
-    order: BTreeMap<u64, K>,
-    position: HashMap<K, u64>,
-    next: u64,
+pub struct LruQueue<K: Hash + Eq> {
+    order: LruCache<K, ()>,
 }
 
-impl<K: Hash + Eq + Clone> Default for LruQueue<K> {
+impl<K: Hash + Eq> Default for LruQueue<K> {
     fn default() -> Self {
         Self {
-            order: BTreeMap::new(),
-            position: HashMap::new(),
-            next: 0,
+            order: LruCache::unbounded(),
         }
     }
 }
 
-impl<K: Hash + Eq + Clone> LruQueue<K> {
+impl<K: Hash + Eq> LruQueue<K> {
     pub fn len(&self) -> usize {
-        self.position.len()
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.position.is_empty()
+        self.order.is_empty()
     }
 
+    /// Whether `key` is queued; does not change the order.
     pub fn contains(&self, key: &K) -> bool {
-        self.position.contains_key(key)
+        self.order.contains(key)
     }
 
     /// Puts `key` at the back (most recently used), moving it there if present.
     pub fn push_back(&mut self, key: K) {
-        self.remove(&key);
-        let at = self.next;
-        self.next = self.next.wrapping_add(1);
-        self.order.insert(at, key.clone());
-        self.position.insert(key, at);
+        self.order.put(key, ());
     }
 
     /// Removes `key`; true when it was present.
     pub fn remove(&mut self, key: &K) -> bool {
-        match self.position.remove(key) {
-            Some(at) => {
-                self.order.remove(&at);
-                true
-            }
-            None => false,
-        }
+        self.order.pop(key).is_some()
     }
 
     /// Removes and returns the least recently used key.
     pub fn pop_front(&mut self) -> Option<K> {
-        let (_, key) = self.order.pop_first()?;
-        self.position.remove(&key);
-        Some(key)
+        self.order.pop_lru().map(|(key, ())| key)
     }
 
     /// Keys from least to most recently used.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &K> {
-        self.order.values()
+        self.order.iter().rev().map(|(key, ())| key)
     }
 }
 

@@ -33,14 +33,14 @@ pub type RequestId = u64;
 pub enum RequestError {
     #[error("The model `{model}` does not exist.")]
     UnknownModel { model: String },
-    #[error("max_tokens must be at least 1, got {max_tokens}.")]
+    #[error("max_tokens must be at least 1, got {max_tokens}. (parameter=max_tokens, value={max_tokens})")]
     InvalidMaxTokens { max_tokens: u64 },
-    #[error("This model's maximum context length is {max_model_len} tokens. However, you requested {total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.")]
-    ContextTooLong {
+    #[error("max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. Please request fewer output tokens. (parameter=max_tokens, value={max_tokens})")]
+    MaxTokensOverModelLen { max_tokens: u64, max_model_len: u64 },
+    #[error("This model's maximum context length is {max_model_len} tokens. However, your prompt contains {prompt_tokens} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt.")]
+    PromptTooLong {
         max_model_len: u64,
-        total: u64,
         prompt_tokens: usize,
-        max_tokens: u64,
     },
 }
 
@@ -227,16 +227,25 @@ impl Pod {
         if output_tokens == 0 {
             return Err(RequestError::InvalidMaxTokens { max_tokens: 0 });
         }
-        let prompt_tokens = spec.prompt_tokens();
-        let total = (prompt_tokens as u64).saturating_add(output_tokens);
-        if total > self.config.max_model_len {
-            return Err(RequestError::ContextTooLong {
-                max_model_len: self.config.max_model_len,
-                total,
-                prompt_tokens,
+        if output_tokens > self.config.max_model_len {
+            return Err(RequestError::MaxTokensOverModelLen {
                 max_tokens: output_tokens,
+                max_model_len: self.config.max_model_len,
             });
         }
+        let prompt_tokens = spec.prompt_tokens();
+        let Some(room) = self.config.max_model_len.checked_sub(prompt_tokens as u64) else {
+            return Err(RequestError::PromptTooLong {
+                max_model_len: self.config.max_model_len,
+                prompt_tokens,
+            });
+        };
+        // vLLM clamps the output to the room the context leaves (no error).
+        let output_tokens = output_tokens.min(room);
+        if output_tokens == 0 {
+            return Err(RequestError::InvalidMaxTokens { max_tokens: 0 });
+        }
+        let total = (prompt_tokens as u64).saturating_add(output_tokens);
 
         let cache_key = adapter
             .as_ref()

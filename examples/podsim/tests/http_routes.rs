@@ -300,6 +300,7 @@ async fn request_errors_use_the_nested_or_flat_format() {
         .as_str()
         .unwrap()
         .starts_with("This model's maximum context length is 8192 tokens."));
+    assert_eq!(parse(&text)["error"]["param"], "input_tokens");
     let r = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))
         .header("content-type", "text/plain")
@@ -389,7 +390,13 @@ async fn vllm_lora_load_and_unload_replies() {
     )
     .await;
     assert_eq!(status, 200);
+    // A missing field fails request validation (vLLM 0.32: FastAPI's "Bad Request" naming the
+    // field); an empty one reaches the handler (InvalidUserInput).
     let (status, text) = post(&load, json!({"lora_name": "b"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(parse(&text)["error"]["type"], "Bad Request");
+    assert_eq!(parse(&text)["error"]["param"], "body.lora_path");
+    let (status, text) = post(&load, json!({"lora_name": "b", "lora_path": ""})).await;
     assert_eq!(status, 400);
     assert_eq!(parse(&text)["error"]["type"], "InvalidUserInput");
     let (status, text) = post(

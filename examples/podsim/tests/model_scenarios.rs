@@ -270,9 +270,26 @@ fn refusals_carry_vllm_messages() {
     assert_eq!(e.to_string(), "The model `nope` does not exist.");
     let e = pod.submit(0.0, &spec(BASE, &p, 0)).unwrap_err();
     assert_eq!(e, RequestError::InvalidMaxTokens { max_tokens: 0 });
-    let e = pod.submit(0.0, &spec(BASE, &p, 8190)).unwrap_err();
+    // Output is clamped to the room the context leaves, as vLLM does; only a prompt longer
+    // than the context is refused.
+    let a = pod.submit(0.0, &spec(BASE, &p, 8190)).unwrap();
+    assert_eq!((a.prompt_tokens, a.output_tokens), (10, 8182));
+    let e = pod
+        .submit(0.0, &spec(BASE, &text(8193, 'y'), 1))
+        .unwrap_err();
     assert!(
-        matches!(e, RequestError::ContextTooLong { total: 8200, .. }),
+        matches!(
+            e,
+            RequestError::PromptTooLong {
+                prompt_tokens: 8193,
+                max_model_len: 8192
+            }
+        ),
+        "{e:?}"
+    );
+    let e = pod.submit(0.0, &spec(BASE, &p, 8193)).unwrap_err();
+    assert!(
+        matches!(e, RequestError::MaxTokensOverModelLen { .. }),
         "{e:?}"
     );
     let e = pod.load_adapter(adapter("big", 64), false).unwrap_err();

@@ -39,6 +39,24 @@ impl ApiError {
         }
     }
 
+    /// FastAPI's request-validation reply (vLLM 0.32): type `Bad Request`, and for a field
+    /// problem a `param` of `body.<field>`. Wrong content types and undecodable JSON get it too.
+    pub fn validation(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self {
+            kind: "Bad Request",
+            param,
+            ..Self::bad_request(message)
+        }
+    }
+
+    /// A required body field that is absent, worded as pydantic reports it.
+    pub fn missing_body_field(param: &'static str) -> Self {
+        Self::validation(
+            Some(param),
+            format!("1 validation error:\n  {{'type': 'missing', 'loc': '{param}', 'msg': 'Field required'}}"),
+        )
+    }
+
     pub fn invalid_user_input(message: impl Into<String>) -> Self {
         Self {
             kind: "InvalidUserInput",
@@ -64,17 +82,65 @@ impl ApiError {
         }
     }
 
-    /// The reply in `format`.
+    /// The reply in `format`. File paths under the system roots are replaced by `<path>`, as
+    /// vLLM's error handler does (so a reply never shows where adapters live).
     pub fn into_reply(self, format: ErrorFormat) -> Response {
         let code = self.status.as_u16();
+        let message = sanitize_paths(&self.message);
         let body = match format {
             ErrorFormat::Nested => json!({"error": {
-                "message": self.message, "type": self.kind, "param": self.param, "code": code}}),
+                "message": message, "type": self.kind, "param": self.param, "code": code}}),
             ErrorFormat::Flat => json!({"object": "error",
-                "message": self.message, "type": self.kind, "param": self.param, "code": code}),
+                "message": message, "type": self.kind, "param": self.param, "code": code}),
         };
         (self.status, Json(body)).into_response()
     }
+}
+
+/// Roots whose paths vLLM's `sanitize_message` hides.
+const SANITIZED_ROOTS: [&str; 9] = [
+    "home", "usr", "opt", "var", "tmp", "root", "lib", "mnt", "srv",
+];
+
+fn is_path_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Replaces every `/<root>/<component>[/<component>...]` (a root from [`SANITIZED_ROOTS`]) by
+/// `<path>`, like vLLM's first sanitising pattern; other paths stay.
+pub fn sanitize_paths(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(slash) = rest.find('/') {
+        let (before, from_slash) = rest.split_at(slash);
+        out.push_str(before);
+        let after_root = SANITIZED_ROOTS.iter().find_map(|root| {
+            let tail = from_slash.strip_prefix('/')?.strip_prefix(root)?;
+            tail.strip_prefix('/')
+                .filter(|t| t.starts_with(is_path_char))
+                .map(|_| tail)
+        });
+        match after_root {
+            Some(mut tail) => {
+                // Consume `/component` runs.
+                while let Some(t) = tail.strip_prefix('/') {
+                    let end = t.find(|c: char| !is_path_char(c)).unwrap_or(t.len());
+                    if end == 0 {
+                        break;
+                    }
+                    tail = &t[end..];
+                }
+                out.push_str("<path>");
+                rest = tail;
+            }
+            None => {
+                out.push('/');
+                rest = &from_slash[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl From<RequestError> for ApiError {
@@ -84,11 +150,16 @@ impl From<RequestError> for ApiError {
                 param: Some("model"),
                 ..Self::not_found(e.to_string())
             },
-            RequestError::InvalidMaxTokens { .. } => Self {
-                param: Some("max_tokens"),
+            RequestError::InvalidMaxTokens { .. } | RequestError::MaxTokensOverModelLen { .. } => {
+                Self {
+                    param: Some("max_tokens"),
+                    ..Self::bad_request(e.to_string())
+                }
+            }
+            RequestError::PromptTooLong { .. } => Self {
+                param: Some("input_tokens"),
                 ..Self::bad_request(e.to_string())
             },
-            RequestError::ContextTooLong { .. } => Self::bad_request(e.to_string()),
         }
     }
 }
@@ -110,4 +181,25 @@ impl From<AdapterError> for ApiError {
 /// FastAPI's reply to a path no route serves.
 pub async fn route_not_found() -> Response {
     (StatusCode::NOT_FOUND, Json(json!({"detail": "Not Found"}))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sanitize_paths;
+
+    #[test]
+    fn paths_under_system_roots_are_hidden_as_vllm_does() {
+        assert_eq!(
+            sanitize_paths("Loading lora a failed: No adapter found for /tmp/x/adapters/a"),
+            "Loading lora a failed: No adapter found for <path>"
+        );
+        assert_eq!(
+            sanitize_paths("at /home/u/a-b.c/d, then"),
+            "at <path>, then"
+        );
+        // Not a sanitised root, a root with no component, a root as a prefix of a name.
+        assert_eq!(sanitize_paths("/no/such/dir"), "/no/such/dir");
+        assert_eq!(sanitize_paths("/tmp/ and /tmpfoo/x"), "/tmp/ and /tmpfoo/x");
+        assert_eq!(sanitize_paths("no slash é"), "no slash é");
+    }
 }

@@ -65,7 +65,8 @@ pub async fn chat_completions(
 fn parse_error(e: ParseError) -> ApiError {
     let param = match &e {
         ParseError::MissingField { field } | ParseError::InvalidField { field, .. } => Some(*field),
-        ParseError::TooLarge { .. } | ParseError::Malformed { .. } => None,
+        ParseError::Malformed { .. } => return ApiError::validation(Some("body"), e.to_string()),
+        ParseError::TooLarge { .. } => None,
     };
     ApiError {
         param,

@@ -48,7 +48,7 @@ fn parse_body(
 ) -> Result<AdapterBody, ApiError> {
     let body = json_body(headers, body)?;
     let parsed: AdapterBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid_user_input(format!("body: not valid JSON: {e}")))?;
+        .map_err(|e| ApiError::validation(Some("body"), format!("body: not valid JSON: {e}")))?;
     if parsed
         .lora_name
         .as_ref()
@@ -76,6 +76,12 @@ async fn load(
     body: AdapterBody,
     replace: bool,
 ) -> Result<(String, f64), ApiError> {
+    if body.lora_name.is_none() {
+        return Err(ApiError::missing_body_field("body.lora_name"));
+    }
+    if body.lora_path.is_none() {
+        return Err(ApiError::missing_body_field("body.lora_path"));
+    }
     let (Some(name), Some(path)) = (
         body.lora_name.filter(|n| !n.is_empty()),
         body.lora_path.filter(|p| !p.is_empty()),
@@ -116,6 +122,9 @@ async fn load(
 }
 
 fn unload(state: &AppState, body: AdapterBody) -> Result<String, ApiError> {
+    if body.lora_name.is_none() {
+        return Err(ApiError::missing_body_field("body.lora_name"));
+    }
     let Some(name) = body.lora_name.filter(|n| !n.is_empty()) else {
         return Err(ApiError::invalid_user_input(
             "'lora_name' needs to be provided to unload a LoRA adapter.",

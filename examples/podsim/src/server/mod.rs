@@ -113,8 +113,9 @@ pub fn json_body(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"));
     if !is_json {
-        return Err(ApiError::bad_request(
-            "Unsupported Media Type: Only 'application/json' is allowed",
+        return Err(ApiError::validation(
+            None,
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
         ));
     }
     body.map_err(|e| ApiError::bad_request(format!("body: {e}")))

