@@ -431,16 +431,22 @@ fn table_is_polled_conditionally_and_published_to_other_workers() {
     assert_eq!(worker.table.generation(), Some(7));
 }
 
+/// A root that polled the table `{p1 at 127.0.0.1:1}` and published it.
+fn with_one_pod_table(host: &FakeHost, worker: &Worker) -> RootTasks {
+    let mut root = RootTasks::default();
+    root.on_tick(host, worker);
+    let get = host.take_calls().pop().unwrap();
+    let body = table(&[("p1", "127.0.0.1:1", &[])]).encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(host, worker, get.token, body.len());
+    root
+}
+
 #[test]
 fn a_request_routes_with_the_table_another_worker_just_published() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig::default());
-    let mut root = RootTasks::default();
-    root.on_tick(&host, &worker);
-    let get = host.take_calls().pop().unwrap();
-    let body = table(&[("p1", "127.0.0.1:1", &[])]).encode();
-    host.set_reply(Some(200), &body);
-    root.on_call_response(&host, &worker, get.token, body.len());
+    with_one_pod_table(&host, &worker);
     // a sibling worker whose tick has not come yet routes its next request with that table
     let other_host = host.sibling();
     let other = Worker::new(FilterConfig::default());
@@ -465,12 +471,7 @@ fn a_request_routes_with_the_table_another_worker_just_published() {
 fn routed_requests_travel_as_served_records_in_the_next_batch() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig::default());
-    let mut root = RootTasks::default();
-    root.on_tick(&host, &worker);
-    let get = host.take_calls().pop().unwrap();
-    let body = table(&[("p1", "127.0.0.1:1", &[])]).encode();
-    host.set_reply(Some(200), &body);
-    root.on_call_response(&host, &worker, get.token, body.len());
+    let mut root = with_one_pod_table(&host, &worker);
     let prompt = chat_body("m", &template(), "q");
     send(&host, &worker, "/v1/chat/completions", &[], &prompt);
     send(

@@ -25,7 +25,6 @@ use prewarm_gateway::engine::{
 use prewarm_gateway::policy::fleet::{Action, TICK_MS};
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::{LoraDecision, Tier};
-use prewarm_gateway::registry::{AdapterVersion, RegisterAdapter};
 use prewarm_gateway::service::pods::PodSource;
 use prewarm_gateway::service::{Clock, Gateway};
 use prewarm_replay::offline::baselines::RoundRobin;
@@ -369,27 +368,10 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
     gw.fleet(|f| {
         f.keep_journal();
         for (name, tier) in ADAPTERS {
-            let request = RegisterAdapter {
-                name: name.into(),
-                path: format!("/adapters/{name}"),
-                version: None,
-                tenant: None,
-                tier: Some(tier),
-                rank: None,
-                alpha: None,
-                target_modules: None,
-                pinned: None,
-            };
-            let version = AdapterVersion {
-                version: "1".into(),
-                path: request.path.clone(),
-                rank: None,
-                alpha: None,
-                target_modules: Vec::new(),
-                manifest: None,
-                registered_at_ms: 0,
-            };
-            f.registry_mut().register(&request, version).unwrap();
+            let path = format!("/adapters/{name}");
+            f.registry_mut()
+                .register_unverified(name, &path, tier, false)
+                .unwrap();
         }
     });
     let add = |index: usize| {

@@ -8,6 +8,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::engine::EngineError;
+use crate::policy::fleet::FleetError;
 use crate::registry::RegistryError;
 use crate::service::pods::PoolError;
 
@@ -78,8 +79,10 @@ impl From<PoolError> for ApiError {
     fn from(e: PoolError) -> Self {
         match e {
             PoolError::Invalid(_) => Self::BadRequest(e.to_string()),
-            PoolError::Exists(_) | PoolError::Full(_) => Self::Conflict(e.to_string()),
-            PoolError::Unknown(_) => Self::NotFound(e.to_string()),
+            PoolError::Fleet(FleetError::Exists(_) | FleetError::Full(_)) => {
+                Self::Conflict(e.to_string())
+            }
+            PoolError::Fleet(FleetError::Unknown(_)) => Self::NotFound(e.to_string()),
         }
     }
 }

@@ -243,6 +243,38 @@ impl AdapterRegistry {
         self.adapters.is_empty()
     }
 
+    /// Registers `name` at `tier`, version "1" at `path`, with no manifest: what simulated pods
+    /// (the evaluator, tests) serve, where there are no files to verify.
+    pub fn register_unverified(
+        &mut self,
+        name: &str,
+        path: &str,
+        tier: Tier,
+        pinned: bool,
+    ) -> Result<Registered, RegistryError> {
+        let request = RegisterAdapter {
+            name: name.to_string(),
+            path: path.to_string(),
+            version: None,
+            tenant: None,
+            tier: Some(tier),
+            rank: None,
+            alpha: None,
+            target_modules: None,
+            pinned: Some(pinned),
+        };
+        let version = AdapterVersion {
+            version: "1".into(),
+            path: path.to_string(),
+            rank: None,
+            alpha: None,
+            target_modules: Vec::new(),
+            manifest: None,
+            registered_at_ms: 0,
+        };
+        self.register(&request, version)
+    }
+
     /// Registers a prepared version: a new name, or a new version of a known name (the old one
     /// goes to the history). Re-registering the current version updates metadata only.
     pub fn register(

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::Gateway;
 use crate::config::PodSpec;
 use crate::engine::{engine_for, Engine, HttpPod, PodLoad, ServedModels};
-use crate::policy::fleet::{FleetError, HealthChange, MAX_PODS};
+use crate::policy::fleet::{FleetError, HealthChange};
 
 /// Errors kept per pod for the admin API.
 const RECENT_ERRORS: usize = 16;
@@ -66,27 +66,13 @@ impl PodEntry {
     }
 }
 
-/// Why a pod could not be added.
+/// Why a pod could not be added or removed: its spec, or the fleet's answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
     #[error("{0}")]
     Invalid(String),
-    #[error("id: {0:?}: a pod with this id exists")]
-    Exists(String),
-    #[error("pod {0:?}: not in the pool")]
-    Unknown(String),
-    #[error("pods: {0}: the pool is full")]
-    Full(usize),
-}
-
-impl From<FleetError> for PoolError {
-    fn from(e: FleetError) -> Self {
-        match e {
-            FleetError::Exists(id) => PoolError::Exists(id),
-            FleetError::Unknown(id) => PoolError::Unknown(id),
-            FleetError::Full(n) => PoolError::Full(n),
-        }
-    }
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
 }
 
 impl Gateway {
@@ -118,9 +104,6 @@ impl Gateway {
         }
         let shape = self.config.pod_shape(&spec);
         let mut state = self.state();
-        if state.pods.len() >= MAX_PODS {
-            return Err(PoolError::Full(MAX_PODS));
-        }
         state.fleet.add_pod(shape, self.now())?;
         tracing::info!(pod = %spec.id, address = %spec.address, source = ?source, "pod added");
         state.pods.insert(

@@ -11,7 +11,6 @@ use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
 use crate::policy::{PrefixKey, Tier, WarmupAction};
-use crate::registry::{AdapterVersion, RegisterAdapter};
 
 fn gateway_config() -> GatewayConfig {
     let mut c = GatewayConfig::default();
@@ -41,27 +40,11 @@ fn bring_up(fleet: &mut Fleet, id: &str, now: u64) {
 }
 
 fn register(fleet: &mut Fleet, name: &str, tier: Tier, pinned: bool) {
-    let request = RegisterAdapter {
-        name: name.into(),
-        path: format!("/adapters/{name}"),
-        version: None,
-        tenant: None,
-        tier: Some(tier),
-        rank: None,
-        alpha: None,
-        target_modules: None,
-        pinned: Some(pinned),
-    };
-    let version = AdapterVersion {
-        version: "1".into(),
-        path: request.path.clone(),
-        rank: None,
-        alpha: None,
-        target_modules: Vec::new(),
-        manifest: None,
-        registered_at_ms: 0,
-    };
-    fleet.registry_mut().register(&request, version).unwrap();
+    let path = format!("/adapters/{name}");
+    fleet
+        .registry_mut()
+        .register_unverified(name, &path, tier, pinned)
+        .unwrap();
 }
 
 fn text(seed: usize) -> String {

@@ -32,7 +32,6 @@ use prewarm_gateway::policy::fleet::{
 };
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::{LoraDecision, Tier};
-use prewarm_gateway::registry::{AdapterVersion, RegisterAdapter};
 
 use self::triggers::FilterSide;
 use super::baselines::RoundRobin;
@@ -163,27 +162,11 @@ impl Prewarm {
         let fingerprint = fleet_config.fingerprint;
         let mut core = FleetCore::new(fleet_config, 0, 0);
         for name in adapters {
-            let request = RegisterAdapter {
-                name: name.clone(),
-                path: format!("/adapters/{name}"),
-                version: None,
-                tenant: None,
-                tier: tiers.get(&name).copied(),
-                rank: None,
-                alpha: None,
-                target_modules: None,
-                pinned: None,
-            };
-            let version = AdapterVersion {
-                version: "1".into(),
-                path: request.path.clone(),
-                rank: None,
-                alpha: None,
-                target_modules: Vec::new(),
-                manifest: None,
-                registered_at_ms: 0,
-            };
-            let _ = core.registry_mut().register(&request, version);
+            let tier = tiers.get(&name).copied().unwrap_or_default();
+            let path = format!("/adapters/{name}");
+            let _ = core
+                .registry_mut()
+                .register_unverified(&name, &path, tier, false);
         }
         let triggers = prewarm_core::trigger::TriggerConfig::default();
         let mut me = Self {
