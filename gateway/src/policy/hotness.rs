@@ -30,7 +30,10 @@ mod snapshot;
 pub use config::{HotnessConfig, MAX_TAG_BYTES};
 pub use snapshot::{PromptRecord, SharedRecord};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// The pool is read by every signal, plan and table build.
+use ahash::AHashMap as HashMap;
 use std::sync::Arc;
 
 use prewarm_core::fingerprint::{

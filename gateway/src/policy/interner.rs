@@ -1,7 +1,7 @@
 //! Reference-counted string interning for the prompt pool: models and tenants repeat across
 //! thousands of entries, so each entry stores a 4-byte id instead of its own string.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 use std::sync::Arc;
 
 /// An interned string's id.

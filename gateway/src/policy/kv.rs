@@ -22,7 +22,10 @@
 //! - The modelled hit ratio is the share of observed traffic tokens whose leading shards were
 //!   modelled resident.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// The per-pod shard and warm-set maps are touched for every served request and tick.
+use ahash::AHashMap as HashMap;
 
 use prewarm_core::fingerprint::{BlockHash, Shard};
 use serde::{Deserialize, Serialize};
@@ -459,7 +462,7 @@ impl KvResidency {
 
     /// The warm set, most recently requested first.
     pub fn warm_prefixes(&self, now_ms: u64) -> Vec<WarmPrefixView<'_>> {
-        let kept: std::collections::HashSet<PrefixKey> =
+        let kept: ahash::AHashSet<PrefixKey> =
             self.within_budget().into_iter().map(|(k, _)| *k).collect();
         let mut all: Vec<(&PrefixKey, &WarmPrefix)> = self.warm.iter().collect();
         all.sort_by_key(|(_, w)| std::cmp::Reverse(w.requested));
