@@ -537,16 +537,31 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_is_at_most_its_envelope_plus_each_signal_and_a_comma() {
-        let b = batch();
+    fn a_batch_is_at_most_its_envelope_plus_each_signal_and_record_and_a_comma() {
+        let mut b = batch();
+        b.dropped = u64::MAX;
+        b.served_dropped = u64::MAX;
+        let chain = crate::BlockChain::of("m", &[b'x'; 5000], &crate::FingerprintConfig::default());
+        let record = ServedRecord::of("pod-a", "m", &chain, 1300, &Default::default());
+        b.served = vec![record.clone(), record];
         let signals: usize = b
             .signals
             .iter()
             .map(|s| serde_json::to_vec(s).unwrap().len() + 1)
             .sum();
-        let bound = SignalBatch::envelope_bytes("envoy-1") + signals;
+        let served: usize = b
+            .served
+            .iter()
+            .map(|r| serde_json::to_vec(r).unwrap().len() + 1)
+            .sum();
+        let bound = SignalBatch::envelope_bytes("envoy-1") + signals + served;
         assert!(b.encode().len() <= bound);
         assert!(b.encode().len() + 40 > bound, "the bound is tight");
+        // Without served records the envelope's `served` list is left out: still within.
+        let mut plain = batch();
+        plain.dropped = u64::MAX;
+        let signals_only = SignalBatch::envelope_bytes("envoy-1") + signals;
+        assert!(plain.encode().len() <= signals_only);
     }
 
     #[test]
