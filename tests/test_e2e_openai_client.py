@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+import requests
 
 from harness import wait_until
 from harness.stack import AdapterSpec, BASE_MODEL, Stack, StackSpec
@@ -79,3 +80,16 @@ def test_routed_requests_reach_the_gateways_kv_model(stack):
     detail = wait_until(lambda: (d := stack.gateway.get(f"/admin/pods/{pod.id}").json())["resident_shards"] > 0
                         and d, timeout=15, what="the pod's KV model to hold the prompt's shards")
     assert detail["modelled_hit_ratio"] is not None
+    # The same prompt again, a hit in the pod's cache and in the model: once the pod's
+    # prefix-cache counters are scraped, the model's hit ratio over that interval is the pod's,
+    # up to block rounding (the model counts 512-token shards, podsim 16-token blocks).
+    for _ in range(3):
+        again = client(stack.envoy.url).completions.with_raw_response.create(
+            model=BASE_MODEL, prompt=question(6, 2), max_tokens=2)
+        assert stack.pod_by_address(again.headers["x-prewarm-upstream"]) is pod
+
+    def gap():
+        text = requests.get(f"{stack.gateway.url}/metrics", timeout=10).text
+        line = next(l for l in text.splitlines() if l.startswith(f'prewarm_kv_model_hit_gap{{pod="{pod.id}"}}'))
+        return float(line.rsplit(" ", 1)[1])
+    wait_until(lambda: abs(gap()) < 0.2, timeout=15, what="the KV model's hit ratio to match the pod's")

@@ -166,6 +166,8 @@ pub struct KvResidency {
     bucket_ms: u64,
     query_tokens: u64,
     hit_tokens: u64,
+    /// Tokens the model's own prefills (warm-up, keep-warm) made the pod compute.
+    prefill_computed: u64,
 }
 
 impl KvResidency {
@@ -183,6 +185,7 @@ impl KvResidency {
             bucket_ms: now_ms,
             query_tokens: 0,
             hit_tokens: 0,
+            prefill_computed: 0,
         }
     }
 
@@ -340,7 +343,19 @@ impl KvResidency {
     /// A prefill of `key` succeeded on the pod: it is cached and in the warm set.
     pub fn record_prefill(&mut self, key: PrefixKey, shards: &[Shard], now_ms: u64) {
         self.keep_warm_prefix(key, shards);
-        self.touch(shards, now_ms);
+        let tokens: u64 = shards.iter().map(|s| s.valid_len as u64).sum();
+        let hit = self.touch(shards, now_ms);
+        self.prefill_computed = self
+            .prefill_computed
+            .saturating_add(tokens.saturating_sub(hit));
+    }
+
+    /// Prompt tokens the model believes the pod computed (not served from its cache), for
+    /// recorded traffic and the model's own prefills alike.
+    pub fn computed_tokens(&self) -> u64 {
+        self.query_tokens
+            .saturating_sub(self.hit_tokens)
+            .saturating_add(self.prefill_computed)
     }
 
     /// A re-prefill of `key` failed: it is modelled evicted, so it is due again.

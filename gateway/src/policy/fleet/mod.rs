@@ -36,7 +36,9 @@ use prewarm_core::FingerprintConfig;
 pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
 pub use placement::{listed_adapters, placed_pods_among, registry_tier};
 pub use planning::Candidates;
-pub use pod::{FleetPod, KvCounters, PodHealth, PodLoad, PodShape, PodWarmup};
+pub use pod::{
+    FleetPod, KvCounters, KvReconciliation, PodHealth, PodLoad, PodShape, PodWarmup, KV_WINDOW,
+};
 
 use crate::policy::lora::LoraObservation;
 use crate::policy::{

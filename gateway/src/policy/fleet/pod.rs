@@ -102,20 +102,56 @@ pub struct FleetPod {
     pub lora: LoraResidency,
     pub kv: KvResidency,
     pub warmup: PodWarmup,
-    /// The pod's prefix-cache counters and the model's at the last reconciliation.
-    pub kv_counters: Option<KvCounters>,
-    /// Modelled minus observed prefix-cache hit ratio over the last scrape interval with
-    /// traffic; `None` before the pod reported counters for traffic the model also saw.
+    /// The pod's prefix-cache counters against the model's (see [`FleetPod::reconcile_kv`]).
+    pub kv_counters: KvReconciliation,
+    /// Modelled minus observed prefix-cache hit ratio over the last [`KV_WINDOW`] scrapes;
+    /// `None` before both saw traffic in such a window.
     pub kv_hit_gap: Option<f64>,
 }
+
+/// Scrapes a reconciliation looks back over. Served records reach the gateway up to about one
+/// filter tick plus one batch after the pod counted the request, so with the defaults (health
+/// interval = filter tick = 1 s) the model lags the pod's counters by up to two scrapes; three
+/// cover that lag, and an excess the model still shows after them is not lag.
+pub const KV_WINDOW: usize = 3;
 
 /// Cumulative prefix-cache tokens: the pod's (`queries`, `hits`) and the model's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KvCounters {
     pub queries: u64,
     pub hits: u64,
+    /// Recorded traffic's tokens, and the modelled hits among them.
     pub modelled_queries: u64,
     pub modelled_hits: u64,
+    /// Tokens the model believes the pod computed, its own prefills included.
+    pub modelled_computed: u64,
+}
+
+impl KvCounters {
+    /// Whether every counter is at least `earlier`'s (else the pod or the model restarted).
+    fn follows(&self, earlier: &KvCounters) -> bool {
+        self.queries >= earlier.queries
+            && self.hits >= earlier.hits
+            && self.modelled_queries >= earlier.modelled_queries
+            && self.modelled_hits >= earlier.modelled_hits
+            && self.modelled_computed >= earlier.modelled_computed
+    }
+
+    /// Tokens the pod computed beyond those the model saw computed, since `baseline`.
+    fn excess_over(&self, baseline: &KvCounters) -> u64 {
+        let computed = (self.queries - baseline.queries).saturating_sub(self.hits - baseline.hits);
+        computed.saturating_sub(self.modelled_computed - baseline.modelled_computed)
+    }
+}
+
+/// A pod's counters since its baseline (the first scrape after a restart of either side).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KvReconciliation {
+    baseline: Option<KvCounters>,
+    /// The last `KV_WINDOW + 1` scrapes, oldest first.
+    window: std::collections::VecDeque<KvCounters>,
+    /// Tokens the model was aged by since the baseline.
+    aged: u64,
 }
 
 impl FleetPod {
@@ -130,17 +166,17 @@ impl FleetPod {
             epoch: 0,
             load: PodLoad::default(),
             warmup: PodWarmup::default(),
-            kv_counters: None,
+            kv_counters: KvReconciliation::default(),
             kv_hit_gap: None,
         }
     }
 
-    /// Reconciles the KV model with the pod's prefix-cache counters: prompt tokens the pod
+    /// Reconciles the KV model with the pod's prefix-cache counters. Prompt tokens the pod
     /// computed (queried, not hit) beyond those the model saw computed — requests no filter
     /// recorded, other gateways' prefills, hits the model assumed that the pod missed — age the
-    /// model by as many tokens; the hit ratios' difference over the interval is kept for the
-    /// `prewarm_kv_model_hit_gap` metric. A counter that went down (the pod restarted) starts a
-    /// new baseline.
+    /// model by as many tokens, once the excess has lasted [`KV_WINDOW`] scrapes (before that it
+    /// may be records still on their way). The hit ratios' difference over the window is kept
+    /// for `prewarm_kv_model_hit_gap`. A counter that went down starts a new baseline.
     pub(super) fn reconcile_kv(&mut self, queries: u64, hits: u64) {
         let (mq, mh) = self.kv.traffic_tokens();
         let now = KvCounters {
@@ -148,22 +184,47 @@ impl FleetPod {
             hits,
             modelled_queries: mq,
             modelled_hits: mh,
+            modelled_computed: self.kv.computed_tokens(),
         };
-        let before = self.kv_counters.replace(now);
-        let Some(b) = before.filter(|b| queries >= b.queries && hits >= b.hits) else {
+        let r = &mut self.kv_counters;
+        let restarted = r.window.back().is_some_and(|last| !now.follows(last));
+        let baseline = match r.baseline {
+            Some(b) if !restarted => b,
+            _ => {
+                *r = KvReconciliation {
+                    baseline: Some(now),
+                    ..KvReconciliation::default()
+                };
+                now
+            }
+        };
+        r.window.push_back(now);
+        while r.window.len() > KV_WINDOW + 1 {
+            r.window.pop_front();
+        }
+        if r.window.len() <= KV_WINDOW {
             return;
-        };
-        let (dq, dh) = (queries - b.queries, hits - b.hits);
-        let (dmq, dmh) = (
-            mq.saturating_sub(b.modelled_queries),
-            mh.saturating_sub(b.modelled_hits),
-        );
-        let unseen = dq
-            .saturating_sub(dh)
-            .saturating_sub(dmq.saturating_sub(dmh));
-        if unseen > 0 {
+        }
+        let lasting = r
+            .window
+            .iter()
+            .skip(1)
+            .map(|c| c.excess_over(&baseline))
+            .min()
+            .unwrap_or(0);
+        if lasting > r.aged {
+            let unseen = lasting - r.aged;
+            r.aged = lasting;
             self.kv.record_uncached_tokens(unseen);
         }
+        let Some(first) = self.kv_counters.window.front() else {
+            return;
+        };
+        let (dq, dh) = (now.queries - first.queries, now.hits - first.hits);
+        let (dmq, dmh) = (
+            now.modelled_queries - first.modelled_queries,
+            now.modelled_hits - first.modelled_hits,
+        );
         if dq > 0 && dmq > 0 {
             self.kv_hit_gap = Some(dmh as f64 / dmq as f64 - dh as f64 / dq as f64);
         }

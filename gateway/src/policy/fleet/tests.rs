@@ -213,34 +213,52 @@ fn a_completion_from_an_older_epoch_is_ignored() {
     assert!(!fleet.pod("p0").unwrap().kv.is_resident(&prefill.key));
 }
 
-/// The model ages by what the pod computed that no record told it of, and the gap between its
-/// hit ratio and the pod's is measured over each interval.
+/// The model ages by what the pod computed that no record told it of — once the excess has
+/// lasted `KV_WINDOW` scrapes, so that records still on their way are not counted twice — and
+/// the gap between its hit ratio and the pod's is measured over the window.
 #[test]
 fn prefix_cache_counters_reconcile_the_kv_model() {
     let config = gateway_config();
     let mut fleet = fleet_of(&config, 1);
     let fp = FingerprintConfig::default();
     let chain = BlockChain::of("base", text(6).as_bytes(), &fp);
+    let record = ServedRecord::of("p0", "base", &chain, 1_200, &fp);
+    let chained = record.chained_tokens;
     let mut served = batch(Vec::new());
-    served.served = vec![ServedRecord::of("p0", "base", &chain, 1_200, &fp)];
+    served.served = vec![record];
     let load = |q: u64, h: u64| PodLoad {
         prefix_cache_queries: Some(q),
         prefix_cache_hits: Some(h),
         ..PodLoad::default()
     };
-    fleet.on_health("p0", true, Some(load(0, 0)), 2_000);
-    fleet.on_signals(served.clone(), 2_100);
-    fleet.on_signals(served, 2_200);
-    // The pod saw the same 2 × 1,200 tokens but hit none of them (say it evicted in between).
-    fleet.on_health("p0", true, Some(load(2_400, 0)), 3_000);
-    let pod = fleet.pod("p0").unwrap();
-    let gap = pod.kv_hit_gap.unwrap();
+    let mut now = 2_000;
+    let mut scrape = |fleet: &mut Fleet, q: u64, h: u64, times: usize| {
+        for _ in 0..times {
+            now += 100;
+            fleet.on_health("p0", true, Some(load(q, h)), now);
+        }
+    };
+    scrape(&mut fleet, 0, 0, 1);
+    fleet.on_signals(served.clone(), 2_150);
+    fleet.on_signals(served, 2_160);
+    // The pod saw the same 2 requests but hit none of them (say it evicted in between).
+    scrape(&mut fleet, 2 * chained, 0, KV_WINDOW - 1);
+    assert_eq!(
+        fleet.pod("p0").unwrap().kv_hit_gap,
+        None,
+        "not a whole window yet"
+    );
+    scrape(&mut fleet, 2 * chained, 0, 1);
+    let gap = fleet.pod("p0").unwrap().kv_hit_gap.unwrap();
     assert!(gap > 0.4, "modelled ~0.5 hit, observed 0: gap {gap}");
-    // Another 10,000 uncached tokens the model never heard of age every modelled shard.
-    let resident = pod.kv.resident_shards();
+    // Tokens no record told of: a whole cache's worth ages every modelled shard, but only once
+    // the excess has lasted the window.
+    let resident = fleet.pod("p0").unwrap().kv.resident_shards();
     assert!(resident > 0);
     let capacity = config.kv.capacity_blocks * config.kv.block_tokens as u64;
-    fleet.on_health("p0", true, Some(load(2_400 + capacity, 0)), 4_000);
+    scrape(&mut fleet, 2 * chained + capacity, 0, KV_WINDOW - 1);
+    assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), resident);
+    scrape(&mut fleet, 2 * chained + capacity, 0, 1);
     assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), 0);
 }
 
