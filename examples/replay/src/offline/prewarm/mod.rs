@@ -133,8 +133,10 @@ pub struct Prewarm {
     fingerprint: FingerprintConfig,
     in_flight: Vec<InFlight>,
     warm_tokens: u64,
-    next_tick_s: f64,
-    next_health_s: f64,
+    /// The next tick and health round, whole ms (a sum of float periods drifts off the
+    /// gateway's schedule).
+    next_tick_ms: u64,
+    next_health_ms: u64,
     health_rounds: u64,
     fallback: RoundRobin,
 }
@@ -175,8 +177,8 @@ impl Prewarm {
             core,
             in_flight: Vec::new(),
             warm_tokens: 0,
-            next_tick_s: 0.0,
-            next_health_s: 0.0,
+            next_tick_ms: 0,
+            next_health_ms: 0,
             health_rounds: 0,
             fallback: RoundRobin::default(),
             config,
@@ -361,22 +363,24 @@ impl Policy for Prewarm {
 
     fn next_wakeup(&self) -> Option<f64> {
         let flights = self.in_flight.iter().map(|f| f.done_s);
-        Some(flights.fold(self.next_tick_s.min(self.next_health_s), f64::min))
+        let due = self.next_tick_ms.min(self.next_health_ms) as f64 / 1000.0;
+        Some(flights.fold(due, f64::min))
     }
 
     fn advance(&mut self, fleet: &mut Fleet, now_s: f64) {
         self.complete_due(fleet, now_s);
-        if now_s >= self.next_health_s {
+        let now = ms(now_s);
+        if now >= self.next_health_ms {
             self.health_round(fleet, now_s);
-            let interval = self.config.gateway.pods.health_interval_ms as f64 / 1000.0;
-            while self.next_health_s <= now_s {
-                self.next_health_s += interval.max(0.001);
+            let interval = self.config.gateway.pods.health_interval_ms.max(1);
+            while self.next_health_ms <= now {
+                self.next_health_ms += interval;
             }
         }
-        if now_s >= self.next_tick_s {
+        if now >= self.next_tick_ms {
             self.tick(fleet, now_s);
-            while self.next_tick_s <= now_s {
-                self.next_tick_s += TICK_MS as f64 / 1000.0;
+            while self.next_tick_ms <= now {
+                self.next_tick_ms += TICK_MS;
             }
         }
     }
