@@ -13,9 +13,8 @@ without `make setup-vllm`.
   model; a load-time wait is not measurable here (a tiny adapter loads in milliseconds), which is
   why the podsim version (tests/test_e2e_adapters.py) asserts on TTFT and this one does not.
 
-Not here yet: reconciling the gateway's KV model with the real `vllm:prefix_cache_*` counters
-(issue 18 item 3's last part) waits for the fleet core of issue 14; `prefix_cache_counters`
-below is what that test will read.
+- The gateway's KV model of each pod is reconciled with the pod's real `vllm:prefix_cache_*`
+  counters: the hit-ratio gap it exports stays small.
 """
 from __future__ import annotations
 
@@ -40,6 +39,13 @@ def prefix_cache_counters(pod: Pod) -> tuple[float, float]:
         if name in total:
             total[name] += float(line.rsplit(" ", 1)[1])
     return total["vllm:prefix_cache_queries_total"], total["vllm:prefix_cache_hits_total"]
+
+
+def kv_model_gaps(stack) -> dict[str, float]:
+    """`prewarm_kv_model_hit_gap{pod}` of the gateway: its KV model's hit ratio minus the pod's."""
+    text = requests.get(f"{stack.gateway.url}/metrics", timeout=10).text
+    return {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("prewarm_kv_model_hit_gap{")}
 
 
 def block_size(pod: Pod) -> int:
@@ -82,6 +88,11 @@ def test_a_joining_vllm_pod_is_warmed_before_it_is_routed_and_serves_its_first_r
         assert len(moved) == status["first_tier"]["done"], (moved, status)
         _, hits_after = prefix_cache_counters(new)
         assert hits_after - hits_before == served_from_cache
+        # The gateway's KV model of each pod is reconciled with vLLM's own prefix-cache
+        # counters: over its last scrapes its hit ratio tracks the pod's.
+        gaps = wait_until(lambda: kv_model_gaps(stack), 30, what="the KV models reconciled with vLLM's counters")
+        print("kv model hit gaps", gaps)
+        assert all(abs(g) < 0.5 for g in gaps.values()), gaps
     finally:
         stack.close()
 
