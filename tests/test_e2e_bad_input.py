@@ -79,7 +79,9 @@ def gateway_state(stack: Stack) -> tuple:
     return (json.dumps(gw.get("/admin/prompts?k=1000").json(), sort_keys=True),
             json.dumps(gw.get("/admin/adapters").json(), sort_keys=True),
             stack.routing()["generation"],
-            stack.gateway_metric("prewarm_signals_ingested_total"))
+            # Signals, not the served records a routed request sends (those are traffic).
+            stack.gateway_metric("prewarm_signals_ingested_total")
+            - stack.gateway_metric('prewarm_signals_ingested_total{kind="served"}'))
 
 
 def to_recorder(recorder: FakeUpstream):

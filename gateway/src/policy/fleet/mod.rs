@@ -37,7 +37,8 @@ pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
 pub use placement::{listed_adapters, placed_pods_among, registry_tier};
 pub use planning::Candidates;
 pub use pod::{
-    FleetPod, KvCounters, KvReconciliation, PodHealth, PodLoad, PodShape, PodWarmup, KV_WINDOW,
+    FleetPod, KvCounters, KvReconciliation, PodHealth, PodLoad, PodShape, PodWarmup, KV_GAP_WINDOW,
+    KV_WINDOW,
 };
 
 use crate::policy::lora::LoraObservation;

@@ -104,16 +104,23 @@ pub struct FleetPod {
     pub warmup: PodWarmup,
     /// The pod's prefix-cache counters against the model's (see [`FleetPod::reconcile_kv`]).
     pub kv_counters: KvReconciliation,
-    /// Modelled minus observed prefix-cache hit ratio over the last [`KV_WINDOW`] scrapes;
+    /// Modelled minus observed prefix-cache hit ratio over the last [`KV_GAP_WINDOW`] scrapes;
     /// `None` before both saw traffic in such a window.
     pub kv_hit_gap: Option<f64>,
 }
 
-/// Scrapes a reconciliation looks back over. Served records reach the gateway up to about one
-/// filter tick plus one batch after the pod counted the request, so with the defaults (health
-/// interval = filter tick = 1 s) the model lags the pod's counters by up to two scrapes; three
-/// cover that lag, and an excess the model still shows after them is not lag.
-pub const KV_WINDOW: usize = 3;
+/// Scrapes an excess of computed tokens must last before the model ages by it. Served records
+/// reach the gateway a filter tick plus a batch call (its timeout, 500 ms by default) after the
+/// pod counted the request, more when the gateway or the proxies are loaded; with the defaults
+/// (health interval = filter tick = 1 s) ten scrapes tolerate lags up to ten ticks, and an
+/// excess still there after them is not lag. Ageing later is harmless: it only delays what the
+/// model would have aged anyway.
+pub const KV_WINDOW: usize = 10;
+
+/// Scrapes the hit-ratio gap is measured over: long against the records' lag (so that a window
+/// holds both a request's count at the pod and its record), short enough to follow a change
+/// (30 s at the default interval).
+pub const KV_GAP_WINDOW: usize = 30;
 
 /// Cumulative prefix-cache tokens: the pod's (`queries`, `hits`) and the model's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -148,7 +155,7 @@ impl KvCounters {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KvReconciliation {
     baseline: Option<KvCounters>,
-    /// The last `KV_WINDOW + 1` scrapes, oldest first.
+    /// The last `KV_GAP_WINDOW + 1` scrapes, oldest first.
     window: std::collections::VecDeque<KvCounters>,
     /// Tokens the model was aged by since the baseline.
     aged: u64,
@@ -175,8 +182,9 @@ impl FleetPod {
     /// computed (queried, not hit) beyond those the model saw computed — requests no filter
     /// recorded, other gateways' prefills, hits the model assumed that the pod missed — age the
     /// model by as many tokens, once the excess has lasted [`KV_WINDOW`] scrapes (before that it
-    /// may be records still on their way). The hit ratios' difference over the window is kept
-    /// for `prewarm_kv_model_hit_gap`. A counter that went down starts a new baseline.
+    /// may be records still on their way). The hit ratios' difference over the last
+    /// [`KV_GAP_WINDOW`] scrapes is kept for `prewarm_kv_model_hit_gap`. A counter that went down
+    /// starts a new baseline.
     pub(super) fn reconcile_kv(&mut self, queries: u64, hits: u64) {
         let (mq, mh) = self.kv.traffic_tokens();
         let now = KvCounters {
@@ -199,19 +207,20 @@ impl FleetPod {
             }
         };
         r.window.push_back(now);
-        while r.window.len() > KV_WINDOW + 1 {
+        while r.window.len() > KV_GAP_WINDOW + 1 {
             r.window.pop_front();
         }
-        if r.window.len() <= KV_WINDOW {
-            return;
-        }
-        let lasting = r
-            .window
-            .iter()
-            .skip(1)
-            .map(|c| c.excess_over(&baseline))
-            .min()
-            .unwrap_or(0);
+        let lasting = if r.window.len() > KV_WINDOW {
+            r.window
+                .iter()
+                .rev()
+                .take(KV_WINDOW)
+                .map(|c| c.excess_over(&baseline))
+                .min()
+                .unwrap_or(0)
+        } else {
+            0
+        };
         if lasting > r.aged {
             let unseen = lasting - r.aged;
             r.aged = lasting;
