@@ -82,7 +82,7 @@ impl ServedQueue {
         let shards = config.max_prefix_tokens.div_ceil(512);
         Self {
             ring: SharedRing::new(&keys.served(), config.max_pending_served),
-            max_record_bytes: 1024 + shards.saturating_mul(24),
+            max_record_bytes: shards.saturating_mul(24).saturating_add(1024),
             max_batch_records: MAX_SERVED_PER_BATCH,
             batch_budget: records_budget(config) / 4,
             retries: config.cas_retries,
