@@ -59,13 +59,15 @@ def test_a_joining_pod_is_warmed_before_it_is_routed_and_serves_hits(tmp_path, p
         plan = stack.gateway.get(f"/admin/pods/{new.id}/plan").json()
         served = {m["id"] for m in models["data"]} - {BASE_MODEL}
         assert set(plan["adapters"]) <= served, (plan, served)
-        # The table lists a pod's adapters from its /v1/models, reconciled when it joins and every
-        # 5th health round (so the gateway's own loads show a round later): until then the filter
-        # sends that adapter's requests to its other holders. Once the table lists all of them,
-        # every prefix of those adapters the pod wins must be warm.
-        wait_until(lambda: served <= next(
+        # The table lists an adapter on the pods of its replica set that serve it (from their
+        # /v1/models, reconciled when a pod joins and every 5th health round, so the gateway's own
+        # loads show a round later): until then the filter sends that adapter's requests to its
+        # other holders. Once the table lists the adapters placed on the new pod, every prefix of
+        # those adapters the pod wins must be warm.
+        placed = set(plan["adapters"])
+        wait_until(lambda: placed <= next(
             set(p["adapters"]) for p in stack.routing()["pods"] if p["id"] == new.id), 30,
-            what="the table lists every adapter the new pod serves")
+            what="the table lists the adapters placed on the new pod")
         stack.wait_envoy_routes(new.address)
 
         # The first real request of every template Envoy now sends to the new pod is a cache hit

@@ -481,7 +481,9 @@ def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
     pa, ua = lora_pod(tmp_path, "pod-a")
     pb, ub = lora_pod(tmp_path, "pod-b")
     specs = [pod_spec("a", ua, max_loras=2, max_cpu_loras=2), pod_spec("b", ub, max_loras=2, max_cpu_loras=2)]
-    gw = start_gateway(tmp_path, gateway_config(specs))  # adapter_replicas 2: on both pods
+    config = gateway_config(specs)
+    config["pods"]["adapter_replicas"] = 2  # at least 2 replicas: on both pods
+    gw = start_gateway(tmp_path, config)
     try:
         wait_until(lambda: sorted(routed_ids(gw)) == ["a", "b"], timeout=20, what="pods routable")
         v1 = make_adapter(tmp_path / "v1", "chat", rank=8)

@@ -104,8 +104,9 @@ pub struct OfflineArgs {
     /// LoRA rank of every adapter.
     #[arg(long, default_value_t = 16)]
     pub adapter_rank: u32,
-    /// Pods each adapter is placed on by `prewarm` (the gateway's `pods.adapter_replicas`).
-    #[arg(long, default_value_t = 2)]
+    /// Pods each adapter is placed on at least by `prewarm` (the gateway's
+    /// `pods.adapter_replicas`; its set grows with demand).
+    #[arg(long, default_value_t = 1)]
     pub adapter_replicas: usize,
     /// Share of the pods serving gold tenants' adapters under `prewarm`, the rest serving the
     /// other tiers' (the gateway's `pods.gold_pool_share`; 0: one pool), in [0, 1).

@@ -175,7 +175,8 @@ pub struct PodsConfig {
     pub retry_backoff_ms: u64,
     /// Requests in flight to one pod from the gateway at most (default 8).
     pub max_in_flight_per_pod: usize,
-    /// Pods each adapter is placed on (rendezvous over the adapter name; default 2).
+    /// Pods each adapter is placed on at least (default 1; gold at least 2): the replica set
+    /// grows with the adapter's share of demand (`policy::replicas`).
     pub adapter_replicas: usize,
     /// Share of the pods that serve gold tenants' adapters, the others serving the other tiers'
     /// (`policy::pools`); 0 (default): every pod serves every tier.
@@ -195,7 +196,7 @@ impl Default for PodsConfig {
             retries: 2,
             retry_backoff_ms: 50,
             max_in_flight_per_pod: 8,
-            adapter_replicas: 2,
+            adapter_replicas: 1,
             gold_pool_share: 0.0,
         }
     }

@@ -12,6 +12,7 @@
 //! - [`warmup`]: the warm-up plan of a joining pod and its progress state machine.
 //! - [`routing`]: the routing table built from pod states, versioned by content.
 //! - [`pools`]: which pods serve gold tenants' adapters and which the other tiers'.
+//! - [`replicas`]: how many pods each adapter is placed on, from its demand, and which.
 //! - [`fleet`]: the fleet core above them all: one owner of every fleet decision (which pod
 //!   warms what, when, the table), shared by the gateway's shell and the evaluator.
 //!
@@ -32,6 +33,7 @@ pub mod kv;
 pub mod lora;
 pub mod pools;
 mod prefix_key;
+pub mod replicas;
 pub mod routing;
 mod rules;
 pub mod warmup;
@@ -41,6 +43,7 @@ pub use kv::{KvConfig, KvResidency};
 pub use lora::{LoraConfig, LoraDecision, LoraResidency, Tier};
 pub use pools::TierPools;
 pub use prefix_key::{HotPrefix, PrefixKey};
+pub use replicas::{replica_sets, AdapterDemand, SlotCandidate};
 pub use routing::{PodRoute, RoutingConfig, RoutingTableBuilder};
 pub use warmup::{
     candidates_for, plan_warmup, plan_warmup_scoped, ScopedCandidates, WarmupAction, WarmupConfig,

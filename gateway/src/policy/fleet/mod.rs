@@ -30,11 +30,14 @@ mod tests;
 
 use std::collections::BTreeMap;
 
+use prewarm_core::rate::RateWindow;
 use prewarm_core::wire::{RoutingTable, ServedRecord};
 use prewarm_core::FingerprintConfig;
 
 pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
-pub use placement::{listed_adapters, placed_pods_among, registry_tier};
+pub use placement::{
+    listed_adapters, placed_pods_among, registry_tier, Placement, DEMAND_WINDOW_MS,
+};
 pub use planning::Candidates;
 pub use pod::{
     FleetPod, KvCounters, KvReconciliation, PodHealth, PodLoad, PodShape, PodWarmup, KV_GAP_WINDOW,
@@ -104,6 +107,10 @@ pub struct Fleet {
     registry: AdapterRegistry,
     pods: BTreeMap<String, FleetPod>,
     routing: RoutingTableBuilder,
+    /// Adapters' replica sets (see [`placement`]).
+    placement: Placement,
+    /// Requests served per registered adapter, over [`placement::DEMAND_WINDOW_MS`].
+    demand: BTreeMap<String, RateWindow>,
     next_keep_warm_ms: u64,
     notes: Vec<Note>,
     /// Every action returned with the time of the input that returned it, when journaling is
@@ -126,6 +133,8 @@ impl Fleet {
                 config.routing.clone(),
                 table_generation,
             ),
+            placement: Placement::default(),
+            demand: BTreeMap::new(),
             next_keep_warm_ms: 0,
             notes: Vec::new(),
             journal: None,
@@ -313,6 +322,7 @@ impl Fleet {
                 || p.lora.served().any(|a| a == record.model));
         if adapter {
             p.lora.observe_use(&record.model, now_ms);
+            self.record_demand(&record.model, now_ms);
         }
         true
     }
@@ -336,7 +346,7 @@ impl Fleet {
     /// first build always counts.
     pub fn rebuild_table(&mut self, now_ms: u64) -> bool {
         let pools = self.tier_pools();
-        let (pods, registry) = (&self.pods, &self.registry);
+        let (pods, registry, placement) = (&self.pods, &self.registry, &self.placement);
         let routes: Vec<PodRoute<'_>> = pods
             .values()
             .map(|p| PodRoute {
@@ -344,7 +354,7 @@ impl Fleet {
                 address: &p.shape.address,
                 weight: p.shape.weight,
                 load: Some(p.load.kv_usage),
-                adapters: listed_adapters(p, registry, &pools),
+                adapters: listed_adapters(p, registry, &pools, placement),
                 routable: p.routable(now_ms),
             })
             .collect();
@@ -357,7 +367,9 @@ impl Fleet {
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
         self.at(now_ms);
         let mut actions = self.warmup_steps(now_ms);
-        if now_ms >= self.next_keep_warm_ms {
+        let keep_warm_due = now_ms >= self.next_keep_warm_ms;
+        self.refresh_placement(keep_warm_due, now_ms);
+        if keep_warm_due {
             actions.extend(self.keep_warm(now_ms));
             self.next_keep_warm_ms = now_ms.saturating_add(self.config.keep_warm_period_ms.max(1));
         }

@@ -1,23 +1,39 @@
 //! Where things go, decided once for the gateway and the evaluator.
 //!
-//! - An adapter is *placed* on the `adapter_replicas` best pods of its tier's pool (core's
-//!   rendezvous over its name's chain seed) among the pods that are up; that is where pins and
-//!   warm-up loads make it resident.
-//! - The routing table lists, for each routable pod, the adapters its LoRA model serves that its
-//!   tier pool admits: the filter routes an adapter's requests among those pods.
+//! - An adapter is *placed* on its demand-sized replica set ([`crate::policy::replicas`]) in its
+//!   tier's pool among the pods that are up: its share of the adapter requests served in the
+//!   last [`DEMAND_WINDOW_MS`], at least `adapter_replicas` pods (gold two), hottest first into
+//!   free GPU slots. That is where pins and warm-up loads make it resident. The sets are
+//!   recomputed every keep-warm period and whenever the pods that are up change.
+//! - The routing table lists an adapter on the routable pods of its replica set that serve it
+//!   (and admit its tier); when none of them does (a fleet whose adapters are registered by
+//!   hand, not yet where the gateway placed them), on every routable pod that serves it, so its
+//!   requests never go to pods that would have to load it from disk. Listing every registered
+//!   adapter instead (15–19 a pod against 4 GPU slots in the evaluation) spread each adapter's
+//!   requests over pods whose slots did not hold it, and vLLM's LRU churned the slots.
 //! - A hot prefix lives where the filter will route it: core's placement of its routing key
 //!   among its model's *scope* — the candidates whose table entry lists the adapter, plus the
 //!   warming pods it is placed on (about to load it) — or among every candidate for the base
 //!   model and for adapters no candidate serves. Every pod's plan sees the same scopes, so a
 //!   prefix moves to exactly one pod.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use prewarm_core::fingerprint::chain_seed;
+use prewarm_core::rate::RateWindow;
 use prewarm_core::{rank, PlacementCandidate};
 
 use super::pod::{FleetPod, PodHealth};
 use super::Fleet;
-use crate::policy::{ScopedCandidates, Tier, TierPools};
+use crate::policy::{
+    replica_sets, AdapterDemand, ScopedCandidates, SlotCandidate, Tier, TierPools,
+};
 use crate::registry::AdapterRegistry;
+
+/// Requests per adapter are counted over this window for its replica set: longer than the
+/// tiers' minimum GPU residency (gold 120 s), so a set outlives what its residents are
+/// guaranteed, and short enough to follow a tenant's traffic within minutes.
+pub const DEMAND_WINDOW_MS: u64 = 300_000;
 
 /// The `replicas` best of `candidates` for `adapter` (rendezvous over its name's chain seed).
 pub fn placed_pods_among(
@@ -37,16 +53,45 @@ pub fn registry_tier(registry: &AdapterRegistry, adapter: &str) -> Tier {
     registry.get(adapter).map(|r| r.tier).unwrap_or_default()
 }
 
-/// The adapters `pod` serves that the routing table lists for it: those of its tier pool.
+/// The adapters the routing table lists for `pod` (module doc): those it serves, of its tier
+/// pool, that are placed on it or that `uncovered` holds (no pod of their set serves them).
 pub fn listed_adapters<'p>(
     pod: &'p FleetPod,
     registry: &AdapterRegistry,
     pools: &TierPools,
+    placement: &Placement,
 ) -> Vec<&'p str> {
     pod.lora
         .served()
         .filter(|a| pools.is_one_pool() || pools.admits(registry_tier(registry, a), &pod.shape.id))
+        .filter(|a| placement.lists(a, &pod.shape.id))
         .collect()
+}
+
+/// Replica sets and the adapters none of whose replicas serves them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placement {
+    sets: BTreeMap<String, Vec<String>>,
+    uncovered: BTreeSet<String>,
+    /// The pods that were up when the sets were computed.
+    up: Vec<String>,
+}
+
+impl Placement {
+    /// `adapter`'s replicas, best first (empty when it has no set).
+    pub fn replicas(&self, adapter: &str) -> &[String] {
+        self.sets
+            .get(adapter)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Whether the table lists `adapter` on `pod` when the pod serves it.
+    pub fn lists(&self, adapter: &str, pod: &str) -> bool {
+        self.uncovered.contains(adapter)
+            || !self.sets.contains_key(adapter)
+            || self.replicas(adapter).iter().any(|p| p == pod)
+    }
 }
 
 impl Fleet {
@@ -67,14 +112,100 @@ impl Fleet {
 
     /// The pods `adapter` is placed on among the pods that are up, best first.
     pub fn placed_pods(&self, adapter: &str) -> Vec<String> {
-        let up: Vec<PlacementCandidate<'_>> = self
-            .pods
+        let up = self.up_candidates();
+        self.replica_sets_among(&up)
+            .remove(adapter)
+            .unwrap_or_else(|| {
+                let pool = self.tier_pools().candidates(self.tier_of(adapter), &up);
+                placed_pods_among(&pool, adapter, self.config.adapter_replicas)
+            })
+    }
+
+    fn up_candidates(&self) -> Vec<PlacementCandidate<'_>> {
+        self.pods
             .values()
             .filter(|p| p.health == PodHealth::Up)
             .map(|p| PlacementCandidate::new(&p.shape.id, p.shape.weight))
+            .collect()
+    }
+
+    /// Every registered adapter's replica set among `candidates` (module doc).
+    pub fn replica_sets_among(
+        &self,
+        candidates: &[PlacementCandidate<'_>],
+    ) -> BTreeMap<String, Vec<String>> {
+        let now_ms = self.now_ms;
+        let demands: Vec<AdapterDemand<'_>> = self
+            .registry
+            .iter()
+            .map(|r| AdapterDemand {
+                name: &r.name,
+                tier: r.tier,
+                rate: self
+                    .demand
+                    .get(&r.name)
+                    .map_or(0.0, |w| w.per_minute(now_ms)),
+            })
             .collect();
-        let pool = self.tier_pools().candidates(self.tier_of(adapter), &up);
-        placed_pods_among(&pool, adapter, self.config.adapter_replicas)
+        let pods: Vec<SlotCandidate<'_>> = candidates
+            .iter()
+            .filter_map(|c| {
+                let pod = self.pods.get(c.id)?;
+                Some(SlotCandidate {
+                    candidate: *c,
+                    slots: pod.lora.slots().max_loras,
+                })
+            })
+            .collect();
+        replica_sets(
+            &demands,
+            &pods,
+            &self.tier_pools(),
+            self.config.adapter_replicas,
+            &self.placement.sets,
+        )
+    }
+
+    /// Recomputes the placement when `force`d or when the pods that are up changed.
+    pub(super) fn refresh_placement(&mut self, force: bool, now_ms: u64) {
+        let up: Vec<String> = self
+            .pods
+            .values()
+            .filter(|p| p.health == PodHealth::Up)
+            .map(|p| p.shape.id.clone())
+            .collect();
+        if !force && up == self.placement.up {
+            return;
+        }
+        let sets = self.replica_sets_among(&self.up_candidates());
+        let uncovered = sets
+            .iter()
+            .filter(|(name, pods)| {
+                !pods.iter().any(|id| {
+                    self.pods
+                        .get(id)
+                        .is_some_and(|p| p.routable(now_ms) && p.lora.served().any(|a| a == *name))
+                })
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        self.placement = Placement {
+            sets,
+            uncovered,
+            up,
+        };
+    }
+
+    /// A request for `adapter` was served: counts towards its demand (registered adapters only,
+    /// so the windows are bounded by the registry).
+    pub(super) fn record_demand(&mut self, adapter: &str, now_ms: u64) {
+        if self.registry.get(adapter).is_none() {
+            return;
+        }
+        self.demand
+            .entry(adapter.to_string())
+            .or_insert_with(|| RateWindow::new(DEMAND_WINDOW_MS))
+            .record(now_ms, 1);
     }
 
     /// The routable pods as placement candidates: the members the filters see in the table.
@@ -95,9 +226,8 @@ impl Fleet {
         let pools = self.tier_pools();
         let mut members: Vec<(&str, &str)> = Vec::new();
         for r in self.registry.iter() {
-            let pool = pools.candidates(r.tier, candidates);
-            for pod in placed_pods_among(&pool, &r.name, self.config.adapter_replicas) {
-                let warming = self.pods.get(&pod).is_some_and(|p| !p.routable(now_ms));
+            for pod in self.placement.replicas(&r.name) {
+                let warming = self.pods.get(pod).is_some_and(|p| !p.routable(now_ms));
                 if let Some(c) = candidates.iter().find(|c| c.id == pod).filter(|_| warming) {
                     members.push((r.name.as_str(), c.id));
                 }
@@ -107,7 +237,7 @@ impl Fleet {
             let Some(pod) = self.pods.get(c.id) else {
                 continue;
             };
-            for name in listed_adapters(pod, &self.registry, &pools) {
+            for name in listed_adapters(pod, &self.registry, &pools, &self.placement) {
                 members.push((name, c.id));
             }
         }

@@ -7,7 +7,6 @@
 use prewarm_core::PlacementCandidate;
 
 use super::action::Note;
-use super::placement::placed_pods_among;
 use super::pod::PodHealth;
 use super::Fleet;
 use crate::policy::{plan_warmup_scoped, Tier, WarmupPlan, WarmupProgress};
@@ -37,18 +36,13 @@ impl Fleet {
             })
             .map(|p| PlacementCandidate::new(&p.shape.id, p.shape.weight))
             .collect();
-        let pools = self.tier_pools();
+        let sets = self.replica_sets_among(&candidates);
         let mut adapters: Vec<(bool, Tier, &str)> = self
             .registry
             .iter()
             .filter(|r| {
-                placed_pods_among(
-                    &pools.candidates(r.tier, &candidates),
-                    &r.name,
-                    self.config.adapter_replicas,
-                )
-                .iter()
-                .any(|p| p == pod_id)
+                sets.get(&r.name)
+                    .is_some_and(|pods| pods.iter().any(|p| p == pod_id))
             })
             .map(|r| (r.pinned, r.tier, r.name.as_str()))
             .collect();
@@ -78,6 +72,8 @@ impl Fleet {
         if self.pods.get(pod_id).map(|p| p.health) != Some(PodHealth::Up) {
             return false;
         }
+        // The joining pod takes its replicas now, so its plan's scopes see it as their holder.
+        self.refresh_placement(false, now_ms);
         let Some(plan) = self.plan_for(pod_id, Candidates::Live, now_ms) else {
             return false;
         };

@@ -368,3 +368,69 @@ fn a_new_pattern_is_prefilled_at_once_and_a_known_one_incrementally() {
     assert!(prefills(&actions).is_empty());
     assert!(prefills(&fleet.tick(3_000)).is_empty());
 }
+
+fn holders(fleet: &Fleet, adapter: &str) -> Vec<String> {
+    let mut h: Vec<String> = fleet
+        .table()
+        .pods
+        .iter()
+        .filter(|p| p.adapters.iter().any(|a| a == adapter))
+        .map(|p| p.id.clone())
+        .collect();
+    h.sort();
+    h
+}
+
+/// Pods that registered every adapter (`--lora-modules`) listed them all, so each adapter's
+/// requests spread over pods whose GPU slots did not hold it. The table lists an adapter on its
+/// replica set only; an adapter none of whose replicas serves it stays listed where it is served.
+#[test]
+fn the_table_lists_an_adapter_on_its_replicas_not_everywhere_it_is_registered() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 4);
+    register(&mut fleet, "sql", Tier::Bronze, false);
+    let everywhere = vec!["sql".to_string(), "orphan".to_string()];
+    for i in 0..4 {
+        fleet.on_models(&format!("p{i}"), everywhere.clone(), 2_000);
+    }
+    fleet.tick(3_000);
+    let placed = fleet.placed_pods("sql");
+    assert_eq!(placed.len(), 1, "no demand yet: one replica");
+    assert_eq!(holders(&fleet, "sql"), placed);
+    assert_eq!(
+        holders(&fleet, "orphan").len(),
+        4,
+        "unregistered with the gateway: no set"
+    );
+}
+
+/// Demand grows a set: an adapter with most of the requests is placed on most pods.
+#[test]
+fn an_adapter_with_most_of_the_demand_gets_most_of_the_pods() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 4);
+    register(&mut fleet, "hot", Tier::Bronze, false);
+    register(&mut fleet, "cold", Tier::Bronze, false);
+    let both = vec!["hot".to_string(), "cold".to_string()];
+    for i in 0..4 {
+        fleet.on_models(&format!("p{i}"), both.clone(), 2_000);
+    }
+    let fp = FingerprintConfig::default();
+    let mut served = batch(Vec::new());
+    for (n, model) in ["hot", "hot", "hot", "hot", "hot", "hot", "hot", "cold"]
+        .iter()
+        .enumerate()
+    {
+        let chain = BlockChain::of(model, text(n).as_bytes(), &fp);
+        served
+            .served
+            .push(ServedRecord::of("p0", model, &chain, 900, &fp));
+    }
+    fleet.on_signals(served, 2_500);
+    fleet.tick(3_000);
+    // ceil(4 × 7/8) = 4 and ceil(4 × 1/8) = 1.
+    assert_eq!(fleet.placed_pods("hot").len(), 4);
+    assert_eq!(fleet.placed_pods("cold").len(), 1);
+    assert_eq!(holders(&fleet, "hot").len(), 4);
+    assert_eq!(holders(&fleet, "cold").len(), 1);
+}

@@ -1,0 +1,406 @@
+//! Demand-sized adapter replica sets: the pods each adapter is placed on.
+//!
+//! The table lists an adapter on its replicas, and the filter routes the adapter's requests
+//! among them, so a replica set's size decides both the adapter's share of the fleet and how
+//! many GPU slots it occupies. In a pool of `n` pods (its tier's pool, see [`TierPools`]), an
+//! adapter with a share `s = d / D` of the pool's adapter requests (`d` its rate, `D` the sum
+//! over the pool's adapters) gets `r = ceil(n × s)` replicas: each replica then sees about an
+//! average pod's share of the adapter traffic. At least one replica (gold: two, for failover,
+//! when the pool has two pods), at most `n`. An adapter without measured demand has the minimum.
+//!
+//! GPU slots and load bound the sets. A pod holds `max_loras` adapters in GPU slots; adapters
+//! are assigned hottest first (ties by name), each replica taking `d / r` of the demand, to the
+//! best pods of the adapter's rendezvous ranking (core's placement over its name's chain seed)
+//! that still have a free slot and whose assigned demand stays within [`LOAD_BOUND`] × the
+//! pool's mean; then to pods within the bound; then to the ranking's best. The cold tail shares
+//! slots through the engine's LRU — all it can have — while every pod carries a near-equal part
+//! of the demand, so its KV cache serves an equal part of the prompts. Assigning the hot adapters first keeps the adapters
+//! that carry most requests resident; a fixed replica count (the old `adapter_replicas`) instead
+//! put every adapter on the same number of pods, about twice the slots there were.
+//!
+//! Sets are sticky: an adapter keeps the members of its previous set that are still in its pool
+//! (up to its new count) and only gains or drops members when its count changes or a member
+//! leaves, because a member moving moves the adapter's cached prefixes with it. Same inputs, same
+//! sets.
+
+use std::collections::BTreeMap;
+
+use prewarm_core::fingerprint::chain_seed;
+use prewarm_core::{rank, PlacementCandidate};
+
+use super::{Tier, TierPools};
+
+/// A pod's assigned adapter demand stays within this factor of its pool's mean where it can:
+/// consistent hashing with bounded loads' usual `c = 1.25` (Mirrokni, Thorup, Zadimoghaddam),
+/// the fleet's fairness bound (no pod above 1.25 × the mean load).
+pub const LOAD_BOUND: f64 = 1.25;
+
+/// One adapter's demand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdapterDemand<'a> {
+    pub name: &'a str,
+    pub tier: Tier,
+    /// Requests per minute (any consistent unit: only shares matter).
+    pub rate: f64,
+}
+
+/// A pod that can hold replicas: a placement candidate and its GPU adapter slots.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotCandidate<'a> {
+    pub candidate: PlacementCandidate<'a>,
+    pub slots: usize,
+}
+
+/// Replicas an adapter needs among `pool_size` pods for a `share` of its pool's demand, at least
+/// `min_replicas` (gold at least two).
+pub fn replica_count(share: f64, tier: Tier, pool_size: usize, min_replicas: usize) -> usize {
+    let floor = min_replicas.max(if tier == Tier::Gold { 2 } else { 1 });
+    let wanted = if share.is_finite() && share > 0.0 {
+        (share.min(1.0) * pool_size as f64).ceil() as usize
+    } else {
+        0
+    };
+    wanted.max(floor).min(pool_size)
+}
+
+/// Every adapter's replicas (pod ids) among `pods`, at least `min_replicas` each; an adapter
+/// keeps the members of its `previous` set that are still in its pool, up to its new count.
+pub fn replica_sets(
+    demands: &[AdapterDemand<'_>],
+    pods: &[SlotCandidate<'_>],
+    pools: &TierPools,
+    min_replicas: usize,
+    previous: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, Vec<String>> {
+    let candidates: Vec<PlacementCandidate<'_>> = pods.iter().map(|p| p.candidate).collect();
+    let pool_of = |tier: Tier| pools.candidates(tier, &candidates);
+    // Each pool's total demand: adapters of tiers sharing a pool share its denominator.
+    let in_gold_pool = |tier: Tier| !pools.is_one_pool() && tier == Tier::Gold;
+    let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
+    for d in demands {
+        let total = if in_gold_pool(d.tier) {
+            &mut gold_total
+        } else {
+            &mut other_total
+        };
+        *total += d.rate.max(0.0);
+    }
+    let mut order: Vec<&AdapterDemand<'_>> = demands.iter().collect();
+    order.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.name.cmp(b.name)));
+    let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
+    let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut sets = BTreeMap::new();
+    for d in order {
+        let pool = pool_of(d.tier);
+        let total = if in_gold_pool(d.tier) {
+            gold_total
+        } else {
+            other_total
+        };
+        let share = if total > 0.0 { d.rate / total } else { 0.0 };
+        let count = replica_count(share, d.tier, pool.len(), min_replicas);
+        let ranked: Vec<&str> = rank(chain_seed(d.name), &pool)
+            .into_iter()
+            .filter_map(|i| pool.get(i).map(|c| c.id))
+            .collect();
+        // Each replica takes an equal part of the adapter's demand; a pod stays within
+        // `LOAD_BOUND` × its pool's mean.
+        let part = if count > 0 {
+            d.rate.max(0.0) / count as f64
+        } else {
+            0.0
+        };
+        let bound = LOAD_BOUND * total / pool.len().max(1) as f64;
+        let has_slot = |id: &str| free.get(id).is_some_and(|&f| f > 0);
+        let within = |id: &str| assigned.get(id).copied().unwrap_or(0.0) + part <= bound;
+        let kept = previous.get(d.name).map(Vec::as_slice).unwrap_or_default();
+        let mut chosen: Vec<&str> = Vec::with_capacity(count);
+        let preferences: [&dyn Fn(&str) -> bool; 4] = [
+            &|id| kept.iter().any(|k| k == id) && has_slot(id) && within(id),
+            &|id| has_slot(id) && within(id),
+            &|id| within(id),
+            &|_| true,
+        ];
+        for eligible in preferences {
+            for id in &ranked {
+                if chosen.len() >= count {
+                    break;
+                }
+                if !chosen.contains(id) && eligible(id) {
+                    chosen.push(id);
+                }
+            }
+        }
+        for id in &chosen {
+            if let Some(f) = free.get_mut(id) {
+                *f = f.saturating_sub(1);
+            }
+            *assigned.entry(id).or_default() += part;
+        }
+        sets.insert(
+            d.name.to_string(),
+            chosen.into_iter().map(str::to_string).collect(),
+        );
+    }
+    sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods(ids: &[&'static str], slots: usize) -> Vec<SlotCandidate<'static>> {
+        ids.iter()
+            .map(|id| SlotCandidate {
+                candidate: PlacementCandidate::new(id, 1.0),
+                slots,
+            })
+            .collect()
+    }
+
+    const EIGHT: [&str; 8] = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"];
+
+    #[test]
+    fn a_hot_adapter_gets_replicas_in_proportion_to_its_share() {
+        let demands = [
+            AdapterDemand {
+                name: "hot",
+                tier: Tier::Bronze,
+                rate: 50.0,
+            },
+            AdapterDemand {
+                name: "warm",
+                tier: Tier::Bronze,
+                rate: 25.0,
+            },
+            AdapterDemand {
+                name: "cold",
+                tier: Tier::Bronze,
+                rate: 25.0,
+            },
+        ];
+        let sets = replica_sets(
+            &demands,
+            &pods(&EIGHT, 4),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        assert_eq!(sets["hot"].len(), 4);
+        assert_eq!(sets["warm"].len(), 2);
+        assert_eq!(sets["cold"].len(), 2);
+    }
+
+    #[test]
+    fn every_adapter_has_one_replica_and_gold_two() {
+        let demands = [
+            AdapterDemand {
+                name: "idle",
+                tier: Tier::Bronze,
+                rate: 0.0,
+            },
+            AdapterDemand {
+                name: "gold",
+                tier: Tier::Gold,
+                rate: 0.0,
+            },
+            AdapterDemand {
+                name: "busy",
+                tier: Tier::Silver,
+                rate: 1e9,
+            },
+        ];
+        let sets = replica_sets(
+            &demands,
+            &pods(&EIGHT, 4),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        assert_eq!(sets["idle"].len(), 1);
+        assert_eq!(sets["gold"].len(), 2);
+        assert_eq!(sets["busy"].len(), 8);
+        let one = replica_sets(
+            &demands,
+            &pods(&["p0"], 4),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        assert_eq!(one["gold"], vec!["p0".to_string()]);
+    }
+
+    #[test]
+    fn no_pod_is_over_its_slots_while_another_has_room() {
+        let names: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
+        let demands: Vec<AdapterDemand<'_>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| AdapterDemand {
+                name: n,
+                tier: Tier::Bronze,
+                rate: 1.0 + i as f64,
+            })
+            .collect();
+        let fleet = pods(&EIGHT, 4);
+        let sets = replica_sets(&demands, &fleet, &TierPools::default(), 1, &BTreeMap::new());
+        let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+        for pods in sets.values() {
+            for p in pods {
+                *held.entry(p.as_str()).or_default() += 1;
+            }
+        }
+        let total: usize = held.values().sum();
+        assert!(total <= 32, "{total} replicas");
+        assert!(held.values().all(|&n| n <= 4), "{held:?}");
+    }
+
+    #[test]
+    fn the_hottest_adapters_get_slots_before_the_cold_tail() {
+        // 3 pods × 1 slot; the hot adapter first, then the cold ones fill what is left.
+        let demands = [
+            AdapterDemand {
+                name: "c1",
+                tier: Tier::Bronze,
+                rate: 1.0,
+            },
+            AdapterDemand {
+                name: "c2",
+                tier: Tier::Bronze,
+                rate: 1.0,
+            },
+            AdapterDemand {
+                name: "hot",
+                tier: Tier::Bronze,
+                rate: 8.0,
+            },
+            AdapterDemand {
+                name: "c3",
+                tier: Tier::Bronze,
+                rate: 1.0,
+            },
+        ];
+        let fleet = pods(&["x", "y", "z"], 1);
+        let sets = replica_sets(&demands, &fleet, &TierPools::default(), 1, &BTreeMap::new());
+        assert_eq!(sets["hot"].len(), 3, "ceil(3 × 8/11)");
+        // Every pod's one slot is the hot adapter's: the cold ones share slots by LRU.
+        for cold in ["c1", "c2", "c3"] {
+            assert_eq!(sets[cold].len(), 1);
+        }
+    }
+
+    #[test]
+    fn same_inputs_same_sets_and_a_join_moves_only_some() {
+        let names: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+        let demands: Vec<AdapterDemand<'_>> = names
+            .iter()
+            .map(|n| AdapterDemand {
+                name: n,
+                tier: Tier::Bronze,
+                rate: 1.0,
+            })
+            .collect();
+        let before = replica_sets(
+            &demands,
+            &pods(&EIGHT, 8),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        assert_eq!(
+            before,
+            replica_sets(
+                &demands,
+                &pods(&EIGHT, 8),
+                &TierPools::default(),
+                1,
+                &BTreeMap::new()
+            )
+        );
+        let mut nine = EIGHT.to_vec();
+        nine.push("p8");
+        let after = replica_sets(
+            &demands,
+            &pods(&nine, 8),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        let moved = names.iter().filter(|n| before[*n] != after[*n]).count();
+        assert!(
+            moved > 0 && moved < names.len() / 2,
+            "{moved} of {} moved",
+            names.len()
+        );
+    }
+
+    #[test]
+    fn a_join_moves_fewer_sets_when_the_previous_ones_are_kept() {
+        let names: Vec<String> = (0..30).map(|i| format!("s{i}")).collect();
+        let demands: Vec<AdapterDemand<'_>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| AdapterDemand {
+                name: n,
+                tier: Tier::Bronze,
+                rate: 1.0 + (i % 7) as f64,
+            })
+            .collect();
+        let none = BTreeMap::new();
+        let before = replica_sets(&demands, &pods(&EIGHT, 4), &TierPools::default(), 1, &none);
+        assert_eq!(
+            before,
+            replica_sets(
+                &demands,
+                &pods(&EIGHT, 4),
+                &TierPools::default(),
+                1,
+                &before
+            ),
+            "nothing changed: nothing moves"
+        );
+        let mut nine = EIGHT.to_vec();
+        nine.push("p8");
+        let sticky = replica_sets(&demands, &pods(&nine, 4), &TierPools::default(), 1, &before);
+        let fresh = replica_sets(&demands, &pods(&nine, 4), &TierPools::default(), 1, &none);
+        let moved = |after: &BTreeMap<String, Vec<String>>| {
+            names
+                .iter()
+                .map(|n| after[n].iter().filter(|p| !before[n].contains(p)).count())
+                .sum::<usize>()
+        };
+        assert!(
+            moved(&sticky) < moved(&fresh),
+            "{} vs {}",
+            moved(&sticky),
+            moved(&fresh)
+        );
+        assert!(
+            sticky.values().any(|p| p.iter().any(|id| id == "p8")),
+            "the new pod takes some"
+        );
+    }
+
+    #[test]
+    fn gold_adapters_stay_in_the_gold_pool() {
+        let fleet = pods(&EIGHT, 4);
+        let candidates: Vec<PlacementCandidate<'_>> = fleet.iter().map(|p| p.candidate).collect();
+        let pools = TierPools::new(0.5, &candidates);
+        let demands = [
+            AdapterDemand {
+                name: "g",
+                tier: Tier::Gold,
+                rate: 10.0,
+            },
+            AdapterDemand {
+                name: "b",
+                tier: Tier::Bronze,
+                rate: 10.0,
+            },
+        ];
+        let sets = replica_sets(&demands, &fleet, &pools, 1, &BTreeMap::new());
+        assert!(sets["g"].iter().all(|p| pools.admits(Tier::Gold, p)));
+        assert!(sets["b"].iter().all(|p| pools.admits(Tier::Bronze, p)));
+        assert_eq!(sets["g"].len(), 4, "the whole gold pool: its only adapter");
+    }
+}
