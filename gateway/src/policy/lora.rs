@@ -65,7 +65,25 @@ pub struct LoraConfig {
     pub touch_interval_ms: u64,
     /// Priority at which an adapter's LRU-2 age counts half (default 50; priorities are 0..99).
     pub priority_weight: f64,
+    /// Which adapters a GPU slot keeps beyond the tier rules (default `lru2`: none).
+    pub residency_rule: ResidencyRule,
 }
+
+/// Which adapters keep their GPU slot beyond the tier rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResidencyRule {
+    /// None: every unpinned adapter past its minimum residency is a victim, in LRU-2 order.
+    #[default]
+    Lru2,
+    /// The seed deployment's keep rule: an adapter whose last two uses were less than
+    /// [`KEEP_REUSE_MS`] apart and whose priority (normalised to [0, 1]) is above 0.7, or whose
+    /// priority is above 0.95, is kept (not a victim, and touched as protected adapters are).
+    SeedKeep,
+}
+
+/// The seed keep rule's reuse distance.
+pub const KEEP_REUSE_MS: u64 = 30_000;
 
 impl Default for LoraConfig {
     fn default() -> Self {
@@ -81,6 +99,7 @@ impl Default for LoraConfig {
             bronze_min_residency_ms: 0,
             touch_interval_ms: 30_000,
             priority_weight: 50.0,
+            residency_rule: ResidencyRule::Lru2,
         }
     }
 }
@@ -285,11 +304,25 @@ impl LoraResidency {
         }
     }
 
+    /// Whether the residency rule keeps `a` (see [`ResidencyRule::SeedKeep`]).
+    fn kept(&self, a: &AdapterState) -> bool {
+        if self.config.residency_rule != ResidencyRule::SeedKeep {
+            return false;
+        }
+        let priority = f64::from(a.priority.min(99)) / 99.0;
+        let reused = match a.uses {
+            [Some(last), Some(second)] => last.saturating_sub(second) < KEEP_REUSE_MS,
+            _ => false,
+        };
+        (reused && priority > 0.7) || priority > 0.95
+    }
+
     fn gpu_eligible(&self, v: &AdapterState, incoming: Tier, now_ms: u64) -> bool {
         let Some(since) = v.gpu_since_ms else {
             return false;
         };
         !v.pinned
+            && !self.kept(v)
             && now_ms.saturating_sub(since) >= self.config.min_residency_ms(v.tier)
             && (v.tier <= incoming || self.gpu_count(Some(v.tier)) > self.guaranteed_slots(v.tier))
     }
@@ -483,12 +516,12 @@ impl LoraResidency {
         }
     }
 
-    /// Touches for protected adapters (pinned, or gold/silver in a slot) unused for
+    /// Touches for protected adapters (pinned, kept, or gold/silver in a slot) unused for
     /// `touch_interval_ms`, and re-loads of pinned adapters that are not resident.
     pub fn keep_warm(&mut self, now_ms: u64) -> Vec<LoraDecision> {
         let interval = self.config.touch_interval_ms;
         let mut out = Vec::new();
-        let names: Vec<(String, Tier, u8, bool, bool)> = self
+        let names: Vec<(String, Tier, u8, bool, bool, bool)> = self
             .adapters
             .iter()
             .map(|(n, a)| {
@@ -498,17 +531,18 @@ impl LoraResidency {
                     a.priority,
                     a.pinned,
                     a.gpu_since_ms.is_some(),
+                    self.kept(a),
                 )
             })
             .collect();
-        for (name, tier, priority, pinned, in_gpu) in names {
+        for (name, tier, priority, pinned, in_gpu, kept) in names {
             if pinned && !in_gpu {
                 if let Ok(d) = self.ensure_resident(&name, tier, priority, now_ms) {
                     out.extend(d);
                 }
                 continue;
             }
-            if !(in_gpu && (pinned || tier > Tier::Bronze)) {
+            if !(in_gpu && (pinned || kept || tier > Tier::Bronze)) {
                 continue;
             }
             if let Some(a) = self.adapters.get_mut(&name) {

@@ -402,3 +402,33 @@ proptest! {
         }
     }
 }
+
+/// The seed's keep rule keeps a hot, recently reused adapter's slot that LRU-2 would give to a
+/// newcomer, and keeps nothing below its thresholds.
+#[test]
+fn the_seed_keep_rule_keeps_a_reused_high_priority_adapter() {
+    let keep = LoraConfig {
+        residency_rule: ResidencyRule::SeedKeep,
+        ..LoraConfig::default()
+    };
+    let slots = LoraSlots {
+        max_loras: 1,
+        max_cpu_loras: 4,
+    };
+    for (config, priority, kept) in [
+        (keep.clone(), 80, true),
+        (keep.clone(), 60, false),
+        (LoraConfig::default(), 80, false),
+    ] {
+        let mut p = LoraResidency::new(slots, config);
+        p.ensure_resident("hot", Tier::Bronze, priority, 0).unwrap();
+        p.observe_use("hot", 10 * S);
+        let newcomer = p.ensure_resident("new", Tier::Bronze, 0, 20 * S);
+        assert_eq!(newcomer.is_err(), kept, "priority {priority}");
+        assert_eq!(in_gpu(&p) == vec!["hot".to_string()], kept);
+    }
+    // Above 0.95 it is kept without reuse.
+    let mut p = LoraResidency::new(slots, keep);
+    p.ensure_resident("top", Tier::Bronze, 97, 0).unwrap();
+    assert!(p.ensure_resident("new", Tier::Bronze, 0, 100 * S).is_err());
+}
