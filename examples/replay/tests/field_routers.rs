@@ -72,9 +72,13 @@ fn dynamo_prefers_the_pod_holding_the_blocks_unless_its_load_outweighs_the_savin
     let prompt = TraceRequest::synthetic(0, &[1, 2, 3], 1536, 4);
     // pod 1 computes the prompt once (95 full blocks of 16 tokens stay cached)
     send(&mut policy, &mut fleet, &mut texts, &prompt, 0.0, Some(1));
+    // a small conversation keeps pod 1 busy: 32 prompt blocks and its output so far, less than
+    // the 95 blocks pod 1 saves, more than nothing (the other pods)
+    let small = TraceRequest::synthetic(0, &[40], 512, 100_000);
+    send(&mut policy, &mut fleet, &mut texts, &small, 9.0, Some(1));
     let (pod, admission) = send(&mut policy, &mut fleet, &mut texts, &prompt, 10.0, None);
     assert_eq!((pod, admission.cached_tokens), (1, 1520));
-    // two long conversations keep 2 × 128 blocks busy on pod 1, more than the 95 it saves
+    // two long conversations keep 2 × 128 more blocks busy on pod 1, more than the 95 it saves
     for (i, ids) in [[50u64, 51, 52, 53], [60, 61, 62, 63]].iter().enumerate() {
         let long = TraceRequest::synthetic(0, ids, 2048, 100_000);
         send(
