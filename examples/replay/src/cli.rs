@@ -13,6 +13,7 @@ use crate::offline::run::{evaluate, summaries, Setup, POLICIES};
 use crate::outcome::series;
 use crate::report::{table, Report};
 use crate::scenario::{parse_at, FleetEvent, FleetSpec, Scenario, NEW_POD_WINDOW_S};
+use crate::system_prompt::with_system_prompt;
 use crate::trace::{load_trace, TraceRequest};
 
 #[derive(Debug, Parser)]
@@ -61,6 +62,10 @@ pub struct TraceArgs {
     /// Replay only the requests arriving before this trace second.
     #[arg(long)]
     pub until_s: Option<f64>,
+    /// Every request's prompt starts with the same system prompt of this many tokens (a
+    /// multiple of 512; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub system_prompt_tokens: u64,
 }
 
 /// Where a run's report goes.
@@ -118,18 +123,20 @@ pub struct OfflineArgs {
     /// `I@Ts`: pod I restarts cold at T seconds (repeatable).
     #[arg(long = "restart-pod")]
     pub restart_pod: Vec<String>,
-    /// Policies to run, comma-separated, from round_robin,affinity,prewarm,oracle.
+    /// Policies to run, comma-separated, from round_robin,first_shard_affinity,
+    /// sglang_cache_aware,dynamo_kv,prewarm,oracle.
     #[arg(
         long,
-        default_value = "round_robin,affinity,prewarm,oracle",
+        default_value = "round_robin,first_shard_affinity,sglang_cache_aware,dynamo_kv,prewarm,oracle",
         value_delimiter = ','
     )]
     pub policies: Vec<String>,
 }
 
-/// Reads the trace, keeps the slice asked for (the assignment is drawn over the slice) and
-/// assigns adapters.
+/// Reads the trace, keeps the slice asked for (the assignment is drawn over the slice), assigns
+/// adapters and puts the system prompt in front of every request.
 pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), String> {
+    crate::system_prompt::check(args.system_prompt_tokens)?;
     if let Some(until) = args.until_s {
         if !(until.is_finite() && until > 0.0) {
             return Err(format!("--until-s: {until}: must be a positive number"));
@@ -166,6 +173,7 @@ pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), Stri
         args.gold_share,
         args.silver_share,
     );
+    let trace = with_system_prompt(trace, args.system_prompt_tokens);
     Ok((trace, assignment))
 }
 
@@ -266,6 +274,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         seed: args.common.seed,
         gold_share: args.common.gold_share,
         silver_share: args.common.silver_share,
+        system_prompt_tokens: args.common.system_prompt_tokens,
         fleet,
         events: events.clone(),
         new_pod_window_s: NEW_POD_WINDOW_S,
@@ -299,6 +308,7 @@ mod tests {
         assert!(err(&["--pods", "0"]).starts_with("--pods: 0"));
         assert!(err(&["--add-pods", "two@600s"]).starts_with("--add-pods:"));
         assert!(err(&["--restart-pod", "9@10s"]).starts_with("--restart-pod: 9@10s"));
+        assert!(err(&["--system-prompt-tokens", "100"]).starts_with("--system-prompt-tokens: 100"));
         assert!(err(&[]).contains("/nonexistent.jsonl"));
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! - [`trace`]: Mooncake-format JSONL traces; [`render`]: block ids → deterministic text and
 //!   memoised fingerprint chains; [`assign`]: adapters, tenants and tiers (ServeGen or Zipf);
-//! - [`scenario`]: the fleet and its events; [`outcome`]: per-request outcomes and the metrics;
+//! - [`scenario`]: the fleet and its events; [`system_prompt`]: the shared system prompt
+//!   scenario; [`outcome`]: per-request outcomes and the metrics;
 //!   [`report`]: the table and the JSON document;
 //! - [`record`]: a live run's per-request records (JSON lines); [`comparison`]: `report`, live
 //!   runs' figures side by side from their records (what `make demo` prints);
-//! - [`offline`]: virtual time over podsim pod models — `round_robin`, `affinity`, `prewarm`
-//!   (the gateway's own policies) and `oracle`;
+//! - [`offline`]: virtual time over podsim pod models — `round_robin`, `first_shard_affinity`,
+//!   the field's routers (`sglang_cache_aware`, `dynamo_kv`), `prewarm` (the gateway's own
+//!   policies) and `oracle`;
 //! - [`live`]: the trace over HTTP against real servers (Envoy or pods), streaming;
 //! - [`plot`]: PNG charts of the time series;
 //! - [`cli`]: the `prewarm-replay` command line.
@@ -23,4 +25,5 @@ pub mod record;
 pub mod render;
 pub mod report;
 pub mod scenario;
+pub mod system_prompt;
 pub mod trace;

@@ -74,7 +74,7 @@ fn cells(p: &PolicyReport) -> [String; 12] {
 fn text_row(out: &mut String, cells: &[String]) {
     for (i, c) in cells.iter().enumerate() {
         let _ = match i {
-            0 => write!(out, "{c:<12}"),
+            0 => write!(out, "{c:<20}"),
             _ => write!(out, " {c:>11}"),
         };
     }

@@ -66,6 +66,8 @@ pub struct Scenario {
     pub seed: u64,
     pub gold_share: f64,
     pub silver_share: f64,
+    /// Tokens of the system prompt every request starts with (0: none).
+    pub system_prompt_tokens: u64,
     pub fleet: FleetSpec,
     pub events: Vec<FleetEvent>,
     pub new_pod_window_s: f64,

@@ -152,7 +152,7 @@ fn the_oracle_never_loses_to_any_policy() {
 #[test]
 fn a_scale_up_without_warm_up_misses_cold_where_prewarm_does_not() {
     // 24 templates (2 blocks each), each sent again and again by its own user; 2 pods, then 2
-    // more join at 60 s. Under affinity the templates that move to the new pods miss once
+    // more join at 60 s. Under first_shard_affinity the templates that move to the new pods miss once
     // there; prewarm warms them before the new pods take traffic.
     let mut trace = Vec::new();
     for round in 0..12u64 {
@@ -181,11 +181,11 @@ fn a_scale_up_without_warm_up_misses_cold_where_prewarm_does_not() {
         r.outcomes.iter().filter(|o| o.pod >= 2).count()
     };
     assert!(
-        cold_after_scale_up("affinity") >= 4,
-        "affinity: {}",
-        cold_after_scale_up("affinity")
+        cold_after_scale_up("first_shard_affinity") >= 4,
+        "first_shard_affinity: {}",
+        cold_after_scale_up("first_shard_affinity")
     );
-    assert!(on_new_pods("affinity") > 0 && on_new_pods("prewarm") > 0);
+    assert!(on_new_pods("first_shard_affinity") > 0 && on_new_pods("prewarm") > 0);
     assert_eq!(cold_after_scale_up("prewarm"), 0);
     let warm = runs
         .iter()

@@ -100,6 +100,8 @@ pub struct LiveScenario {
     pub target: String,
     pub adapters: String,
     pub seed: u64,
+    /// Tokens of the system prompt every request starts with (0: none).
+    pub system_prompt_tokens: u64,
     pub time_scale: f64,
     /// Whether times are model time (× `time_scale`).
     pub model_time: bool,
@@ -253,6 +255,7 @@ fn write_report(args: &LiveArgs, records: &[Record], sent: usize) -> Result<(), 
         target: args.target.clone(),
         adapters: args.common.adapters.clone(),
         seed: args.common.seed,
+        system_prompt_tokens: args.common.system_prompt_tokens,
         time_scale: args.time_scale,
         model_time: args.model_time,
         concurrency: args.concurrency,

@@ -1,11 +1,14 @@
-//! The baselines.
+//! The simple baselines, and the adapter-first pool the adapter-aware ones share.
 //!
 //! - `round_robin`: what a plain Kubernetes Service gives: requests in turn over the pods that
 //!   are up, no warm-up, adapters left to the engine's LRU.
-//! - `affinity`: what the field's routers do: the pods whose GPU slots hold the request's
-//!   adapter first (all pods when none does), then core's rendezvous placement on the prompt's
-//!   routing key among them — the filter's own choice — with no warm-up, no keep-warm and no
-//!   LoRA policy. A new pod takes traffic as soon as it is up.
+//! - `first_shard_affinity`: the pods whose GPU slots hold the request's adapter first (all pods
+//!   when none does), then core's rendezvous placement on the prompt's routing key — the hash of
+//!   its *first 512-token shard* — among them: the filter's pre-longest-prefix choice, with no
+//!   warm-up, no keep-warm and no LoRA policy. A new pod takes traffic as soon as it is up. When
+//!   every prompt starts with the same 512-token system prompt its key is the same for all.
+//!
+//! The field's routers are in [`super::sglang_cache_aware`] and [`super::dynamo_kv`].
 
 use prewarm_core::FingerprintConfig;
 
@@ -34,14 +37,35 @@ impl Policy for RoundRobin {
     }
 }
 
-/// Prefix- and adapter-affinity routing without warm-up.
+/// The pods whose GPU slots hold `adapter` now, else every pod (also for base-model requests):
+/// the LoRA awareness llm-d's and Dynamo's routers give. It reads slot residency exactly from
+/// the pod model, which a real router cannot (`vllm:lora_requests_info` shows activity, not
+/// residency), so it is an optimistic stand-in.
+pub fn adapter_first_pool(fleet: &Fleet, adapter: Option<&str>) -> Vec<usize> {
+    let all: Vec<usize> = (0..fleet.pods.len()).collect();
+    let holders: Vec<usize> = match adapter {
+        Some(a) => all
+            .iter()
+            .copied()
+            .filter(|&i| fleet.adapter_in_slot(i, a))
+            .collect(),
+        None => Vec::new(),
+    };
+    if holders.is_empty() {
+        all
+    } else {
+        holders
+    }
+}
+
+/// Adapter holders first, then rendezvous on the first shard's routing key; no warm-up.
 #[derive(Debug)]
-pub struct Affinity {
+pub struct FirstShardAffinity {
     fingerprint: FingerprintConfig,
     fallback: RoundRobin,
 }
 
-impl Affinity {
+impl FirstShardAffinity {
     pub fn new(fingerprint: FingerprintConfig) -> Self {
         Self {
             fingerprint,
@@ -50,25 +74,16 @@ impl Affinity {
     }
 }
 
-impl Policy for Affinity {
+impl Policy for FirstShardAffinity {
     fn name(&self) -> &'static str {
-        "affinity"
+        "first_shard_affinity"
     }
 
     fn on_event(&mut self, _fleet: &mut Fleet, _event: FleetEvent, _now_s: f64) {}
 
     fn route(&mut self, fleet: &Fleet, request: &RequestCtx<'_>) -> usize {
-        let all: Vec<usize> = (0..fleet.pods.len()).collect();
-        let holders: Vec<usize> = match request.adapter {
-            Some(a) => all
-                .iter()
-                .copied()
-                .filter(|&i| fleet.adapter_in_slot(i, a))
-                .collect(),
-            None => Vec::new(),
-        };
-        let pool = if holders.is_empty() { &all } else { &holders };
-        place_among(fleet, pool, request.chain, &self.fingerprint)
+        let pool = adapter_first_pool(fleet, request.adapter);
+        place_among(fleet, &pool, request.chain, &self.fingerprint)
             .unwrap_or_else(|| self.fallback.route(fleet, request))
     }
 }

@@ -8,11 +8,13 @@ use prewarm_core::FingerprintConfig;
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::Tier;
 
-use super::baselines::{Affinity, RoundRobin};
+use super::baselines::{FirstShardAffinity, RoundRobin};
+use super::dynamo_kv::{DynamoKv, KvRouterConfig};
 use super::fleet::Fleet;
 use super::oracle::{envelope, OracleInput};
 use super::policy::{Policy, RequestCtx};
 use super::prewarm::{Prewarm, PrewarmConfig};
+use super::sglang_cache_aware::{CacheAwareConfig, SglangCacheAware};
 use crate::assign::Assignment;
 use crate::outcome::Outcome;
 use crate::render::{BlockTexts, ChainMemo};
@@ -20,7 +22,14 @@ use crate::scenario::{FleetEvent, FleetSpec};
 use crate::trace::TraceRequest;
 
 /// The policies, in report order.
-pub const POLICIES: [&str; 4] = ["round_robin", "affinity", "prewarm", "oracle"];
+pub const POLICIES: [&str; 6] = [
+    "round_robin",
+    "first_shard_affinity",
+    "sglang_cache_aware",
+    "dynamo_kv",
+    "prewarm",
+    "oracle",
+];
 
 /// What a run replays.
 pub struct Setup<'a> {
@@ -187,7 +196,8 @@ pub fn summaries(
 }
 
 /// Runs the chosen policies (report order); the oracle, when chosen, is built from the others'
-/// outcomes with the `prewarm` run's routing (else `affinity`'s, else `round_robin`'s).
+/// outcomes with the `prewarm` run's routing (`prewarm` runs as its reference even when not
+/// chosen).
 pub fn evaluate(
     setup: &Setup<'_>,
     policies: &[String],
@@ -199,7 +209,7 @@ pub fn evaluate(
     let tiers: BTreeMap<String, Tier> = setup.assignment.tiers.clone();
     let want = |p: &str| policies.iter().any(|x| x == p);
     let oracle_needs_reference = want("oracle");
-    for name in ["round_robin", "affinity", "prewarm"] {
+    for name in POLICIES.iter().copied().filter(|p| *p != "oracle") {
         let reference_needed = oracle_needs_reference && name == "prewarm";
         if !want(name) && !reference_needed {
             continue;
@@ -207,7 +217,15 @@ pub fn evaluate(
         let started = std::time::Instant::now();
         let make: Box<PolicyFactory> = match name {
             "round_robin" => Box::new(|_| Box::new(RoundRobin::default())),
-            "affinity" => Box::new(|_| Box::new(Affinity::new(FingerprintConfig::default()))),
+            "first_shard_affinity" => {
+                Box::new(|_| Box::new(FirstShardAffinity::new(FingerprintConfig::default())))
+            }
+            "sglang_cache_aware" => Box::new(|fleet| {
+                Box::new(SglangCacheAware::new(CacheAwareConfig::default(), fleet))
+            }),
+            "dynamo_kv" => {
+                Box::new(|fleet| Box::new(DynamoKv::new(KvRouterConfig::default(), fleet)))
+            }
             _ => {
                 let config = PrewarmConfig::for_fleet(
                     spec.kv_blocks,
