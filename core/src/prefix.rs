@@ -1,0 +1,437 @@
+//! Longest-prefix routing: where each 512-token shard of past prompts was sent, and the rule that
+//! sends a request to the pod holding the longest run of its shards. The filter (index in Envoy's
+//! shared data, one key per slot) and the evaluator (index in memory) store exactly the same
+//! bytes and choose with exactly this code; each host provides only a [`PrefixStore`].
+//!
+//! ## The index
+//!
+//! A bounded table of `slots` hashed slots: the shard with chain hash `h` (its last full block's
+//! hash, which covers every token before it) lives in slot `h mod slots`. A slot holds one
+//! [`PrefixEntry`] of [`ENTRY_BYTES`] bytes: a version byte, a flags byte, the full shard hash
+//! (a slot holding another shard is a miss, so collisions cost accuracy, never a wrong match), the
+//! pod, and the time of the write. Newest write wins; there is no delete. The pod is stored as a
+//! 64-bit hash of its id, not as an index into the table (the table's pod order changes between
+//! generations) nor as the id itself (fixed, small entries): a lookup compares it with the hashes
+//! of the pool's ids.
+//!
+//! When a request is routed, every full shard of its prompt is written with the chosen pod, and
+//! each full block of its last, partial shard ([`PromptKeys`], [`record`]): a conversation's next
+//! turn extends the prompt, so its shard at that depth hashes differently but contains those
+//! blocks. Every written key but the prompt's deepest is flagged *interior*: some prompt went on
+//! past it.
+//!
+//! ## The rule ([`route_prefix`])
+//!
+//! 1. The pool: the pods holding the requested adapter, all pods when none does
+//!    ([`serving_pods`]); the table only lists routable pods.
+//! 2. The longest match: a binary search over the request's full shards' hashes for the deepest
+//!    one in the index, then the same search over the blocks of the next shard (a previous
+//!    turn's partial shard) — at most ⌈log2(shards + 1)⌉ + ⌈log2(blocks per shard + 1)⌉ reads
+//!    (7 + 4 with 64-token blocks). It relies on "a prompt whose shard k is in the index has
+//!    shards < k in it", which is an approximation: a routed request writes all its keys, so it
+//!    holds when written, and the engine's LRU frees a finished request's blocks deepest first,
+//!    so in the cache the deep end goes first too. But a slot can be overwritten by a colliding
+//!    key, so a miss at depth k next to a hit at k + 1 happens; the search then settles on a
+//!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
+//! 3. The deepest entry's pod wins when the entry is younger than the horizon, its pod is in the
+//!    pool, its load is under the bounded-load cap (`load_factor` × the pool's mean load, as
+//!    [`place_bounded`] bounds it), and the request does not *branch* there: an interior entry
+//!    the request goes on past with keys not in the index is a prefix that other prompts already
+//!    continued otherwise — a system prompt every conversation starts with. Sticking to it would
+//!    send every new conversation to the pod that served the first one (and write it there
+//!    again: a self-reinforcing herd); all that pod has over the others is that shared prefix,
+//!    which every pod that serves a few conversations holds too. A conversation's next turn
+//!    instead continues its previous turn's deepest key, which no prompt went past: it sticks.
+//!    When the matched pod is over the cap, the next candidates by match length would be the
+//!    pods of shallower entries, but every routed request writes all its keys, so those name
+//!    the same pod nearly always; the rule goes to step 4 rather than spend reads on them.
+//! 4. Otherwise: bounded-load rendezvous keyed on the request's deepest block hash (the whole
+//!    fingerprinted chain). Pure "least loaded" would be the ideal for a new conversation, but
+//!    the table's loads are about a second old, so it would send every new conversation of that
+//!    second to the same pod; rendezvous on a key unique to the conversation spreads them like
+//!    a hash, the load bound keeps a hot pod out, and the conversation's next turns then find
+//!    its keys (step 2).
+
+//! ## The horizon
+//!
+//! An entry counts only while younger than a horizon: the time a pod needs to overwrite its whole
+//! KV cache when it does nothing but prefill, `kv_tokens ÷ prefill_tokens_per_s`
+//! ([`eviction_horizon_ms`]). Younger than that, the pod's own prefills cannot have evicted the
+//! shard (LRU needs that many new tokens first). It assumes prefill is what fills the cache
+//! (decode tokens fill it too, but thousands of times slower) and is conservative: an entry
+//! older than the horizon may still be cached, and is ignored.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::fingerprint::{BlockChain, FingerprintConfig};
+use crate::placement::{clean_load, load_cap, place, place_bounded, PlacementCandidate};
+use crate::route::serving_pods;
+use crate::wire::{RoutedPod, RoutingTable};
+
+/// The entry layout's version (first byte of every entry); other versions read as empty.
+pub const ENTRY_VERSION: u8 = 1;
+/// Bytes of one encoded entry: version, flags, shard hash, pod hash, written-at ms.
+pub const ENTRY_BYTES: usize = 2 + 8 + 8 + 8;
+/// Default slots: 16,384 × 26 bytes ≈ 416 KiB of values per proxy.
+pub const DEFAULT_SLOTS: u32 = 16_384;
+/// Most slots a configuration may ask for (≈ 27 MiB of values).
+pub const MAX_SLOTS: u32 = 1 << 20;
+/// Shards of a prompt the index writes and searches (64 = 32,768 tokens, the default
+/// fingerprinted prefix); deeper shards are ignored.
+pub const MAX_SHARDS: usize = 64;
+
+const FLAG_INTERIOR: u8 = 1;
+/// Domain seed of pod-id hashes ("prewarmp").
+const POD_SEED: u64 = 0x7072_6577_6172_6d70;
+
+/// The pod of an entry: a hash of its id.
+pub fn pod_hash(id: &str) -> u64 {
+    xxh3_64_with_seed(id.as_bytes(), POD_SEED)
+}
+
+/// The slot of a shard hash among `slots` (at least 1).
+pub fn slot_of(shard: u64, slots: u32) -> u32 {
+    // the remainder is below `slots`, so it fits
+    u32::try_from(shard % u64::from(slots.max(1))).unwrap_or(0)
+}
+
+/// The horizon for pods of `kv_tokens` tokens of KV cache prefilling at most
+/// `prefill_tokens_per_s`: the time to overwrite the whole cache; see the module docs.
+pub fn eviction_horizon_ms(kv_tokens: u64, prefill_tokens_per_s: f64) -> u64 {
+    if !(prefill_tokens_per_s.is_finite() && prefill_tokens_per_s > 0.0) {
+        return 0;
+    }
+    let ms = kv_tokens as f64 / prefill_tokens_per_s * 1000.0;
+    if ms.is_finite() && ms >= 0.0 {
+        ms.min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// One slot's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixEntry {
+    /// Chain hash of the shard.
+    pub shard: u64,
+    /// [`pod_hash`] of the pod it was last sent to.
+    pub pod: u64,
+    /// When it was last written, ms (the writer's clock).
+    pub at_ms: u64,
+    /// A prompt went on past it (it is not the end of every prompt that wrote it).
+    pub interior: bool,
+}
+
+impl PrefixEntry {
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut out = [0u8; ENTRY_BYTES];
+        let parts: [&[u8]; 5] = [
+            &[ENTRY_VERSION],
+            &[if self.interior { FLAG_INTERIOR } else { 0 }],
+            &self.shard.to_le_bytes(),
+            &self.pod.to_le_bytes(),
+            &self.at_ms.to_le_bytes(),
+        ];
+        let mut at = 0;
+        for part in parts {
+            for (dst, src) in out.iter_mut().skip(at).zip(part) {
+                *dst = *src;
+            }
+            at += part.len();
+        }
+        out
+    }
+
+    /// The entry in `bytes`; `None` for anything but one entry of this version.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != ENTRY_BYTES || bytes.first() != Some(&ENTRY_VERSION) {
+            return None;
+        }
+        let word = |at: usize| -> Option<u64> {
+            let b: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+            Some(u64::from_le_bytes(b))
+        };
+        Some(Self {
+            interior: bytes.get(1).is_some_and(|f| f & FLAG_INTERIOR != 0),
+            shard: word(2)?,
+            pod: word(10)?,
+            at_ms: word(18)?,
+        })
+    }
+
+    /// Whether it is younger than `horizon_ms` at `now_ms` (a write from a clock ahead of this
+    /// one counts as fresh).
+    pub fn fresh(&self, now_ms: u64, horizon_ms: u64) -> bool {
+        now_ms.saturating_sub(self.at_ms) < horizon_ms
+    }
+}
+
+/// Where a host keeps the slots. Reads and writes may fail (a failed read is a miss).
+pub trait PrefixStore {
+    /// Number of slots (at least 1).
+    fn slots(&self) -> u32;
+    /// The bytes in `slot`, if any.
+    fn read(&self, slot: u32) -> Option<Vec<u8>>;
+    /// Replaces `slot`'s bytes; `false` when the host refused.
+    fn write(&mut self, slot: u32, entry: &[u8; ENTRY_BYTES]) -> bool;
+}
+
+/// An in-memory store (the evaluator's, and tests').
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    slots: u32,
+    entries: std::collections::HashMap<u32, [u8; ENTRY_BYTES]>,
+}
+
+impl MemoryStore {
+    pub fn new(slots: u32) -> Self {
+        Self {
+            slots: slots.clamp(1, MAX_SLOTS),
+            entries: Default::default(),
+        }
+    }
+}
+
+impl PrefixStore for MemoryStore {
+    fn slots(&self) -> u32 {
+        self.slots.max(1)
+    }
+
+    fn read(&self, slot: u32) -> Option<Vec<u8>> {
+        self.entries.get(&slot).map(|e| e.to_vec())
+    }
+
+    fn write(&mut self, slot: u32, entry: &[u8; ENTRY_BYTES]) -> bool {
+        self.entries.insert(slot, *entry);
+        true
+    }
+}
+
+/// What the index keys a prompt by: the chain hash at the end of each full 512-token shard (at
+/// most [`MAX_SHARDS`]) and, for a last partial shard, the hash of each of its full blocks. The
+/// partial shard's blocks are written too because the next turn of a conversation extends the
+/// prompt: its shard at that depth is fuller and hashes differently, but it contains the
+/// previous turn's blocks, and a lookup finds them by a second binary search inside that shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptKeys {
+    blocks: Vec<u64>,
+    per_shard: usize,
+}
+
+impl PromptKeys {
+    pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
+        let per_shard = fingerprint.blocks_per_shard().max(1);
+        let limit = per_shard.saturating_mul(MAX_SHARDS);
+        Self {
+            blocks: chain.blocks.iter().take(limit).map(|b| b.0).collect(),
+            per_shard,
+        }
+    }
+
+    /// Full shards.
+    fn full(&self) -> usize {
+        self.blocks.len() / self.per_shard
+    }
+
+    /// The chain hash ending full shard `k`.
+    fn end(&self, k: usize) -> Option<u64> {
+        let i = k
+            .checked_add(1)?
+            .checked_mul(self.per_shard)?
+            .checked_sub(1)?;
+        self.blocks.get(i).copied()
+    }
+
+    /// The hashes a routed prompt writes: every full shard's end, then the partial shard's blocks.
+    pub fn written(&self) -> Vec<u64> {
+        let full = self.full();
+        let tail = self.blocks.get(full.saturating_mul(self.per_shard)..);
+        (0..full)
+            .filter_map(|k| self.end(k))
+            .chain(tail.unwrap_or(&[]).iter().copied())
+            .collect()
+    }
+
+    /// The rendezvous key of a prompt without a usable match: its deepest block's hash.
+    pub fn key(&self) -> Option<u64> {
+        self.blocks.last().copied()
+    }
+}
+
+/// The entry stored for `hash`, if the slot holds it.
+fn entry_of<S: PrefixStore + ?Sized>(store: &S, hash: u64) -> Option<PrefixEntry> {
+    let bytes = store.read(slot_of(hash, store.slots()))?;
+    PrefixEntry::decode(&bytes).filter(|e| e.shard == hash)
+}
+
+/// Writes a routed prompt's keys as sent to `pod_id` at `now_ms`; returns the writes the store
+/// refused. Every key but the deepest is written interior (the prompt continued past it), and
+/// an entry that was interior within the horizon stays so.
+pub fn record<S: PrefixStore + ?Sized>(
+    store: &mut S,
+    keys: &PromptKeys,
+    pod_id: &str,
+    now_ms: u64,
+    horizon_ms: u64,
+) -> u64 {
+    let pod = pod_hash(pod_id);
+    let written = keys.written();
+    let last = written.len().saturating_sub(1);
+    let mut refused = 0u64;
+    for (i, hash) in written.into_iter().enumerate() {
+        let was_interior = entry_of(store, hash)
+            .filter(|e| e.fresh(now_ms, horizon_ms))
+            .is_some_and(|e| e.interior);
+        let entry = PrefixEntry {
+            shard: hash,
+            pod,
+            at_ms: now_ms,
+            interior: i < last || was_interior,
+        };
+        if !store.write(slot_of(hash, store.slots()), &entry.encode()) {
+            refused = refused.saturating_add(1);
+        }
+    }
+    refused
+}
+
+/// The deepest entry a prompt finds in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixMatch {
+    /// Blocks of the prompt it covers.
+    pub blocks: usize,
+    pub entry: PrefixEntry,
+    /// Whether the prompt goes on past it.
+    pub continues: bool,
+}
+
+impl PrefixMatch {
+    /// Whether the prompt branches off a path an earlier prompt already continued: the entry is
+    /// interior and this prompt goes on past it differently (its next key was not found).
+    pub fn branches(&self) -> bool {
+        self.entry.interior && self.continues
+    }
+}
+
+/// The last index in `0..n` at which `probe` finds an entry, by binary search (assuming hits
+/// form a prefix of the range), counting reads.
+fn deepest(
+    n: usize,
+    reads: &mut u32,
+    mut probe: impl FnMut(usize) -> Option<PrefixEntry>,
+) -> Option<(usize, PrefixEntry)> {
+    let (mut lo, mut hi) = (0usize, n);
+    let mut best = None;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        *reads = reads.saturating_add(1);
+        match probe(mid) {
+            Some(entry) => {
+                best = Some((mid, entry));
+                lo = mid + 1;
+            }
+            None => hi = mid,
+        }
+    }
+    best
+}
+
+/// The deepest entry of `keys` in the store: a binary search over full shards' ends, then one
+/// over the blocks of the next shard (a previous turn's partial shard); at most
+/// ⌈log2(shards + 1)⌉ + ⌈log2(blocks per shard + 1)⌉ reads. Returns it and the reads made.
+pub fn longest_match<S: PrefixStore + ?Sized>(
+    store: &S,
+    keys: &PromptKeys,
+) -> (Option<PrefixMatch>, u32) {
+    let mut reads = 0u32;
+    let per = keys.per_shard;
+    let shard = deepest(keys.full(), &mut reads, |k| {
+        keys.end(k).and_then(|h| entry_of(store, h))
+    });
+    let mut best = shard.map(|(k, entry)| (k.saturating_add(1).saturating_mul(per), entry));
+    let from = shard.map_or(0, |(k, _)| k.saturating_add(1).saturating_mul(per));
+    let inside = keys.blocks.get(from..).unwrap_or(&[]);
+    let inside = inside.get(..inside.len().min(per)).unwrap_or(&[]);
+    if let Some((i, entry)) = deepest(inside.len(), &mut reads, |i| {
+        inside.get(i).and_then(|h| entry_of(store, *h))
+    }) {
+        best = Some((from.saturating_add(i).saturating_add(1), entry));
+    }
+    let found = best.map(|(blocks, entry)| PrefixMatch {
+        blocks,
+        entry,
+        continues: blocks < keys.blocks.len(),
+    });
+    (found, reads)
+}
+
+/// A request's route by the prefix rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefixRoute<'t> {
+    pub primary: &'t RoutedPod,
+    /// The pods it was chosen among.
+    pub pool: Vec<&'t RoutedPod>,
+    /// Blocks matched on `primary` (0: placed by rendezvous).
+    pub matched_blocks: usize,
+    /// The rendezvous key (the deepest block's hash), for ranking alternatives.
+    pub key: u64,
+    /// Index reads made.
+    pub reads: u32,
+}
+
+/// The pod for a request for `model` whose prompt has `keys`, by the rule of the module docs;
+/// `None` without pods or without a full block.
+pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
+    table: &'t RoutingTable,
+    model: &str,
+    keys: &PromptKeys,
+    store: &S,
+    now_ms: u64,
+    horizon_ms: u64,
+) -> Option<PrefixRoute<'t>> {
+    let key = keys.key()?;
+    let pool = serving_pods(table, model);
+    if pool.is_empty() {
+        return None;
+    }
+    let loads: Vec<f64> = pool.iter().map(|p| clean_load(p.load)).collect();
+    let cap = table
+        .load_factor
+        .map(|f| load_cap(loads.iter().copied(), f));
+    let (found, reads) = longest_match(store, keys);
+    let sticky = found
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.branches())
+        .and_then(|m| {
+            let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
+            let under_cap = match cap {
+                Some(cap) => loads.get(pod).is_some_and(|l| *l <= cap),
+                None => true,
+            };
+            under_cap.then_some((pod, m.blocks))
+        });
+    let (chosen, matched_blocks) = match sticky {
+        Some(m) => m,
+        None => {
+            let candidates: Vec<PlacementCandidate<'_>> = pool
+                .iter()
+                .map(|p| PlacementCandidate::new(&p.id, p.weight))
+                .collect();
+            let placed = match table.load_factor {
+                Some(f) => place_bounded(key, &candidates, &loads, f),
+                None => place(key, &candidates),
+            }?;
+            (placed, 0)
+        }
+    };
+    let primary = pool.get(chosen).copied()?;
+    Some(PrefixRoute {
+        primary,
+        pool,
+        matched_blocks,
+        key,
+        reads,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+// Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
+use super::*;
+use crate::wire::WIRE_VERSION;
+use proptest::prelude::*;
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+const HORIZON: u64 = 120_000;
+
+fn pod(id: &str, load: Option<f64>) -> RoutedPod {
+    RoutedPod {
+        id: id.into(),
+        address: format!("{id}:8000"),
+        weight: 1.0,
+        adapters: Vec::new(),
+        load,
+    }
+}
+
+fn table(n: usize, load_factor: Option<f64>) -> RoutingTable {
+    RoutingTable {
+        version: WIRE_VERSION.into(),
+        generation: 1,
+        generated_at_ms: 0,
+        block_tokens: 64,
+        load_factor,
+        pods: (0..n)
+            .map(|i| pod(&format!("pod-{i}"), Some(0.2)))
+            .collect(),
+    }
+}
+
+fn fp() -> FingerprintConfig {
+    FingerprintConfig::default()
+}
+
+/// A prompt of `system` bytes shared by all, then `own` bytes of conversation `conv`.
+fn prompt(system: usize, conv: u32, own: usize) -> PromptKeys {
+    let mut text = vec![b's'; system];
+    let tag = format!("conversation {conv} ");
+    text.extend(tag.bytes().cycle().take(own));
+    PromptKeys::of(&BlockChain::of("m", &text, &fp()), &fp())
+}
+
+/// Routes and records as the filter does; returns the pod id.
+fn route(t: &RoutingTable, store: &mut MemoryStore, keys: &PromptKeys, now: u64) -> String {
+    let r = route_prefix(t, "m", keys, store, now, HORIZON).unwrap();
+    let id = r.primary.id.clone();
+    record(store, keys, &id, now, HORIZON);
+    id
+}
+
+#[test]
+fn entries_round_trip_and_refuse_other_bytes() {
+    let e = PrefixEntry {
+        shard: 7,
+        pod: pod_hash("pod-1"),
+        at_ms: 99,
+        interior: true,
+    };
+    assert_eq!(PrefixEntry::decode(&e.encode()), Some(e));
+    let mut other = e.encode();
+    other[0] = 2;
+    assert_eq!(PrefixEntry::decode(&other), None);
+    assert_eq!(PrefixEntry::decode(&e.encode()[1..]), None);
+}
+
+#[test]
+fn the_horizon_is_the_time_to_overwrite_the_cache() {
+    // 32,768 blocks of 16 tokens at 4,000 tokens/s (llama-8b-h100 in podsim): 131 s.
+    assert_eq!(eviction_horizon_ms(32_768 * 16, 4_000.0), 131_072);
+    assert_eq!(eviction_horizon_ms(1, 0.0), 0);
+    assert_eq!(eviction_horizon_ms(1, f64::NAN), 0);
+}
+
+#[test]
+fn a_routed_prompts_follow_ups_stick_while_new_conversations_spread() {
+    let t = table(8, Some(1.25));
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    // 2,048 tokens of shared system prompt (4 shards), then each conversation's own text.
+    let system = 2048 * 4;
+    let mut first = Vec::new();
+    for conv in 0..64 {
+        first.push(route(&t, &mut store, &prompt(system, conv, 600), 1_000));
+    }
+    let spread: std::collections::BTreeSet<&String> = first.iter().collect();
+    assert!(spread.len() >= 6, "new conversations on {spread:?}");
+    for (conv, pod) in first.iter().enumerate() {
+        // the next turn: the same conversation, longer (its partial shard grows)
+        let keys = prompt(system, conv as u32, 1_500);
+        let r = route_prefix(&t, "m", &keys, &store, 2_000, HORIZON).unwrap();
+        assert_eq!(&r.primary.id, pod, "conversation {conv}");
+        assert!(r.matched_blocks > 32, "matched {}", r.matched_blocks);
+        assert!(r.reads <= 7 + 4);
+    }
+}
+
+#[test]
+fn without_entries_a_prompt_goes_where_rendezvous_puts_it() {
+    let t = table(5, None);
+    let store = MemoryStore::new(64);
+    for conv in 0..100 {
+        let keys = prompt(0, conv, 3_000);
+        let r = route_prefix(&t, "m", &keys, &store, 0, HORIZON).unwrap();
+        let candidates: Vec<PlacementCandidate<'_>> = t
+            .pods
+            .iter()
+            .map(|p| PlacementCandidate::new(&p.id, 1.0))
+            .collect();
+        let want = place(keys.key().unwrap(), &candidates).unwrap();
+        assert_eq!(r.primary.id, t.pods[want].id);
+        assert_eq!(r.matched_blocks, 0);
+    }
+}
+
+/// The pod rendezvous picks for `keys` in `t`, and another one.
+fn rendezvous_and_other(t: &RoutingTable, keys: &PromptKeys) -> (String, String) {
+    let r = route_prefix(t, "m", keys, &MemoryStore::new(8), 0, HORIZON).unwrap();
+    let other = t.pods.iter().find(|p| p.id != r.primary.id).unwrap();
+    (r.primary.id.clone(), other.id.clone())
+}
+
+#[test]
+fn stale_entries_and_entries_of_absent_pods_are_ignored() {
+    let t = table(4, None);
+    let keys = prompt(0, 1, 3_000);
+    let (placed, other) = rendezvous_and_other(&t, &keys);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &keys, &other, 10_000, HORIZON);
+    let at = |now| route_prefix(&t, "m", &keys, &store, now, HORIZON).unwrap();
+    assert_eq!(at(10_000 + HORIZON - 1).primary.id, other);
+    assert_eq!(at(10_000 + HORIZON).primary.id, placed, "stale");
+    let mut gone = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut gone, &keys, "pod-99", 10_000, HORIZON);
+    let r = route_prefix(&t, "m", &keys, &gone, 10_000, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed.as_str(), 0)
+    );
+}
+
+#[test]
+fn an_overloaded_matched_pod_is_left() {
+    let mut t = table(4, Some(1.25));
+    let keys = prompt(0, 1, 3_000);
+    let (_, other) = rendezvous_and_other(&t, &keys);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &keys, &other, 0, HORIZON);
+    assert_eq!(
+        route_prefix(&t, "m", &keys, &store, 1, HORIZON)
+            .unwrap()
+            .primary
+            .id,
+        other
+    );
+    for p in &mut t.pods {
+        if p.id == other {
+            p.load = Some(0.9); // mean 0.375, cap 0.47
+        }
+    }
+    let r = route_prefix(&t, "m", &keys, &store, 1, HORIZON).unwrap();
+    assert_ne!(r.primary.id, other);
+    assert_eq!(r.matched_blocks, 0);
+}
+
+#[test]
+fn a_prefix_other_prompts_went_on_past_does_not_attract_new_ones() {
+    let t = table(4, None);
+    let system = prompt(4_096, 0, 0);
+    let a = prompt(4_096, 1, 3_000);
+    let (placed_a, other) = rendezvous_and_other(&t, &a);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    // the system prompt alone, then conversation 1 past it, both on `other`
+    record(&mut store, &system, &other, 0, HORIZON);
+    let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
+    assert_eq!(r.primary.id, other, "a leaf is continued: it sticks");
+    record(&mut store, &a, &other, 1, HORIZON);
+    // conversation 2 branches off the system prompt: rendezvous, not `other`
+    let b = prompt(4_096, 2, 3_000);
+    let (placed_b, _) = rendezvous_and_other(&t, &b);
+    let r = route_prefix(&t, "m", &b, &store, 2, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed_b.as_str(), 0)
+    );
+    // a repeat of the system prompt alone does not branch: it sticks
+    let r = route_prefix(&t, "m", &system, &store, 2, HORIZON).unwrap();
+    assert_eq!(r.primary.id, other);
+    let _ = placed_a;
+}
+
+/// A store of arbitrary bytes in arbitrary slots.
+#[derive(Debug)]
+struct Junk {
+    slots: u32,
+    bytes: Vec<Vec<u8>>,
+}
+
+impl PrefixStore for Junk {
+    fn slots(&self) -> u32 {
+        self.slots
+    }
+    fn read(&self, slot: u32) -> Option<Vec<u8>> {
+        self.bytes
+            .get(slot as usize % self.bytes.len().max(1))
+            .cloned()
+    }
+    fn write(&mut self, _slot: u32, _entry: &[u8; ENTRY_BYTES]) -> bool {
+        false
+    }
+}
+
+proptest! {
+    #[test]
+    fn never_panics_on_arbitrary_input(
+        slots in any::<u32>(),
+        bytes in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
+        text in proptest::collection::vec(any::<u8>(), 0..6_000),
+        loads in proptest::collection::vec(any::<f64>(), 0..6),
+        factor in proptest::option::of(any::<f64>()),
+        now in any::<u64>(),
+        horizon in any::<u64>(),
+    ) {
+        let mut store = Junk { slots, bytes };
+        let keys = PromptKeys::of(&BlockChain::of("m", &text, &fp()), &fp());
+        let mut t = table(loads.len(), factor);
+        for (p, l) in t.pods.iter_mut().zip(&loads) {
+            p.load = Some(*l);
+        }
+        let _ = route_prefix(&t, "m", &keys, &store, now, horizon);
+        prop_assert_eq!(record(&mut store, &keys, "p", now, horizon), keys.written().len() as u64);
+        let _ = eviction_horizon_ms(now, factor.unwrap_or(0.0));
+    }
+
+    /// Any routed prompt's repeat goes to the same pod while its load is under the cap.
+    #[test]
+    fn a_repeat_goes_where_its_prompt_went(conv in any::<u32>(), own in 64usize..20_000) {
+        let t = table(6, Some(1.25));
+        let mut store = MemoryStore::new(DEFAULT_SLOTS);
+        let keys = prompt(1_024, conv, own);
+        let first = route(&t, &mut store, &keys, 0);
+        let again = route_prefix(&t, "m", &keys, &store, 1, HORIZON).unwrap();
+        prop_assert_eq!(again.primary.id.clone(), first);
+        prop_assert!(again.matched_blocks > 0);
+    }
+}
