@@ -35,31 +35,42 @@
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod wins when the entry is younger than the horizon, its pod is in the
 //!    pool, its load is under the bounded-load cap (`load_factor` × the pool's mean load, as
-//!    [`place_bounded`] bounds it), and the request does not *branch* there: an interior entry
-//!    the request goes on past with keys not in the index is a prefix that other prompts already
-//!    continued otherwise — a system prompt every conversation starts with. Sticking to it would
-//!    send every new conversation to the pod that served the first one (and write it there
-//!    again: a self-reinforcing herd); all that pod has over the others is that shared prefix,
-//!    which every pod that serves a few conversations holds too. A conversation's next turn
-//!    instead continues its previous turn's deepest key, which no prompt went past: it sticks.
-//!    When the matched pod is over the cap, the next candidates by match length would be the
-//!    pods of shallower entries, but every routed request writes all its keys, so those name
-//!    the same pod nearly always; the rule goes to step 4 rather than spend reads on them.
-//! 4. Otherwise: bounded-load rendezvous keyed on the request's deepest block hash (the whole
-//!    fingerprinted chain). Pure "least loaded" would be the ideal for a new conversation, but
-//!    the table's loads are about a second old, so it would send every new conversation of that
-//!    second to the same pod; rendezvous on a key unique to the conversation spreads them like
-//!    a hash, the load bound keeps a hot pod out, and the conversation's next turns then find
-//!    its keys (step 2).
+//!    [`place_bounded`] bounds it), and the request does not *branch off a shared prefix* there:
+//!    the entry is interior (an earlier prompt went on past it), shared (more than one pod wrote
+//!    it within the horizon) and the request goes on past it with keys not in the index — a
+//!    system prompt every conversation starts with. Every pod that served a few conversations
+//!    holds such a prefix, so it says nothing about where to go; sticking to it would send
+//!    every new conversation to the pod that wrote it last. A prefix only one pod wrote (a
+//!    template a group of requests shares, before its pod overflows) keeps attracting its group;
+//!    a conversation's next turn continues its previous turn's deepest key, which nobody went
+//!    past: it sticks. When the matched pod is over the cap, the next candidates by match length
+//!    would be the pods of shallower entries, but every routed request writes all its keys, so
+//!    those name the same pod nearly always; the rule goes to step 4 rather than spend reads.
+//! 4. Otherwise: bounded-load rendezvous. A request branching off a shared prefix is keyed on its
+//!    deepest block's hash (the whole fingerprinted chain): pure "least loaded" would be the
+//!    ideal for a new conversation, but the table's loads are about a second old, so it would
+//!    send every new conversation of that second to the same pod; rendezvous on a key unique to
+//!    the conversation spreads them like a hash, the load bound keeps a hot pod out, and its next
+//!    turns then find its keys (step 2). Any other request (no entry, a stale one, an absent or
+//!    overloaded pod) is keyed on its first shard's hash, the key the gateway's warm-up places
+//!    hot prefixes by, so such a prompt goes where the gateway warmed it (keying these on the
+//!    whole chain too cost the prewarm policy 0.395 → 0.361 token hit on the shared synthetic
+//!    trace, and 5× the warm-up prefill, as the gateway kept warming where traffic did not go).
 
 //! ## The horizon
 //!
-//! An entry counts only while younger than a horizon: the time a pod needs to overwrite its whole
-//! KV cache when it does nothing but prefill, `kv_tokens ÷ prefill_tokens_per_s`
-//! ([`eviction_horizon_ms`]). Younger than that, the pod's own prefills cannot have evicted the
-//! shard (LRU needs that many new tokens first). It assumes prefill is what fills the cache
-//! (decode tokens fill it too, but thousands of times slower) and is conservative: an entry
-//! older than the horizon may still be cached, and is ignored.
+//! An entry counts only while younger than a horizon, after which the pod has probably evicted
+//! the shard: the time the pod takes to write its whole KV cache with new tokens,
+//! `kv_tokens ÷ (prefill_tokens_per_s × duty)` ([`eviction_horizon_ms`]). Only uncached prefill
+//! evicts (a cache hit writes nothing; decode fills blocks thousands of times slower), and
+//! `duty`, the share of its time a pod spends prefilling uncached tokens, is an assumption:
+//! [`UNCACHED_PREFILL_DUTY`] = 10 %. The two errors cost differently: an entry trusted after its
+//! shard was evicted costs one miss (what no entry would cost too), while an entry dropped
+//! while still cached loses the conversation's stickiness; so the horizon errs long. At duty
+//! 1 (the floor: younger than that, the pod cannot have evicted it) the prewarm policy's token
+//! hit on the shared synthetic trace fell from 0.395 to 0.364; at duty 0.01 it did not move.
+//! The right figure is each pod's measured uncached-token rate (the gateway sees it in the
+//! pods' prefix-cache counters); carrying it in the routing table is not done yet.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -80,7 +91,13 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 /// fingerprinted prefix); deeper shards are ignored.
 pub const MAX_SHARDS: usize = 64;
 
+/// The horizon of a Llama 3.1 8B pod on one H100 as podsim models it (the field's figures):
+/// 32,768 KV blocks of 16 tokens (524,288 tokens) prefilled at 4,000 tokens/s (250 µs a token)
+/// a tenth of the time: 1,311 s. The filter's default; [`eviction_horizon_ms`] for other pods.
+pub const DEFAULT_HORIZON_MS: u64 = 1_310_720;
+
 const FLAG_INTERIOR: u8 = 1;
+const FLAG_SHARED: u8 = 2;
 /// Domain seed of pod-id hashes ("prewarmp").
 const POD_SEED: u64 = 0x7072_6577_6172_6d70;
 
@@ -95,13 +112,17 @@ pub fn slot_of(shard: u64, slots: u32) -> u32 {
     u32::try_from(shard % u64::from(slots.max(1))).unwrap_or(0)
 }
 
+/// Assumed share of a pod's time spent prefilling uncached tokens; see the module docs.
+pub const UNCACHED_PREFILL_DUTY: f64 = 0.1;
+
 /// The horizon for pods of `kv_tokens` tokens of KV cache prefilling at most
-/// `prefill_tokens_per_s`: the time to overwrite the whole cache; see the module docs.
+/// `prefill_tokens_per_s`: the time to write the whole cache with new tokens at
+/// [`UNCACHED_PREFILL_DUTY`]; see the module docs.
 pub fn eviction_horizon_ms(kv_tokens: u64, prefill_tokens_per_s: f64) -> u64 {
     if !(prefill_tokens_per_s.is_finite() && prefill_tokens_per_s > 0.0) {
         return 0;
     }
-    let ms = kv_tokens as f64 / prefill_tokens_per_s * 1000.0;
+    let ms = kv_tokens as f64 / (prefill_tokens_per_s * UNCACHED_PREFILL_DUTY) * 1000.0;
     if ms.is_finite() && ms >= 0.0 {
         ms.min(u64::MAX as f64) as u64
     } else {
@@ -120,6 +141,8 @@ pub struct PrefixEntry {
     pub at_ms: u64,
     /// A prompt went on past it (it is not the end of every prompt that wrote it).
     pub interior: bool,
+    /// More than one pod wrote it within the horizon.
+    pub shared: bool,
 }
 
 impl PrefixEntry {
@@ -127,7 +150,8 @@ impl PrefixEntry {
         let mut out = [0u8; ENTRY_BYTES];
         let parts: [&[u8]; 5] = [
             &[ENTRY_VERSION],
-            &[if self.interior { FLAG_INTERIOR } else { 0 }],
+            &[(if self.interior { FLAG_INTERIOR } else { 0 })
+                | (if self.shared { FLAG_SHARED } else { 0 })],
             &self.shard.to_le_bytes(),
             &self.pod.to_le_bytes(),
             &self.at_ms.to_le_bytes(),
@@ -153,6 +177,7 @@ impl PrefixEntry {
         };
         Some(Self {
             interior: bytes.get(1).is_some_and(|f| f & FLAG_INTERIOR != 0),
+            shared: bytes.get(1).is_some_and(|f| f & FLAG_SHARED != 0),
             shard: word(2)?,
             pod: word(10)?,
             at_ms: word(18)?,
@@ -252,7 +277,14 @@ impl PromptKeys {
             .collect()
     }
 
-    /// The rendezvous key of a prompt without a usable match: its deepest block's hash.
+    /// The key of a prompt the index knows nothing of: its first shard's hash (the first-shard
+    /// routing key, `BlockChain::routing_key`), where the gateway's warm-up places hot prefixes.
+    pub fn first_shard_key(&self) -> Option<u64> {
+        let n = self.blocks.len().min(self.per_shard);
+        n.checked_sub(1).and_then(|i| self.blocks.get(i)).copied()
+    }
+
+    /// The key of a prompt that branches off a shared prefix: its deepest block's hash.
     pub fn key(&self) -> Option<u64> {
         self.blocks.last().copied()
     }
@@ -265,8 +297,9 @@ fn entry_of<S: PrefixStore + ?Sized>(store: &S, hash: u64) -> Option<PrefixEntry
 }
 
 /// Writes a routed prompt's keys as sent to `pod_id` at `now_ms`; returns the writes the store
-/// refused. Every key but the deepest is written interior (the prompt continued past it), and
-/// an entry that was interior within the horizon stays so.
+/// refused. Every key but the deepest is written interior (the prompt continued past it); an
+/// entry another pod wrote within the horizon becomes shared; both flags stay while the entry
+/// is rewritten within the horizon.
 pub fn record<S: PrefixStore + ?Sized>(
     store: &mut S,
     keys: &PromptKeys,
@@ -279,14 +312,13 @@ pub fn record<S: PrefixStore + ?Sized>(
     let last = written.len().saturating_sub(1);
     let mut refused = 0u64;
     for (i, hash) in written.into_iter().enumerate() {
-        let was_interior = entry_of(store, hash)
-            .filter(|e| e.fresh(now_ms, horizon_ms))
-            .is_some_and(|e| e.interior);
+        let old = entry_of(store, hash).filter(|e| e.fresh(now_ms, horizon_ms));
         let entry = PrefixEntry {
             shard: hash,
             pod,
             at_ms: now_ms,
-            interior: i < last || was_interior,
+            interior: i < last || old.is_some_and(|e| e.interior),
+            shared: old.is_some_and(|e| e.shared || e.pod != pod),
         };
         if !store.write(slot_of(hash, store.slots()), &entry.encode()) {
             refused = refused.saturating_add(1);
@@ -306,10 +338,11 @@ pub struct PrefixMatch {
 }
 
 impl PrefixMatch {
-    /// Whether the prompt branches off a path an earlier prompt already continued: the entry is
-    /// interior and this prompt goes on past it differently (its next key was not found).
-    pub fn branches(&self) -> bool {
-        self.entry.interior && self.continues
+    /// Whether the prompt branches off a prefix several pods already hold: the entry is
+    /// interior (an earlier prompt went on past it), shared (more than one pod wrote it), and
+    /// this prompt goes on past it differently (its next key was not found).
+    pub fn branches_off_shared(&self) -> bool {
+        self.entry.interior && self.entry.shared && self.continues
     }
 }
 
@@ -400,7 +433,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         .map(|f| load_cap(loads.iter().copied(), f));
     let (found, reads) = longest_match(store, keys);
     let sticky = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.branches())
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.branches_off_shared())
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
             let under_cap = match cap {
@@ -409,6 +442,14 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
             };
             under_cap.then_some((pod, m.blocks))
         });
+    // past a shared prefix: the whole chain, to spread; else where the gateway warms
+    let spread =
+        found.is_some_and(|m| m.entry.fresh(now_ms, horizon_ms) && m.branches_off_shared());
+    let key = if spread {
+        key
+    } else {
+        keys.first_shard_key().unwrap_or(key)
+    };
     let (chosen, matched_blocks) = match sticky {
         Some(m) => m,
         None => {
