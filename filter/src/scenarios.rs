@@ -241,9 +241,11 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
     );
     let fp = FingerprintConfig::default();
     let canonical = format!("<|system|>\n{}\n<|user|>\nq\n", template());
-    let key = BlockChain::of("m", canonical.as_bytes(), &fp)
-        .routing_key(&fp)
+    let chain = BlockChain::of("m", canonical.as_bytes(), &fp);
+    let key = prewarm_core::prefix::PromptKeys::of(&chain, &fp)
+        .key()
         .unwrap();
+    let key = prewarm_core::BlockHash(key);
     let ids: Vec<_> = t
         .pods
         .iter()
@@ -263,6 +265,12 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
         "the placement's choice, then the rest in rank order for retries"
     );
     assert_eq!(host.metric(Metric::Routed), 1);
+    assert_eq!(host.metric(Metric::RoutedByPrefix), 0);
+    // the same prompt again: the index the first one wrote sends it to the same pod
+    send(&host, &worker, "/v1/chat/completions", &[], &body);
+    assert_eq!(host.metric(Metric::RoutedByPrefix), 1);
+    let header = host.header("x-gateway-destination-endpoint").unwrap();
+    assert!(header.starts_with(order[0].as_bytes()));
 }
 
 #[test]
