@@ -35,27 +35,31 @@
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod wins when the entry is younger than the horizon, its pod is in the
 //!    pool, its load is under the bounded-load cap (`load_factor` × the pool's mean load, as
-//!    [`place_bounded`] bounds it), and the request does not *branch off a shared prefix* there:
-//!    the entry is interior (an earlier prompt went on past it), shared (more than one pod wrote
-//!    it within the horizon) and the request goes on past it with keys not in the index — a
-//!    system prompt every conversation starts with. Every pod that served a few conversations
-//!    holds such a prefix, so it says nothing about where to go; sticking to it would send
-//!    every new conversation to the pod that wrote it last. A prefix only one pod wrote (a
-//!    template a group of requests shares, before its pod overflows) keeps attracting its group;
-//!    a conversation's next turn continues its previous turn's deepest key, which nobody went
-//!    past: it sticks. When the matched pod is over the cap, the next candidates by match length
-//!    would be the pods of shallower entries, but every routed request writes all its keys, so
-//!    those name the same pod nearly always; the rule goes to step 4 rather than spend reads.
-//! 4. Otherwise: bounded-load rendezvous. A request branching off a shared prefix is keyed on its
-//!    deepest block's hash (the whole fingerprinted chain): pure "least loaded" would be the
-//!    ideal for a new conversation, but the table's loads are about a second old, so it would
-//!    send every new conversation of that second to the same pod; rendezvous on a key unique to
-//!    the conversation spreads them like a hash, the load bound keeps a hot pod out, and its next
-//!    turns then find its keys (step 2). Any other request (no entry, a stale one, an absent or
-//!    overloaded pod) is keyed on its first shard's hash, the key the gateway's warm-up places
-//!    hot prefixes by, so such a prompt goes where the gateway warmed it (keying these on the
-//!    whole chain too cost the prewarm policy 0.395 → 0.361 token hit on the shared synthetic
-//!    trace, and 5× the warm-up prefill, as the gateway kept warming where traffic did not go).
+//!    [`place_bounded`] bounds it), and the request *continues* it: the entry is the end of the
+//!    prompts that wrote it (not interior) and the request goes on past it — a conversation's
+//!    next turn, which holds its previous turn and something more. Nothing else sticks. A
+//!    branch (an interior entry the request goes on past differently: a template, a system
+//!    prompt) is held by every pod its branches went to, and a repeat (a prompt ending where the
+//!    entry ends: the same template with a short question) is what the gateway warms: both go
+//!    by step 4, where the gateway's warm-up placed them — above all on a pod that joined, whose
+//!    warm-up prefilled the templates that now place on it (the index still names the pods that
+//!    served them before the join; the gateway does not seed it yet). When the matched pod is
+//!    over the cap, the next candidates by match length would be the pods of shallower entries,
+//!    but every routed request writes all its keys, so those name the same pod nearly always;
+//!    the rule goes to step 4 rather than spend reads on them.
+//! 4. Otherwise: bounded-load rendezvous. A request branching off a *shared* prefix (one more
+//!    than one pod wrote within the horizon: a system prompt every conversation starts with) is
+//!    keyed on its deepest block's hash (the whole fingerprinted chain): pure "least loaded"
+//!    would be the ideal for a new conversation, but the table's loads are about a second old,
+//!    so it would send every new conversation of that second to the same pod; rendezvous on a
+//!    key unique to the conversation spreads them like a hash, the load bound keeps a hot pod
+//!    out, and the conversation's next turns then find its keys (step 2). Any other request is
+//!    keyed on its first shard's hash, the key the gateway's warm-up places hot prefixes by, so
+//!    it goes where the gateway warmed it. Measured on the shared synthetic trace (8 pods + 2,
+//!    ServeGen adapters), prewarm token hit: sticking at branches and repeats too 0.395 (but a
+//!    joining pod's warmed templates kept going to their old pods); keying every fallback on the
+//!    whole chain 0.361, with 5× the warm-up prefill (the gateway kept warming where traffic did
+//!    not go); this rule 0.394; first-shard routing before it 0.408.
 
 //! ## The horizon
 //!
@@ -338,11 +342,21 @@ pub struct PrefixMatch {
 }
 
 impl PrefixMatch {
-    /// Whether the prompt branches off a prefix several pods already hold: the entry is
-    /// interior (an earlier prompt went on past it), shared (more than one pod wrote it), and
-    /// this prompt goes on past it differently (its next key was not found).
+    /// Whether the prompt branches off a path an earlier prompt already continued: the entry is
+    /// interior and this prompt goes on past it differently (its next key was not found).
+    pub fn branches(&self) -> bool {
+        self.entry.interior && self.continues
+    }
+
+    /// Whether the prompt continues one that ended there (a conversation's next turn): the
+    /// entry is not interior and this prompt goes on past it.
+    pub fn continues_a_leaf(&self) -> bool {
+        !self.entry.interior && self.continues
+    }
+
+    /// Whether it branches off a prefix more than one pod holds (a system prompt).
     pub fn branches_off_shared(&self) -> bool {
-        self.entry.interior && self.entry.shared && self.continues
+        self.branches() && self.entry.shared
     }
 }
 
@@ -433,7 +447,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         .map(|f| load_cap(loads.iter().copied(), f));
     let (found, reads) = longest_match(store, keys);
     let sticky = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.branches_off_shared())
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues_a_leaf())
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
             let under_cap = match cap {

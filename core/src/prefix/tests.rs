@@ -147,16 +147,17 @@ fn rendezvous_and_other(t: &RoutingTable, keys: &PromptKeys) -> (String, String)
 #[test]
 fn stale_entries_and_entries_of_absent_pods_are_ignored() {
     let t = table(4, None);
-    let keys = prompt(0, 1, 3_000);
-    let (placed, other) = rendezvous_and_other(&t, &keys);
+    let first = prompt(0, 1, 3_000);
+    let next = prompt(0, 1, 3_900);
+    let (placed, other) = rendezvous_and_other(&t, &next);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    record(&mut store, &keys, &other, 10_000, HORIZON);
-    let at = |now| route_prefix(&t, "m", &keys, &store, now, HORIZON).unwrap();
+    record(&mut store, &first, &other, 10_000, HORIZON);
+    let at = |now| route_prefix(&t, "m", &next, &store, now, HORIZON).unwrap();
     assert_eq!(at(10_000 + HORIZON - 1).primary.id, other);
     assert_eq!(at(10_000 + HORIZON).primary.id, placed, "stale");
     let mut gone = MemoryStore::new(DEFAULT_SLOTS);
-    record(&mut gone, &keys, "pod-99", 10_000, HORIZON);
-    let r = route_prefix(&t, "m", &keys, &gone, 10_000, HORIZON).unwrap();
+    record(&mut gone, &first, "pod-99", 10_000, HORIZON);
+    let r = route_prefix(&t, "m", &next, &gone, 10_000, HORIZON).unwrap();
     assert_eq!(
         (r.primary.id.as_str(), r.matched_blocks),
         (placed.as_str(), 0)
@@ -166,23 +167,22 @@ fn stale_entries_and_entries_of_absent_pods_are_ignored() {
 #[test]
 fn an_overloaded_matched_pod_is_left() {
     let mut t = table(4, Some(1.25));
-    let keys = prompt(0, 1, 3_000);
-    let (_, other) = rendezvous_and_other(&t, &keys);
+    let first = prompt(0, 1, 3_000);
+    let next = prompt(0, 1, 3_900);
+    let (_, other) = rendezvous_and_other(&t, &next);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    record(&mut store, &keys, &other, 0, HORIZON);
+    record(&mut store, &first, &other, 0, HORIZON);
+    let r = route_prefix(&t, "m", &next, &store, 1, HORIZON).unwrap();
     assert_eq!(
-        route_prefix(&t, "m", &keys, &store, 1, HORIZON)
-            .unwrap()
-            .primary
-            .id,
-        other
+        (r.primary.id.as_str(), r.matched_blocks),
+        (other.as_str(), 11)
     );
     for p in &mut t.pods {
         if p.id == other {
             p.load = Some(0.9); // mean 0.375, cap 0.47
         }
     }
-    let r = route_prefix(&t, "m", &keys, &store, 1, HORIZON).unwrap();
+    let r = route_prefix(&t, "m", &next, &store, 1, HORIZON).unwrap();
     assert_ne!(r.primary.id, other);
     assert_eq!(r.matched_blocks, 0);
 }
@@ -216,11 +216,37 @@ fn a_prefix_several_pods_hold_does_not_attract_new_prompts() {
         "spread by its own chain"
     );
     assert_eq!(r.matched_blocks, 0);
-    // conversation 1's next turn still sticks, and a repeat of the system prompt alone too
+    // conversation 1's next turn still sticks; a repeat goes where its first shard places it
     let r = route_prefix(&t, "m", &prompt(4_096, 1, 3_900), &store, 2, HORIZON).unwrap();
     assert_eq!(r.primary.id, third);
     let r = route_prefix(&t, "m", &system, &store, 2, HORIZON).unwrap();
-    assert_eq!(r.primary.id, third);
+    assert_eq!(
+        r.primary.id,
+        rendezvous(&t, system.first_shard_key().unwrap())
+    );
+}
+
+#[test]
+fn a_branch_off_a_template_or_a_repeat_goes_where_its_first_shard_is_placed() {
+    // after a pod joined, the gateway warms a template on the pod its first shard now places
+    // on; the requests that repeat it or continue it differently go there, not to the old pod
+    let t = table(4, None);
+    let a = prompt(4_096, 1, 3_000);
+    let (placed, other) = rendezvous_and_other(&t, &a);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &a, &other, 0, HORIZON);
+    let b = prompt(4_096, 2, 3_000);
+    let r = route_prefix(&t, "m", &b, &store, 1, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed.as_str(), 0)
+    );
+    assert_eq!(r.primary.id, rendezvous(&t, b.first_shard_key().unwrap()));
+    let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed.as_str(), 0)
+    );
 }
 
 /// A store of arbitrary bytes in arbitrary slots.
@@ -274,7 +300,8 @@ proptest! {
         let keys = prompt(1_024, conv, own);
         let first = route(&t, &mut store, &keys, 0);
         let again = route_prefix(&t, "m", &keys, &store, 1, HORIZON).unwrap();
+        // (a slot collision among the prompt's own keys can hide its deepest one: then the
+        // first-shard fallback places it, where it went the first time too)
         prop_assert_eq!(again.primary.id.clone(), first);
-        prop_assert!(again.matched_blocks > 0);
     }
 }
