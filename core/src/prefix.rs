@@ -18,7 +18,7 @@
 //! each full block of its last, partial shard ([`PromptKeys`], [`record`]): a conversation's next
 //! turn extends the prompt, so its shard at that depth hashes differently but contains those
 //! blocks. Every written key but the prompt's deepest is flagged *interior*: some prompt went on
-//! past it.
+//! past it; the flag stays while the entry is rewritten within the horizon.
 //!
 //! ## The rule ([`route_prefix`])
 //!
@@ -47,19 +47,28 @@
 //!    over the cap, the next candidates by match length would be the pods of shallower entries,
 //!    but every routed request writes all its keys, so those name the same pod nearly always;
 //!    the rule goes to step 4 rather than spend reads on them.
-//! 4. Otherwise: bounded-load rendezvous. A request branching off a *shared* prefix (one more
-//!    than one pod wrote within the horizon: a system prompt every conversation starts with) is
-//!    keyed on its deepest block's hash (the whole fingerprinted chain): pure "least loaded"
-//!    would be the ideal for a new conversation, but the table's loads are about a second old,
-//!    so it would send every new conversation of that second to the same pod; rendezvous on a
-//!    key unique to the conversation spreads them like a hash, the load bound keeps a hot pod
-//!    out, and the conversation's next turns then find its keys (step 2). Any other request is
-//!    keyed on its first shard's hash, the key the gateway's warm-up places hot prefixes by, so
-//!    it goes where the gateway warmed it. Measured on the shared synthetic trace (8 pods + 2,
-//!    ServeGen adapters), prewarm token hit: sticking at branches and repeats too 0.395 (but a
-//!    joining pod's warmed templates kept going to their old pods); keying every fallback on the
-//!    whole chain 0.361, with 5× the warm-up prefill (the gateway kept warming where traffic did
-//!    not go); this rule 0.394; first-shard routing before it 0.408.
+//! 4. Otherwise: bounded-load rendezvous, keyed on the request's first shard's hash — the key
+//!    the gateway's warm-up places hot prefixes by, so the request goes where the gateway warmed
+//!    it — except for a branch whose first-shard pod is over the load cap: that one is keyed on
+//!    its deepest block's hash (the whole fingerprinted chain). That is the case of a system
+//!    prompt every conversation starts with: its first-shard pod takes new conversations until
+//!    it is full, then they spread. Pure "least loaded" would be the ideal for a new
+//!    conversation, but the table's loads are about a second old, so it would send every new
+//!    conversation of that second to the same pod (and so would the first-shard ranking's next
+//!    pod); rendezvous on a key unique to the conversation spreads them like a hash, the load
+//!    bound keeps the full pods out, and the conversation's next turns then stick (step 3).
+//!    Without a `load_factor` in the table there is no cap, nothing is full and branches all go
+//!    to their first-shard pod: new conversations on one system prompt collapse onto one pod as
+//!    before (only their next turns gain), so the gateway should set one.
+//!
+//! Measured on the shared synthetic trace (8 pods + 2, ServeGen adapters, the gateway's default
+//! table without a load factor), prewarm's token hit: this rule 0.4081, first-shard routing
+//! before it 0.4081 (the trace's requests are repeats and branches, hardly continuations);
+//! sticking at branches and repeats too 0.395 (and a joining pod's warmed templates kept going
+//! to their old pods); keying every fallback on the whole chain 0.361, with 5× the warm-up
+//! prefill (the gateway kept warming where traffic did not go); spreading every branch off a
+//! prefix two pods wrote (a "shared" flag) 0.394, as a pod join makes a template's prefix
+//! shared and its branches then scattered.
 
 //! ## The horizon
 //!
@@ -72,7 +81,8 @@
 //! shard was evicted costs one miss (what no entry would cost too), while an entry dropped
 //! while still cached loses the conversation's stickiness; so the horizon errs long. At duty
 //! 1 (the floor: younger than that, the pod cannot have evicted it) the prewarm policy's token
-//! hit on the shared synthetic trace fell from 0.395 to 0.364; at duty 0.01 it did not move.
+//! hit on the shared synthetic trace fell from 0.395 to 0.364; at duty 0.01 it did not move
+//! (measured with an earlier variant of the rule that also stuck at branches and repeats).
 //! The right figure is each pod's measured uncached-token rate (the gateway sees it in the
 //! pods' prefix-cache counters); carrying it in the routing table is not done yet.
 
@@ -101,7 +111,6 @@ pub const MAX_SHARDS: usize = 64;
 pub const DEFAULT_HORIZON_MS: u64 = 1_310_720;
 
 const FLAG_INTERIOR: u8 = 1;
-const FLAG_SHARED: u8 = 2;
 /// Domain seed of pod-id hashes ("prewarmp").
 const POD_SEED: u64 = 0x7072_6577_6172_6d70;
 
@@ -145,8 +154,6 @@ pub struct PrefixEntry {
     pub at_ms: u64,
     /// A prompt went on past it (it is not the end of every prompt that wrote it).
     pub interior: bool,
-    /// More than one pod wrote it within the horizon.
-    pub shared: bool,
 }
 
 impl PrefixEntry {
@@ -154,8 +161,7 @@ impl PrefixEntry {
         let mut out = [0u8; ENTRY_BYTES];
         let parts: [&[u8]; 5] = [
             &[ENTRY_VERSION],
-            &[(if self.interior { FLAG_INTERIOR } else { 0 })
-                | (if self.shared { FLAG_SHARED } else { 0 })],
+            &[if self.interior { FLAG_INTERIOR } else { 0 }],
             &self.shard.to_le_bytes(),
             &self.pod.to_le_bytes(),
             &self.at_ms.to_le_bytes(),
@@ -181,7 +187,6 @@ impl PrefixEntry {
         };
         Some(Self {
             interior: bytes.get(1).is_some_and(|f| f & FLAG_INTERIOR != 0),
-            shared: bytes.get(1).is_some_and(|f| f & FLAG_SHARED != 0),
             shard: word(2)?,
             pod: word(10)?,
             at_ms: word(18)?,
@@ -288,7 +293,8 @@ impl PromptKeys {
         n.checked_sub(1).and_then(|i| self.blocks.get(i)).copied()
     }
 
-    /// The key of a prompt that branches off a shared prefix: its deepest block's hash.
+    /// The key of a prompt that branches off a prefix whose pod is full: its deepest block's
+    /// hash.
     pub fn key(&self) -> Option<u64> {
         self.blocks.last().copied()
     }
@@ -301,9 +307,8 @@ fn entry_of<S: PrefixStore + ?Sized>(store: &S, hash: u64) -> Option<PrefixEntry
 }
 
 /// Writes a routed prompt's keys as sent to `pod_id` at `now_ms`; returns the writes the store
-/// refused. Every key but the deepest is written interior (the prompt continued past it); an
-/// entry another pod wrote within the horizon becomes shared; both flags stay while the entry
-/// is rewritten within the horizon.
+/// refused. Every key but the deepest is written interior (the prompt continued past it), and
+/// an entry that was interior within the horizon stays so.
 pub fn record<S: PrefixStore + ?Sized>(
     store: &mut S,
     keys: &PromptKeys,
@@ -322,7 +327,6 @@ pub fn record<S: PrefixStore + ?Sized>(
             pod,
             at_ms: now_ms,
             interior: i < last || old.is_some_and(|e| e.interior),
-            shared: old.is_some_and(|e| e.shared || e.pod != pod),
         };
         if !store.write(slot_of(hash, store.slots()), &entry.encode()) {
             refused = refused.saturating_add(1);
@@ -352,11 +356,6 @@ impl PrefixMatch {
     /// entry is not interior and this prompt goes on past it.
     pub fn continues_a_leaf(&self) -> bool {
         !self.entry.interior && self.continues
-    }
-
-    /// Whether it branches off a prefix more than one pod holds (a system prompt).
-    pub fn branches_off_shared(&self) -> bool {
-        self.branches() && self.entry.shared
     }
 }
 
@@ -456,21 +455,20 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
             };
             under_cap.then_some((pod, m.blocks))
         });
-    // past a shared prefix: the whole chain, to spread; else where the gateway warms
-    let spread =
-        found.is_some_and(|m| m.entry.fresh(now_ms, horizon_ms) && m.branches_off_shared());
-    let key = if spread {
-        key
-    } else {
-        keys.first_shard_key().unwrap_or(key)
-    };
+    let candidates: Vec<PlacementCandidate<'_>> = pool
+        .iter()
+        .map(|p| PlacementCandidate::new(&p.id, p.weight))
+        .collect();
+    let first = keys.first_shard_key().unwrap_or(key);
+    // a branch whose first-shard pod is over the load cap: the whole chain, to spread; else
+    // where the gateway warms
+    let full = |i: usize| cap.is_some_and(|cap| loads.get(i).is_none_or(|l| *l > cap));
+    let spread = found.is_some_and(|m| m.entry.fresh(now_ms, horizon_ms) && m.branches())
+        && place(first, &candidates).is_some_and(full);
+    let key = if spread { key } else { first };
     let (chosen, matched_blocks) = match sticky {
         Some(m) => m,
         None => {
-            let candidates: Vec<PlacementCandidate<'_>> = pool
-                .iter()
-                .map(|p| PlacementCandidate::new(&p.id, p.weight))
-                .collect();
             let placed = match table.load_factor {
                 Some(f) => place_bounded(key, &candidates, &loads, f),
                 None => place(key, &candidates),

@@ -57,7 +57,6 @@ fn entries_round_trip_and_refuse_other_bytes() {
         pod: pod_hash("pod-1"),
         at_ms: 99,
         interior: true,
-        shared: false,
     };
     assert_eq!(PrefixEntry::decode(&e.encode()), Some(e));
     let mut other = e.encode();
@@ -188,42 +187,52 @@ fn an_overloaded_matched_pod_is_left() {
 }
 
 #[test]
-fn a_prefix_several_pods_hold_does_not_attract_new_prompts() {
-    let t = table(4, None);
+fn a_branch_whose_first_shard_pod_is_full_spreads_by_its_own_chain() {
+    let mut t = table(4, Some(1.25));
     let system = prompt(4_096, 0, 0);
     let a = prompt(4_096, 1, 3_000);
-    let (_, other) = rendezvous_and_other(&t, &a);
-    let third = t
-        .pods
-        .iter()
-        .rev()
-        .find(|p| p.id != other)
-        .unwrap()
-        .id
-        .clone();
+    let (placed, _) = rendezvous_and_other(&t, &a);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    // the system prompt alone on `other`: a conversation continuing it sticks there
-    record(&mut store, &system, &other, 0, HORIZON);
+    // the system prompt alone, then conversation 1 past it, on the first-shard pod
+    record(&mut store, &system, &placed, 0, HORIZON);
     let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
-    assert_eq!(r.primary.id, other, "one pod holds the prefix: it attracts");
-    // conversation 1 went elsewhere (say its pod was full): two pods hold the system prompt
-    record(&mut store, &a, &third, 1, HORIZON);
+    assert_eq!(r.primary.id, placed, "a continuation sticks");
+    record(&mut store, &a, &placed, 1, HORIZON);
+    // conversation 2 branches off the system prompt: to its first-shard pod while it has room
     let b = prompt(4_096, 2, 3_000);
     let r = route_prefix(&t, "m", &b, &store, 2, HORIZON).unwrap();
     assert_eq!(
-        r.primary.id,
-        rendezvous(&t, b.key().unwrap()),
-        "spread by its own chain"
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed.as_str(), 0)
     );
-    assert_eq!(r.matched_blocks, 0);
-    // conversation 1's next turn still sticks; a repeat goes where its first shard places it
+    // that pod full: spread by the conversation's own chain (bounded-load rendezvous)
+    for p in &mut t.pods {
+        if p.id == placed {
+            p.load = Some(0.9);
+        }
+    }
+    let candidates: Vec<PlacementCandidate<'_>> = t
+        .pods
+        .iter()
+        .map(|p| PlacementCandidate::new(&p.id, 1.0))
+        .collect();
+    let loads: Vec<f64> = t.pods.iter().map(|p| p.load.unwrap()).collect();
+    let mut spread = std::collections::BTreeSet::new();
+    for conv in 2..40 {
+        let b = prompt(4_096, conv, 3_000);
+        let r = route_prefix(&t, "m", &b, &store, 2, HORIZON).unwrap();
+        let want = place_bounded(b.key().unwrap(), &candidates, &loads, 1.25).unwrap();
+        assert_eq!(r.primary.id, t.pods[want].id);
+        spread.insert(r.primary.id.clone());
+    }
+    assert_eq!(spread.len(), 3, "{spread:?}");
+    // conversation 1's next turn still sticks (its pod is full: it is left, by its first shard)
+    for p in &mut t.pods {
+        p.load = Some(0.2);
+    }
     let r = route_prefix(&t, "m", &prompt(4_096, 1, 3_900), &store, 2, HORIZON).unwrap();
-    assert_eq!(r.primary.id, third);
-    let r = route_prefix(&t, "m", &system, &store, 2, HORIZON).unwrap();
-    assert_eq!(
-        r.primary.id,
-        rendezvous(&t, system.first_shard_key().unwrap())
-    );
+    assert_eq!(r.primary.id, placed);
+    assert!(r.matched_blocks > 0);
 }
 
 #[test]
