@@ -59,7 +59,8 @@
 //!    bound keeps the full pods out, and the conversation's next turns then stick (step 3).
 //!    Without a `load_factor` in the table there is no cap, nothing is full and branches all go
 //!    to their first-shard pod: new conversations on one system prompt collapse onto one pod as
-//!    before (only their next turns gain), so the gateway should set one.
+//!    before (only their next turns gain). `docs/routing.md` has the figures, and why telling a
+//!    universal system prompt from a group's template needs more than this index knows.
 //!
 //! Measured on the shared synthetic trace (8 pods + 2, ServeGen adapters, the gateway's default
 //! table without a load factor), prewarm's token hit: this rule 0.4081, first-shard routing
