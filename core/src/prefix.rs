@@ -111,6 +111,9 @@ pub const MAX_SHARDS: usize = 64;
 /// a tenth of the time: 1,311 s. The filter's default; [`eviction_horizon_ms`] for other pods.
 pub const DEFAULT_HORIZON_MS: u64 = 1_310_720;
 
+/// An unchanged entry is rewritten once it is older than the horizon ÷ this.
+pub const REFRESH_FRACTION: u64 = 16;
+
 const FLAG_INTERIOR: u8 = 1;
 /// Domain seed of pod-id hashes ("prewarmp").
 const POD_SEED: u64 = 0x7072_6577_6172_6d70;
@@ -309,7 +312,9 @@ fn entry_of<S: PrefixStore + ?Sized>(store: &S, hash: u64) -> Option<PrefixEntry
 
 /// Writes a routed prompt's keys as sent to `pod_id` at `now_ms`; returns the writes the store
 /// refused. Every key but the deepest is written interior (the prompt continued past it), and
-/// an entry that was interior within the horizon stays so.
+/// an entry that was interior within the horizon stays so. An entry that would only change its
+/// time, written less than [`REFRESH_FRACTION`] of the horizon ago, is left as it is: a hot
+/// prefix costs one read per request, not a write (the entry's age errs by at most that much).
 pub fn record<S: PrefixStore + ?Sized>(
     store: &mut S,
     keys: &PromptKeys,
@@ -329,6 +334,13 @@ pub fn record<S: PrefixStore + ?Sized>(
             at_ms: now_ms,
             interior: i < last || old.is_some_and(|e| e.interior),
         };
+        let refresh = horizon_ms / REFRESH_FRACTION;
+        let same = old.is_some_and(|e| {
+            e.pod == pod && e.interior == entry.interior && now_ms.saturating_sub(e.at_ms) < refresh
+        });
+        if same {
+            continue;
+        }
         if !store.write(slot_of(hash, store.slots()), &entry.encode()) {
             refused = refused.saturating_add(1);
         }

@@ -258,6 +258,56 @@ fn a_branch_off_a_template_or_a_repeat_goes_where_its_first_shard_is_placed() {
     );
 }
 
+/// A memory store that counts writes.
+#[derive(Debug)]
+struct Counting(MemoryStore, u32);
+
+impl PrefixStore for Counting {
+    fn slots(&self) -> u32 {
+        self.0.slots()
+    }
+    fn read(&self, slot: u32) -> Option<Vec<u8>> {
+        self.0.read(slot)
+    }
+    fn write(&mut self, slot: u32, entry: &[u8; ENTRY_BYTES]) -> bool {
+        self.1 += 1;
+        self.0.write(slot, entry)
+    }
+}
+
+#[test]
+fn an_unchanged_entry_is_rewritten_only_when_it_ages() {
+    let keys = prompt(0, 1, 3_000);
+    let n = keys.written().len() as u32;
+    let mut store = Counting(MemoryStore::new(DEFAULT_SLOTS), 0);
+    record(&mut store, &keys, "pod-0", 0, HORIZON);
+    assert_eq!(store.1, n);
+    record(
+        &mut store,
+        &keys,
+        "pod-0",
+        HORIZON / REFRESH_FRACTION - 1,
+        HORIZON,
+    );
+    assert_eq!(store.1, n, "a repeat on the same pod writes nothing");
+    record(
+        &mut store,
+        &keys,
+        "pod-1",
+        HORIZON / REFRESH_FRACTION - 1,
+        HORIZON,
+    );
+    assert_eq!(store.1, 2 * n, "another pod rewrites");
+    record(
+        &mut store,
+        &keys,
+        "pod-1",
+        2 * (HORIZON / REFRESH_FRACTION),
+        HORIZON,
+    );
+    assert_eq!(store.1, 3 * n, "an aged entry is refreshed");
+}
+
 /// A store of arbitrary bytes in arbitrary slots.
 #[derive(Debug)]
 struct Junk {
