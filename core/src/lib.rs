@@ -14,6 +14,7 @@ pub mod address;
 pub mod canonical;
 pub mod fingerprint;
 pub mod placement;
+pub mod prefix;
 pub mod rate;
 pub mod request;
 pub mod route;

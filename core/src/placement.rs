@@ -102,6 +102,18 @@ pub fn place(key: u64, candidates: &[PlacementCandidate<'_>]) -> Option<usize> {
     best.map(|(_, _, i)| i)
 }
 
+/// A load as bounded-load placement counts it: missing, negative or non-finite loads are 0.
+pub fn clean_load(load: Option<f64>) -> f64 {
+    load.filter(|l| l.is_finite() && *l >= 0.0).unwrap_or(0.0)
+}
+
+/// The bounded-load cap: `factor` (at least 1) times the mean of `loads` (0 when empty).
+pub fn load_cap(loads: impl Iterator<Item = f64>, factor: f64) -> f64 {
+    let (sum, n) = loads.fold((0.0, 0u32), |(s, n), l| (s + l, n.saturating_add(1)));
+    let mean = if n == 0 { 0.0 } else { sum / f64::from(n) };
+    mean * factor.max(1.0)
+}
+
 /// Bounded-load placement: the best-ranked candidate whose load is at most `factor` times the
 /// mean load of the candidates (`loads[i]` is candidate `i`'s load; missing loads count as 0).
 /// Falls back to the least-loaded candidate when every one is over the bound.
@@ -111,19 +123,12 @@ pub fn place_bounded(
     loads: &[f64],
     factor: f64,
 ) -> Option<usize> {
-    let load = |i: usize| {
-        loads
-            .get(i)
-            .copied()
-            .filter(|l| l.is_finite() && *l >= 0.0)
-            .unwrap_or(0.0)
-    };
+    let load = |i: usize| clean_load(loads.get(i).copied());
     let order = rank(key, candidates);
     if order.is_empty() {
         return None;
     }
-    let mean = order.iter().map(|&i| load(i)).sum::<f64>() / order.len() as f64;
-    let bound = mean * factor.max(1.0);
+    let bound = load_cap(order.iter().map(|&i| load(i)), factor);
     order
         .iter()
         .copied()

@@ -1,13 +1,15 @@
 //! `choose_pod TABLE.json PATH BODY_FILE`: prints the endpoint header the filter (default
 //! configuration) sets for that request with that routing table (`primary,alternative,...`),
-//! or `unrouted: <reason>`.
+//! or `unrouted: <reason>`, for a proxy whose prefix index holds nothing for the prompt (its
+//! first request: core's bounded-load rendezvous on the prompt's chain).
 //! The end-to-end tests use it to know which upstream must receive a request: the answer comes
 //! from the filter's own code and core's placement, not from a reimplementation.
 
+use prewarm_core::prefix::{MemoryStore, PromptKeys};
 use prewarm_core::wire::RoutingTable;
 use prewarm_core::{canonical_prompt, parse_request, BlockChain};
 use prewarm_filter::config::FilterConfig;
-use prewarm_filter::routing::choose_pod;
+use prewarm_filter::routing::{choose_pod, PrefixLookup};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
@@ -30,11 +32,19 @@ fn main() -> Result<(), String> {
         &fingerprint,
     );
     let alternatives = config.endpoint_alternatives;
+    let keys = PromptKeys::of(&chain, &fingerprint);
+    let empty = MemoryStore::new(config.prefix_slots);
+    let lookup = PrefixLookup {
+        store: &empty,
+        keys: &keys,
+        now_ms: 0,
+        horizon_ms: config.prefix_horizon_ms,
+    };
     match choose_pod(
         Some(&table),
         &request.model,
-        &chain,
         &fingerprint,
+        &lookup,
         alternatives,
     ) {
         Ok(route) => println!("{}", route.header_value()),

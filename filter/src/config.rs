@@ -79,6 +79,12 @@ pub struct FilterConfig {
     pub pattern_slots: u32,
     /// Hashed slots for adapters' rates (default 1024).
     pub adapter_slots: u32,
+    /// Hashed slots of the prefix index, one shared-data key of 26 bytes each (default 16,384:
+    /// about 416 KiB of values per Envoy; at most 1,048,576).
+    pub prefix_slots: u32,
+    /// Age past which a prefix-index entry is ignored, ms (default 1,310,720: a Llama 8B H100
+    /// pod's KV capacity over a tenth of its prefill rate; see `docs/routing.md`).
+    pub prefix_horizon_ms: u64,
     /// Compare-and-swap attempts per shared-data update before giving up (default 8).
     pub cas_retries: u32,
     /// Names this filter in the batches it sends (default `prewarm-filter`).
@@ -124,6 +130,8 @@ impl Default for FilterConfig {
             user_slots: 4096,
             pattern_slots: 4096,
             adapter_slots: 1024,
+            prefix_slots: prewarm_core::prefix::DEFAULT_SLOTS,
+            prefix_horizon_ms: prewarm_core::prefix::DEFAULT_HORIZON_MS,
             cas_retries: 8,
             source: "prewarm-filter".into(),
         }
@@ -292,6 +300,20 @@ impl FilterConfig {
         range(&mut p, "user_slots", self.user_slots, 1, 1 << 20);
         range(&mut p, "pattern_slots", self.pattern_slots, 1, 1 << 20);
         range(&mut p, "adapter_slots", self.adapter_slots, 1, 1 << 20);
+        range(
+            &mut p,
+            "prefix_slots",
+            self.prefix_slots,
+            1,
+            prewarm_core::prefix::MAX_SLOTS,
+        );
+        range(
+            &mut p,
+            "prefix_horizon_ms",
+            self.prefix_horizon_ms,
+            1000,
+            86_400_000,
+        );
         range(&mut p, "cas_retries", self.cas_retries, 1, 100);
         range(
             &mut p,

@@ -100,6 +100,8 @@ metrics! {
     TableAdopted => "prewarm.table.adopted", false;
     TableFetchFailures => "prewarm.table.fetch_failures", false;
     Routed => "prewarm.routed", false;
+    RoutedByPrefix => "prewarm.prefix.matched", false;
+    PrefixWriteFailures => "prewarm.prefix.write_failures", false;
     UnroutedDisabled => "prewarm.unrouted.disabled", false;
     UnroutedNoTable => "prewarm.unrouted.no_table", false;
     UnroutedBlockTokens => "prewarm.unrouted.block_tokens_mismatch", false;

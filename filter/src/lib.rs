@@ -10,6 +10,7 @@
 pub mod config;
 pub mod host;
 pub mod observe;
+pub mod prefix_index;
 pub mod request;
 pub mod root;
 pub mod routing;

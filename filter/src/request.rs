@@ -8,12 +8,14 @@
 //! setting beyond the defaults is needed. Anything unexpected: count it and let the request
 //! through untouched.
 
+use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
-use crate::routing::choose_pod;
+use crate::prefix_index::SharedPrefixStore;
+use crate::routing::{choose_pod, PrefixLookup};
 use crate::worker::Worker;
 
 /// What the filter tells the host to do with the request.
@@ -181,11 +183,19 @@ impl RequestFlow {
         // a table another worker published since this worker's last tick routes this request
         worker.table.refresh(host, &worker.keys);
         let table = worker.table.table();
+        let keys = PromptKeys::of(&chain, &worker.fingerprint);
+        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
+        let now = host.now_ms();
         let route = choose_pod(
             table.as_deref(),
             &request.model,
-            &chain,
             &worker.fingerprint,
+            &PrefixLookup {
+                store: &store,
+                keys: &keys,
+                now_ms: now,
+                horizon_ms: config.prefix_horizon_ms,
+            },
             config.endpoint_alternatives,
         );
         match route {
@@ -193,6 +203,19 @@ impl RequestFlow {
                 let value = route.header_value();
                 host.set_request_header(&config.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
+                if route.matched_blocks > 0 {
+                    host.count(Metric::RoutedByPrefix, 1);
+                }
+                let refused = record(
+                    &mut store,
+                    &keys,
+                    &route.primary.id,
+                    now,
+                    config.prefix_horizon_ms,
+                );
+                if refused > 0 {
+                    host.count(Metric::PrefixWriteFailures, refused);
+                }
                 let served = ServedRecord::of(
                     &route.primary.id,
                     &request.model,

@@ -1,14 +1,15 @@
-//! Choosing the pod for a request from the routing table with core's placement: the pods
-//! holding the requested adapter first (all pods when none does), keyed by the prompt's
-//! `routing_key`, bounded-load when the table gives a load factor. Also the worker's copy of
-//! the table, refreshed from shared data only when its generation changed.
+//! Choosing the pod for a request from the routing table with core's longest-prefix rule
+//! (`prewarm_core::prefix`): the pods holding the requested adapter first (all pods when none
+//! does), the pod holding the longest run of the prompt's shards by the prefix index unless it
+//! is over the load bound, else bounded-load rendezvous on the prompt's chain. Also the worker's
+//! copy of the table, refreshed from shared data only when its generation changed.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use prewarm_core::route::route_request;
+use prewarm_core::prefix::{route_prefix, PrefixStore, PromptKeys};
 use prewarm_core::wire::{RoutedPod, RoutingTable};
-use prewarm_core::{rank, BlockChain, FingerprintConfig, PlacementCandidate};
+use prewarm_core::{rank, FingerprintConfig, PlacementCandidate};
 
 use crate::host::{Host, Metric};
 use crate::shared::{read_u64, Keys};
@@ -38,6 +39,8 @@ impl Unrouted {
 pub struct Route<'t> {
     pub primary: &'t RoutedPod,
     pub alternatives: Vec<&'t RoutedPod>,
+    /// Blocks of the prompt the prefix index matched on `primary` (0: placed by rendezvous).
+    pub matched_blocks: usize,
 }
 
 impl Route<'_> {
@@ -53,26 +56,43 @@ impl Route<'_> {
     }
 }
 
-/// The pods for a prompt of `model`: the placement's choice among the adapter's holders (all
-/// pods when none holds it), then up to `alternatives` more in rank order (holders first).
-pub fn choose_pod<'t>(
+/// Where the prefix index is and how old its entries may be.
+pub struct PrefixLookup<'s, S: PrefixStore + ?Sized> {
+    pub store: &'s S,
+    pub keys: &'s PromptKeys,
+    pub now_ms: u64,
+    pub horizon_ms: u64,
+}
+
+/// The pods for a prompt of `model`: core's prefix rule's choice among the adapter's holders
+/// (all pods when none holds it), then up to `alternatives` more in rendezvous rank order of the
+/// rule's key (holders first).
+pub fn choose_pod<'t, S: PrefixStore + ?Sized>(
     table: Option<&'t RoutingTable>,
     model: &str,
-    chain: &BlockChain,
     fingerprint: &FingerprintConfig,
+    prefix: &PrefixLookup<'_, S>,
     alternatives: usize,
 ) -> Result<Route<'t>, Unrouted> {
     let table = table.ok_or(Unrouted::NoTable)?;
     if table.block_tokens != fingerprint.block_tokens {
         return Err(Unrouted::BlockTokens);
     }
-    let key = chain
-        .routing_key(fingerprint)
-        .ok_or(Unrouted::NoFullBlock)?;
-    let (primary, pool) = route_request(table, model, key.0).ok_or(Unrouted::NoPod)?;
+    prefix.keys.key().ok_or(Unrouted::NoFullBlock)?;
+    let routed = route_prefix(
+        table,
+        model,
+        prefix.keys,
+        prefix.store,
+        prefix.now_ms,
+        prefix.horizon_ms,
+    )
+    .ok_or(Unrouted::NoPod)?;
+    let primary = routed.primary;
     let mut route = Route {
         primary,
         alternatives: Vec::new(),
+        matched_blocks: routed.matched_blocks,
     };
     if alternatives > 0 {
         let all: Vec<PlacementCandidate<'_>> = table
@@ -80,12 +100,12 @@ pub fn choose_pod<'t>(
             .iter()
             .map(|p| PlacementCandidate::new(&p.id, p.weight))
             .collect();
-        let ranked: Vec<&RoutedPod> = rank(key.0, &all)
+        let ranked: Vec<&RoutedPod> = rank(routed.key, &all)
             .into_iter()
             .filter_map(|i| table.pods.get(i))
             .filter(|p| p.id != primary.id)
             .collect();
-        let holds = |p: &&RoutedPod| pool.iter().any(|q| q.id == p.id);
+        let holds = |p: &&RoutedPod| routed.pool.iter().any(|q| q.id == p.id);
         let (in_pool, others): (Vec<&RoutedPod>, Vec<&RoutedPod>) =
             ranked.into_iter().partition(holds);
         route.alternatives = in_pool
@@ -159,7 +179,18 @@ impl TableCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prewarm_core::prefix::{MemoryStore, DEFAULT_HORIZON_MS};
     use prewarm_core::rank;
+    use prewarm_core::BlockChain;
+
+    fn lookup<'s>(store: &'s MemoryStore, keys: &'s PromptKeys) -> PrefixLookup<'s, MemoryStore> {
+        PrefixLookup {
+            store,
+            keys,
+            now_ms: 0,
+            horizon_ms: DEFAULT_HORIZON_MS,
+        }
+    }
 
     fn pod(id: &str, adapters: &[&str]) -> RoutedPod {
         RoutedPod {
@@ -185,19 +216,20 @@ mod tests {
     #[test]
     fn placement_follows_core_and_prefers_adapter_holders() {
         let fp = FingerprintConfig::default();
-        let chain = BlockChain::of("m", &[b'a'; 600], &fp);
+        let keys = PromptKeys::of(&BlockChain::of("m", &[b'a'; 600], &fp), &fp);
+        let store = MemoryStore::new(64);
         let t = table(vec![pod("a", &[]), pod("b", &[]), pod("c", &["lora"])]);
         let ids: Vec<PlacementCandidate<'_>> = t
             .pods
             .iter()
             .map(|p| PlacementCandidate::new(&p.id, 1.0))
             .collect();
-        let want = rank(chain.routing_key(&fp).unwrap().0, &ids)[0];
-        let route = choose_pod(Some(&t), "m", &chain, &fp, 2).unwrap();
+        let want = rank(keys.key().unwrap(), &ids)[0];
+        let route = choose_pod(Some(&t), "m", &fp, &lookup(&store, &keys), 2).unwrap();
         assert_eq!(route.primary.id, t.pods[want].id);
         assert_eq!(route.alternatives.len(), 2);
         assert!(route.alternatives.iter().all(|p| p.id != route.primary.id));
-        let lora = choose_pod(Some(&t), "lora", &chain, &fp, 1).unwrap();
+        let lora = choose_pod(Some(&t), "lora", &fp, &lookup(&store, &keys), 1).unwrap();
         assert_eq!(lora.primary.id, "c");
         assert_eq!(lora.alternatives.len(), 1, "non-holders as last resort");
         assert_eq!(
@@ -209,27 +241,19 @@ mod tests {
     #[test]
     fn refuses_without_table_block_or_matching_block_size() {
         let fp = FingerprintConfig::default();
-        let chain = BlockChain::of("m", &[b'a'; 600], &fp);
-        assert_eq!(
-            choose_pod(None, "m", &chain, &fp, 0),
-            Err(Unrouted::NoTable)
-        );
+        let store = MemoryStore::new(64);
+        let keys = PromptKeys::of(&BlockChain::of("m", &[b'a'; 600], &fp), &fp);
+        let short = PromptKeys::of(&BlockChain::of("m", b"hi", &fp), &fp);
+        let go = |t: Option<&RoutingTable>, k: &PromptKeys| {
+            choose_pod(t, "m", &fp, &lookup(&store, k), 0).map(|r| r.primary.id.clone())
+        };
+        assert_eq!(go(None, &keys), Err(Unrouted::NoTable));
         let mut t = table(vec![pod("a", &[])]);
-        let short = BlockChain::of("m", b"hi", &fp);
-        assert_eq!(
-            choose_pod(Some(&t), "m", &short, &fp, 0),
-            Err(Unrouted::NoFullBlock)
-        );
+        assert_eq!(go(Some(&t), &short), Err(Unrouted::NoFullBlock));
         t.block_tokens = 32;
-        assert_eq!(
-            choose_pod(Some(&t), "m", &chain, &fp, 0),
-            Err(Unrouted::BlockTokens)
-        );
+        assert_eq!(go(Some(&t), &keys), Err(Unrouted::BlockTokens));
         t.block_tokens = 64;
         t.pods.clear();
-        assert_eq!(
-            choose_pod(Some(&t), "m", &chain, &fp, 0),
-            Err(Unrouted::NoPod)
-        );
+        assert_eq!(go(Some(&t), &keys), Err(Unrouted::NoPod));
     }
 }

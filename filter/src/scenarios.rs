@@ -241,9 +241,9 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
     );
     let fp = FingerprintConfig::default();
     let canonical = format!("<|system|>\n{}\n<|user|>\nq\n", template());
-    let key = BlockChain::of("m", canonical.as_bytes(), &fp)
-        .routing_key(&fp)
-        .unwrap();
+    let chain = BlockChain::of("m", canonical.as_bytes(), &fp);
+    // a prompt the index knows nothing of: rendezvous on its first shard
+    let key = chain.routing_key(&fp).unwrap();
     let ids: Vec<_> = t
         .pods
         .iter()
@@ -263,6 +263,13 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
         "the placement's choice, then the rest in rank order for retries"
     );
     assert_eq!(host.metric(Metric::Routed), 1);
+    assert_eq!(host.metric(Metric::RoutedByPrefix), 0);
+    // the conversation goes on: the index the first request wrote sends it to the same pod
+    let next = chat_body("m", &template(), &format!("q{}", " and then?".repeat(80)));
+    send(&host, &worker, "/v1/chat/completions", &[], &next);
+    assert_eq!(host.metric(Metric::RoutedByPrefix), 1);
+    let header = host.header("x-gateway-destination-endpoint").unwrap();
+    assert!(header.starts_with(order[0].as_bytes()));
 }
 
 #[test]

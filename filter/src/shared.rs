@@ -9,6 +9,7 @@
 //! | `pattern/<slot>` (`pattern_slots`) | [`RateSlot`]: pattern hash, signalled flag, rate window |
 //! | `adapter/<slot>` (`adapter_slots`) | [`RateSlot`]: adapter hash, pinned flag, rate window |
 //! | `signals/head`, `signals/tail`, `signals/<slot>` (`max_pending_signals` slots) | the pending-signal ring (see `shared_ring`, `signal_queue`) |
+//! | `px/<slot>` (`prefix_slots`) | core's prefix-index entry (26 bytes; see `prefix_index`) |
 //! | `routing/table` | the last routing table body the gateway sent (JSON) |
 //! | `routing/generation` | generation (8) + fetched-at ms (8) of that table |
 //! | `routing/poll` | ms at which a worker last claimed the table poll (8) |
@@ -54,6 +55,11 @@ impl Keys {
 
     pub fn adapter(&self, adapter_hash: u64, slots: u32) -> String {
         self.slot("adapter", adapter_hash, slots)
+    }
+
+    /// A prefix-index slot (the slot is core's `prefix::slot_of`).
+    pub fn prefix_slot(&self, slot: u32) -> String {
+        format!("{}px/{slot}", self.prefix)
     }
 
     pub fn served(&self) -> String {

@@ -33,7 +33,7 @@ use prewarm_replay::offline::policy::{Policy, RequestCtx};
 use prewarm_replay::offline::prewarm::execute;
 use prewarm_replay::offline::prewarm::triggers::FilterSide;
 use prewarm_replay::offline::prewarm::{
-    choose_from_table, pod_load, served_adapters, Prewarm, PrewarmConfig,
+    choose_from_table, pod_load, served_adapters, PrefixIndex, Prewarm, PrewarmConfig,
 };
 use prewarm_replay::scenario::{FleetEvent, FleetSpec};
 
@@ -402,6 +402,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
     let fp = FingerprintConfig::default();
     let mut filter = FilterSide::new(Default::default(), fp);
     let mut fallback = RoundRobin::default();
+    let mut index = PrefixIndex::for_fleet(&fleet.lock().unwrap());
     let mut routed = Vec::new();
     let mut next = requests.iter().enumerate().peekable();
     let join_ms = (JOIN_S * 1000.0) as u64;
@@ -448,7 +449,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
             let table = gw.state().fleet.table().clone();
             let pod = {
                 let sim = fleet.lock().unwrap();
-                choose_from_table(&table, &r.model, &chain, &fp)
+                choose_from_table(&table, &r.model, &chain, &fp, &mut index, at)
                     .and_then(|id| sim.pods.iter().position(|p| p.id == id))
                     .unwrap_or_else(|| fallback.route(&sim, &c))
             };

@@ -16,7 +16,8 @@
 //!
 //! Each action the core returns is executed on the simulated pod ([`execute`]) and reported back
 //! to the core when the pod says it completed. Routing is the filter's choice over the core's
-//! table (core's `route_request`).
+//! table: core's longest-prefix rule (`prewarm_core::prefix`) over an in-memory prefix index that
+//! every routed request writes, as the filter writes its shared-data slots.
 
 pub mod execute;
 pub mod triggers;
@@ -24,6 +25,9 @@ pub mod triggers;
 use std::collections::BTreeMap;
 
 use podsim::Admission;
+use prewarm_core::prefix::{
+    eviction_horizon_ms, record, route_prefix, MemoryStore, PromptKeys, DEFAULT_SLOTS,
+};
 use prewarm_core::wire::{RoutingTable, ServedRecord, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 use prewarm_gateway::config::{GatewayConfig, PodSpec};
@@ -139,6 +143,34 @@ pub struct Prewarm {
     next_health_ms: u64,
     health_rounds: u64,
     fallback: RoundRobin,
+    /// Where prompts' shards were sent (the filter's shared-data slots, in memory).
+    index: PrefixIndex,
+}
+
+/// The prefix index the filter keeps, in memory: its slots and its horizon.
+#[derive(Debug, Clone)]
+pub struct PrefixIndex {
+    pub store: MemoryStore,
+    pub horizon_ms: u64,
+}
+
+impl PrefixIndex {
+    /// The filter's default slots, with the horizon of `fleet`'s pods: their KV capacity over
+    /// their prefill rate (core's `eviction_horizon_ms`).
+    pub fn for_fleet(fleet: &Fleet) -> Self {
+        let c = fleet.config();
+        let kv_tokens = (c.num_gpu_blocks as u64).saturating_mul(c.block_size as u64);
+        let per_token = c.latency.per_uncached_token;
+        let rate = if per_token > 0.0 {
+            1.0 / per_token
+        } else {
+            0.0
+        };
+        Self {
+            store: MemoryStore::new(DEFAULT_SLOTS),
+            horizon_ms: eviction_horizon_ms(kv_tokens, rate),
+        }
+    }
 }
 
 fn ms(s: f64) -> u64 {
@@ -181,6 +213,7 @@ impl Prewarm {
             next_health_ms: 0,
             health_rounds: 0,
             fallback: RoundRobin::default(),
+            index: PrefixIndex::for_fleet(fleet),
             config,
         };
         for p in &fleet.pods {
@@ -319,15 +352,21 @@ impl Prewarm {
     }
 }
 
-/// The filter's pod choice over a routing table (core's `route_request`, as the filter makes it).
+/// The filter's pod choice over a routing table at `now_ms` (core's `route_prefix` over the
+/// prefix index), written into the index as the filter writes it.
 pub fn choose_from_table(
     table: &RoutingTable,
     model: &str,
     chain: &BlockChain,
     fingerprint: &FingerprintConfig,
+    index: &mut PrefixIndex,
+    now_ms: u64,
 ) -> Option<String> {
-    let key = chain.routing_key(fingerprint)?;
-    prewarm_core::route::route_request(table, model, key.0).map(|(p, _)| p.id.clone())
+    let keys = PromptKeys::of(chain, fingerprint);
+    let route = route_prefix(table, model, &keys, &index.store, now_ms, index.horizon_ms)?;
+    let id = route.primary.id.clone();
+    record(&mut index.store, &keys, &id, now_ms, index.horizon_ms);
+    Some(id)
 }
 
 impl Policy for Prewarm {
@@ -391,6 +430,8 @@ impl Policy for Prewarm {
             request.model,
             request.chain,
             &self.fingerprint,
+            &mut self.index,
+            ms(request.now_s),
         )
         .and_then(|id| fleet.pods.iter().position(|p| p.id == id))
         .unwrap_or_else(|| self.fallback.route(fleet, request))
