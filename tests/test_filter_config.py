@@ -4,15 +4,8 @@ up with it; the shipped envoy/envoy.yaml (with the filter's documented defaults)
 serves."""
 import pytest
 
-from harness.envoy import Envoy, EnvoyFleet
+from harness.envoy import Envoy
 from harness.fake_servers import FakeGateway, FakeUpstream
-
-
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
 
 
 @pytest.mark.parametrize(

@@ -101,13 +101,6 @@ def baseline(upstream, tmp_path_factory):
     fleet.close()
 
 
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
-
-
 @pytest.fixture(scope="module")
 def expected(baseline):
     return {name: raw_request(baseline.url, m, p, h, b, c) for name, m, p, h, b, c in CASES}

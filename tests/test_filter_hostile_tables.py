@@ -11,7 +11,6 @@ import pytest
 
 from harness import wait_until
 from harness.envoy import EnvoyFleet
-from harness.fake_servers import FakeGateway, FakeUpstream
 
 ENDPOINT_HEADER = "x-gateway-destination-endpoint"
 
@@ -30,25 +29,8 @@ HOSTILE = [
 
 
 @pytest.fixture
-def pods():
-    servers = [FakeUpstream(f"pod{i}").start() for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture
-def gateway():
-    g = FakeGateway().start()
-    yield g
-    g.stop()
-
-
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
+def pods(fake_pods):
+    return fake_pods(2)
 
 
 def body(i):

@@ -1,11 +1,9 @@
-"""Longest-prefix routing through the filter in a real Envoy (docs/routing.md): conversations
-that share a 2,000-token system prompt spread over the pods, and each conversation's next turn
+"""Longest-prefix routing through the filter in a real Envoy (docs/routing.md): conversationsthat share a 2,000-token system prompt spread over the pods, and each conversation's next turn
 reaches the pod its first turn reached — the prefix index the filter keeps in shared data, one
 key per slot, written on every routed request. The fake gateway serves tables whose loads follow
 what each pod received (as the gateway's health rounds report them) with a bounded-load factor."""
 import pytest
 
-from harness.envoy import EnvoyFleet
 from harness.fake_servers import FakeGateway, FakeUpstream
 
 CONVERSATIONS = 8
@@ -13,25 +11,8 @@ SYSTEM = "You are a careful assistant for the travel desk; answer briefly. " * 1
 
 
 @pytest.fixture
-def pods():
-    servers = [FakeUpstream(f"pod{i}").start() for i in range(4)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture
-def gateway():
-    g = FakeGateway().start()
-    yield g
-    g.stop()
-
-
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
+def pods(fake_pods):
+    return fake_pods(4)
 
 
 def table(pods, generation, loads):

@@ -1,5 +1,4 @@
-"""Routing through the filter in a real Envoy: with a table served by the fake gateway, each
-request reaches the pod that the filter's own code and core's placement choose (asked of the
+"""Routing through the filter in a real Envoy: with a table served by the fake gateway, eachrequest reaches the pod that the filter's own code and core's placement choose (asked of the
 `choose_pod` example, so the test does not reimplement placement); adapter holders are
 preferred; a client-sent endpoint header never steers a request; a table cut with another block
 size is not used; a newer table replaces the old within ticks."""
@@ -9,7 +8,6 @@ import subprocess
 import pytest
 
 from harness import REPO, wait_until
-from harness.envoy import EnvoyFleet
 from harness.fake_servers import FakeGateway, FakeUpstream
 
 ENDPOINT_HEADER = "x-gateway-destination-endpoint"
@@ -25,25 +23,8 @@ def choose_pod_binary():
 
 
 @pytest.fixture
-def pods():
-    servers = [FakeUpstream(f"pod{i}").start() for i in range(3)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture
-def gateway():
-    g = FakeGateway().start()
-    yield g
-    g.stop()
-
-
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
+def pods(fake_pods):
+    return fake_pods(3)
 
 
 def table(pods, generation=1, adapters=None, block_tokens=64):

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from harness import wait_until
-from harness.envoy import EnvoyFleet
 from harness.fake_servers import FakeGateway, FakeUpstream
 
 BLOCK_BYTES = 64 * 4  # default block_tokens × 4 bytes a token
@@ -19,13 +18,6 @@ def servers():
     yield gateway, pod
     gateway.stop()
     pod.stop()
-
-
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
 
 
 def start(envoys, servers, **filter_config):

@@ -28,13 +28,6 @@ def pods():
         s.stop()
 
 
-@pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
-
-
 def chat(i: int, pad: int = 0) -> bytes:
     system = " ".join(f"rule {k} of the handbook says be kind." for k in range(200))
     return json.dumps({"model": "m", "messages": [

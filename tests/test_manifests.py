@@ -31,8 +31,8 @@ import requests
 import yaml
 
 from harness import REPO, bin_path, envoy_path, filter_wasm_path, wait_until
-from harness.envoy import EnvoyFleet, _endpoint
-from harness.fake_servers import FakeGateway, FakeUpstream
+from harness.envoy import _endpoint
+from harness.fake_servers import FakeGateway
 from harness.gateway import SIGNAL_TOKEN, start_gateway
 from harness.podsim import start_podsim
 
@@ -501,18 +501,8 @@ def test_filter_image_dockerfile_copies_the_built_wasm_as_plugin_wasm():
 
 
 @pytest.fixture
-def envoys(tmp_path):
-    fleet = EnvoyFleet(tmp_path)
-    yield fleet
-    fleet.close()
-
-
-@pytest.fixture
-def pods():
-    servers = [FakeUpstream(f"pod{i}").start() for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
+def pods(fake_pods):
+    return fake_pods(2)
 
 
 @pytest.fixture
