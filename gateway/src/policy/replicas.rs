@@ -64,7 +64,9 @@ pub fn replica_count(share: f64, tier: Tier, pool_size: usize, min_replicas: usi
 }
 
 /// Every adapter's replicas (pod ids) among `pods`, at least `min_replicas` each; an adapter
-/// keeps the members of its `previous` set that are still in its pool, up to its new count.
+/// keeps the members of its `previous` set that are still in its pool and still have a free slot
+/// and room under the bound, up to its new count. Cost: every adapter ranks its pool, so
+/// O(adapters × pods × log pods) a call — the fleet calls it once a keep-warm period.
 pub fn replica_sets(
     demands: &[AdapterDemand<'_>],
     pods: &[SlotCandidate<'_>],
