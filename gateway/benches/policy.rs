@@ -1,6 +1,7 @@
 //! The gateway's policy hot paths: signal ingestion (decode a `SignalBatch` and apply it to the
 //! prompt pool, one core), the routing table build for 100 pods × 500 adapters, and the
-//! warm-up plan of a pod joining 100 pods with 100k hot prefixes.
+//! warm-up plan of a pod joining 100 pods with 100k hot prefixes, and the adapters' replica sets
+//! for 1,000 pods × 5,000 adapters.
 //! `cargo bench -p prewarm-gateway --bench policy`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -15,8 +16,8 @@ use prewarm_core::wire::{
     FeedbackOutcome, FeedbackSignal, PatternState, PinSignal, PrefillSignal, Signal, SignalBatch,
 };
 use prewarm_gateway::policy::{
-    plan_warmup, HotPrefix, HotnessConfig, PodRoute, PrefixKey, PromptPool, RoutingConfig,
-    RoutingTableBuilder, WarmupConfig,
+    plan_warmup, replica_sets, AdapterDemand, HotPrefix, HotnessConfig, PodRoute, PrefixKey,
+    PromptPool, RoutingConfig, RoutingTableBuilder, SlotCandidate, Tier, TierPools, WarmupConfig,
 };
 
 /// Signals per batch (a filter flushes its queue in batches of this order).
@@ -232,5 +233,51 @@ fn warmup_plan(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ingest, routing_table, warmup_plan);
+/// The fleet core recomputes every adapter's replica set once a keep-warm period (1 s): 5,000
+/// adapters with Zipf(1.0) demand over 1,000 pods of 4 GPU slots, from scratch and with the
+/// previous sets kept.
+fn adapter_replica_sets(c: &mut Criterion) {
+    let names: Vec<String> = (0..5_000).map(|i| format!("tenant-{i}")).collect();
+    let demands: Vec<AdapterDemand<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| AdapterDemand {
+            name: n,
+            tier: if i % 10 == 0 {
+                Tier::Gold
+            } else {
+                Tier::Bronze
+            },
+            rate: 1_000.0 / (i + 1) as f64,
+        })
+        .collect();
+    let ids: Vec<String> = (0..1_000).map(|i| format!("pod-{i:04}")).collect();
+    let pods: Vec<SlotCandidate<'_>> = ids
+        .iter()
+        .map(|id| SlotCandidate {
+            candidate: PlacementCandidate::new(id, 1.0),
+            slots: 4,
+        })
+        .collect();
+    let pools = TierPools::default();
+    let none = Default::default();
+    let previous = replica_sets(&demands, &pods, &pools, 1, &none);
+    let mut group = c.benchmark_group("replica_sets");
+    group.sample_size(10);
+    group.bench_function("1000_pods_5000_adapters/from_scratch", |b| {
+        b.iter(|| black_box(replica_sets(&demands, &pods, &pools, 1, &none).len()))
+    });
+    group.bench_function("1000_pods_5000_adapters/sticky", |b| {
+        b.iter(|| black_box(replica_sets(&demands, &pods, &pools, 1, &previous).len()))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    ingest,
+    routing_table,
+    warmup_plan,
+    adapter_replica_sets
+);
 criterion_main!(benches);
