@@ -111,7 +111,14 @@ impl Fleet {
     }
 
     /// The pods `adapter` is placed on among the pods that are up, best first.
+    /// The placement's sets when they were computed for the pods up now (every
+    /// [`Fleet::tick`] keeps them so), else computed afresh.
     pub fn placed_pods(&self, adapter: &str) -> Vec<String> {
+        if self.placement.up == self.up_ids() {
+            if let Some(pods) = self.placement.sets.get(adapter) {
+                return pods.clone();
+            }
+        }
         let up = self.up_candidates();
         self.replica_sets_among(&up)
             .remove(adapter)
@@ -119,6 +126,14 @@ impl Fleet {
                 let pool = self.tier_pools().candidates(self.tier_of(adapter), &up);
                 placed_pods_among(&pool, adapter, self.config.adapter_replicas)
             })
+    }
+
+    fn up_ids(&self) -> Vec<String> {
+        self.pods
+            .values()
+            .filter(|p| p.health == PodHealth::Up)
+            .map(|p| p.shape.id.clone())
+            .collect()
     }
 
     fn up_candidates(&self) -> Vec<PlacementCandidate<'_>> {
@@ -168,12 +183,7 @@ impl Fleet {
 
     /// Recomputes the placement when `force`d or when the pods that are up changed.
     pub(super) fn refresh_placement(&mut self, force: bool, now_ms: u64) {
-        let up: Vec<String> = self
-            .pods
-            .values()
-            .filter(|p| p.health == PodHealth::Up)
-            .map(|p| p.shape.id.clone())
-            .collect();
+        let up = self.up_ids();
         if !force && up == self.placement.up {
             return;
         }
