@@ -175,8 +175,27 @@ pub fn common_prefix_len(a: &[BlockHash], b: &[BlockHash]) -> usize {
 
 /// The routing key of a chain; see [`BlockChain::routing_key`].
 pub fn routing_key(blocks: &[BlockHash], config: &FingerprintConfig) -> Option<BlockHash> {
-    let n = blocks.len().min(config.blocks_per_shard());
-    n.checked_sub(1).and_then(|i| blocks.get(i)).copied()
+    key_past_shards(blocks, 0, config)
+}
+
+/// The placement key of a chain whose first `shards` shards are common (held by several pods,
+/// as `prefix::PrefixEntry::common` says): the hash ending the next shard, or the chain's last
+/// block when it ends within that shard. [`routing_key`] is the case of no common shard.
+pub fn key_past_shards(
+    blocks: &[BlockHash],
+    shards: usize,
+    config: &FingerprintConfig,
+) -> Option<BlockHash> {
+    end_past_shards(blocks, shards, config.blocks_per_shard())
+}
+
+/// The item ending shard `shards` of `items` (`per_shard` a shard), or the last one.
+pub(crate) fn end_past_shards<T: Copy>(items: &[T], shards: usize, per_shard: usize) -> Option<T> {
+    let end = shards
+        .saturating_add(1)
+        .saturating_mul(per_shard.max(1))
+        .min(items.len());
+    end.checked_sub(1).and_then(|i| items.get(i)).copied()
 }
 
 /// A 512-token shard of a chain: where it starts, how much of it is filled, and the hash that

@@ -107,12 +107,19 @@ pub fn clean_load(load: Option<f64>) -> f64 {
     load.filter(|l| l.is_finite() && *l >= 0.0).unwrap_or(0.0)
 }
 
-/// The bounded-load cap: `factor` (at least 1) times the mean of `loads` (0 when empty).
+/// The bounded-load cap: `factor` (at least 1) times the mean of `loads` (0 when empty), and
+/// never below [`LOAD_FLOOR`].
 pub fn load_cap(loads: impl Iterator<Item = f64>, factor: f64) -> f64 {
     let (sum, n) = loads.fold((0.0, 0u32), |(s, n), l| (s + l, n.saturating_add(1)));
     let mean = if n == 0 { 0.0 } else { sum / f64::from(n) };
-    mean * factor.max(1.0)
+    (mean * factor.max(1.0)).max(LOAD_FLOOR)
 }
+
+/// The load (utilisation, in [0, 1]) under which a pod is never full: at half its capacity a
+/// request waits on average as long as its own service takes (an M/M/1 queue's wait is
+/// ρ ÷ (1 − ρ) service times), so below it keeping a request where its cache is beats
+/// spreading it.
+pub const LOAD_FLOOR: f64 = 0.5;
 
 /// Bounded-load placement: the best-ranked candidate whose load is at most `factor` times the
 /// mean load of the candidates (`loads[i]` is candidate `i`'s load; missing loads count as 0).
@@ -204,6 +211,21 @@ mod tests {
             assert_ne!(chosen, best);
             assert_eq!(chosen, rank(key, &c)[1]);
             assert_eq!(place_bounded(key, &c, &[0.2; 4], 1.25), Some(best));
+        }
+    }
+
+    #[test]
+    fn a_pod_under_the_floor_is_never_full() {
+        let ids = pods(4);
+        let c = cands(&ids);
+        for key in 0..200u64 {
+            let best = place(key, &c).unwrap();
+            // far above 1.25 × the mean (0.1), but at most half busy: it keeps its keys
+            let mut loads = vec![0.0; 4];
+            loads[best] = LOAD_FLOOR;
+            assert_eq!(place_bounded(key, &c, &loads, 1.25), Some(best));
+            loads[best] = LOAD_FLOOR + 0.05;
+            assert_ne!(place_bounded(key, &c, &loads, 1.25), Some(best));
         }
     }
 

@@ -7,18 +7,23 @@
 //!
 //! A bounded table of `slots` hashed slots: the shard with chain hash `h` (its last full block's
 //! hash, which covers every token before it) lives in slot `h mod slots`. A slot holds one
-//! [`PrefixEntry`] of [`ENTRY_BYTES`] bytes: a version byte, a flags byte, the full shard hash
-//! (a slot holding another shard is a miss, so collisions cost accuracy, never a wrong match), the
-//! pod, and the time of the write. Newest write wins; there is no delete. The pod is stored as a
-//! 64-bit hash of its id, not as an index into the table (the table's pod order changes between
-//! generations) nor as the id itself (fixed, small entries): a lookup compares it with the hashes
-//! of the pool's ids.
+//! [`PrefixEntry`] of [`ENTRY_BYTES`] bytes: a version byte, a flags byte (the *interior* flag
+//! and a 7-bit count of *moves*), the full shard hash (a slot holding another shard is a miss,
+//! so collisions cost accuracy, never a wrong match), the pod, and the time of the write. Newest
+//! write wins; there is no delete. The pod is stored as a 64-bit hash of its id, not as an
+//! index into the table (the table's pod order changes between generations) nor as the id
+//! itself (fixed, small entries): a lookup compares it with the hashes of the pool's ids.
 //!
 //! When a request is routed, every full shard of its prompt is written with the chosen pod, and
 //! each full block of its last, partial shard ([`PromptKeys`], [`record`]): a conversation's next
 //! turn extends the prompt, so its shard at that depth hashes differently but contains those
 //! blocks. Every written key but the prompt's deepest is flagged *interior*: some prompt went on
-//! past it; the flag stays while the entry is rewritten within the horizon.
+//! past it; the flag stays while the entry is rewritten within the horizon. A write that names
+//! another pod than the fresh entry did counts a *move*: an entry that moved [`COMMON_MOVES`]
+//! times (two: sent to at least three pods within the horizon) is *common* — a prefix many
+//! pods hold, like a system prompt every conversation starts with, which says nothing about
+//! where a request should go. The gateway also seeds entries ([`seed`]): the hot prefixes it
+//! warmed, on the pods it warmed them on.
 //!
 //! ## The rule ([`route_prefix`])
 //!
@@ -33,43 +38,30 @@
 //!    so in the cache the deep end goes first too. But a slot can be overwritten by a colliding
 //!    key, so a miss at depth k next to a hit at k + 1 happens; the search then settles on a
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
-//! 3. The deepest entry's pod wins when the entry is younger than the horizon, its pod is in the
-//!    pool, its load is under the bounded-load cap (`load_factor` × the pool's mean load, as
-//!    [`place_bounded`] bounds it), and the request *continues* it: the entry is the end of the
-//!    prompts that wrote it (not interior) and the request goes on past it — a conversation's
-//!    next turn, which holds its previous turn and something more. Nothing else sticks. A
-//!    branch (an interior entry the request goes on past differently: a template, a system
-//!    prompt) is held by every pod its branches went to, and a repeat (a prompt ending where the
-//!    entry ends: the same template with a short question) is what the gateway warms: both go
-//!    by step 4, where the gateway's warm-up placed them — above all on a pod that joined, whose
-//!    warm-up prefilled the templates that now place on it (the index still names the pods that
-//!    served them before the join; the gateway does not seed it yet). When the matched pod is
-//!    over the cap, the next candidates by match length would be the pods of shallower entries,
-//!    but every routed request writes all its keys, so those name the same pod nearly always;
-//!    the rule goes to step 4 rather than spend reads on them.
-//! 4. Otherwise: bounded-load rendezvous, keyed on the request's first shard's hash — the key
-//!    the gateway's warm-up places hot prefixes by, so the request goes where the gateway warmed
-//!    it — except for a branch whose first-shard pod is over the load cap: that one is keyed on
-//!    its deepest block's hash (the whole fingerprinted chain). That is the case of a system
-//!    prompt every conversation starts with: its first-shard pod takes new conversations until
-//!    it is full, then they spread. Pure "least loaded" would be the ideal for a new
-//!    conversation, but the table's loads are about a second old, so it would send every new
-//!    conversation of that second to the same pod (and so would the first-shard ranking's next
-//!    pod); rendezvous on a key unique to the conversation spreads them like a hash, the load
-//!    bound keeps the full pods out, and the conversation's next turns then stick (step 3).
-//!    Without a `load_factor` in the table there is no cap, nothing is full and branches all go
-//!    to their first-shard pod: new conversations on one system prompt collapse onto one pod as
-//!    before (only their next turns gain). `docs/routing.md` has the figures, and why telling a
-//!    universal system prompt from a group's template needs more than this index knows.
+//! 3. The deepest entry's pod wins when the entry is younger than the horizon and not common,
+//!    its pod is in the pool and under the load cap (core's [`load_cap`]: `load_factor` × the
+//!    pool's mean load, never below half busy), and the request goes on past it: a
+//!    conversation's next turn, or a new question on a template. A repeat (a prompt ending
+//!    where the entry ends) goes by step 4, where the gateway places and warms it.
+//! 4. Otherwise: bounded-load rendezvous keyed on the request's first shard past its common
+//!    ones ([`PromptKeys::key_past`]; a third binary search, over common entries, ≤ 7 reads) —
+//!    its first shard when nothing is common, which is the key the gateway places and warms hot
+//!    prefixes by, past the shards its KV model sees on several pods. A system prompt every
+//!    conversation starts with goes to one pod until that pod is full; the overflow moves it
+//!    to others, it becomes common, and from then on new conversations are keyed on their own
+//!    first shard past it: they spread like a hash, and their next turns stick (step 3).
+//!    Without a `load_factor` nothing is full, nothing moves and they collapse onto one pod.
+//!    A match on a pod over the cap goes here too: the next candidates by match length would be
+//!    the pods of shallower entries, but every routed request writes all its keys, so those name
+//!    the same pod nearly always.
 //!
-//! Measured on the shared synthetic trace (8 pods + 2, ServeGen adapters, the gateway's default
-//! table without a load factor), prewarm's token hit: this rule 0.4081, first-shard routing
-//! before it 0.4081 (the trace's requests are repeats and branches, hardly continuations);
-//! sticking at branches and repeats too 0.395 (and a joining pod's warmed templates kept going
-//! to their old pods); keying every fallback on the whole chain 0.361, with 5× the warm-up
-//! prefill (the gateway kept warming where traffic did not go); spreading every branch off a
-//! prefix two pods wrote (a "shared" flag) 0.394, as a pod join makes a template's prefix
-//! shared and its branches then scattered.
+//! Measured on the shared synthetic trace (8 pods + 2, the offline evaluator): with a shared
+//! 512-token system prompt and no adapters, prewarm's token hit went from 0.1128 (new
+//! conversations collapsed onto the system prompt's pod) to 0.38, and from 0.1934 to 0.45 with
+//! 2,048 tokens; without a system prompt it moved from 0.4094 to 0.38, the cost of sticking at
+//! branches (a template's pod changes when it overflows, and its requests follow). The
+//! figures for every scenario and policy are in `docs/evaluation.md`; `docs/routing.md` has the
+//! rule's measured variants.
 
 //! ## The horizon
 //!
@@ -88,13 +80,15 @@
 //! pods' prefix-cache counters); carrying it in the routing table is not done yet.
 
 mod entry;
+mod seed;
 
 pub use entry::{
-    pod_hash, slot_of, MemoryStore, PrefixEntry, PrefixStore, DEFAULT_SLOTS, ENTRY_BYTES,
-    ENTRY_VERSION, MAX_SLOTS,
+    pod_hash, slot_of, MemoryStore, PrefixEntry, PrefixStore, COMMON_MOVES, DEFAULT_SLOTS,
+    ENTRY_BYTES, ENTRY_VERSION, MAX_MOVES, MAX_SLOTS,
 };
+pub use seed::seed;
 
-use crate::fingerprint::{BlockChain, FingerprintConfig};
+use crate::fingerprint::{end_past_shards, BlockChain, FingerprintConfig};
 use crate::placement::{clean_load, load_cap, place, place_bounded, PlacementCandidate};
 use crate::route::serving_pods;
 use crate::wire::{RoutedPod, RoutingTable};
@@ -142,12 +136,30 @@ pub struct PromptKeys {
 
 impl PromptKeys {
     pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
+        Self::of_blocks(&chain.blocks, fingerprint)
+    }
+
+    /// The keys of a prompt of `blocks` (a hot prefix's chain, say).
+    pub fn of_blocks(blocks: &[crate::BlockHash], fingerprint: &FingerprintConfig) -> Self {
         let per_shard = fingerprint.blocks_per_shard().max(1);
         let limit = per_shard.saturating_mul(MAX_SHARDS);
         Self {
-            blocks: chain.blocks.iter().take(limit).map(|b| b.0).collect(),
+            blocks: blocks.iter().take(limit).map(|b| b.0).collect(),
             per_shard,
         }
+    }
+
+    /// The keys a placed prefix seeds ([`seed`]): its deepest full shard's end, then its last
+    /// partial shard's blocks — what a lookup of a prompt going on past the prefix reads last
+    /// (the shallower shards' ends it finds where traffic wrote them).
+    pub fn placed(&self) -> Vec<u64> {
+        let full = self.full();
+        let deepest = full.checked_sub(1).and_then(|k| self.end(k));
+        let tail = self.blocks.get(full.saturating_mul(self.per_shard)..);
+        deepest
+            .into_iter()
+            .chain(tail.unwrap_or(&[]).iter().copied())
+            .collect()
     }
 
     /// Full shards.
@@ -177,12 +189,18 @@ impl PromptKeys {
     /// The key of a prompt the index knows nothing of: its first shard's hash (the first-shard
     /// routing key, `BlockChain::routing_key`), where the gateway's warm-up places hot prefixes.
     pub fn first_shard_key(&self) -> Option<u64> {
-        let n = self.blocks.len().min(self.per_shard);
-        n.checked_sub(1).and_then(|i| self.blocks.get(i)).copied()
+        self.key_past(0)
     }
 
-    /// The key of a prompt that branches off a prefix whose pod is full: its deepest block's
-    /// hash.
+    /// The key of a prompt whose first `blocks` blocks are held by several pods (or by a full
+    /// one): the end of the first shard past them — the hash that tells this prompt's own part
+    /// apart, the first shard's end when nothing is held — or the deepest block when the prompt
+    /// ends within that shard.
+    pub fn key_past(&self, blocks: usize) -> Option<u64> {
+        end_past_shards(&self.blocks, blocks / self.per_shard, self.per_shard)
+    }
+
+    /// The prompt's deepest block's hash (its whole fingerprinted chain).
     pub fn key(&self) -> Option<u64> {
         self.blocks.last().copied()
     }
@@ -217,10 +235,17 @@ pub fn record<S: PrefixStore + ?Sized>(
             pod,
             at_ms: now_ms,
             interior: i < last || old.is_some_and(|e| e.interior),
+            moves: old.map_or(0, |e| {
+                let moved = u8::from(e.pod != pod);
+                e.moves.saturating_add(moved).min(MAX_MOVES)
+            }),
         };
         let refresh = horizon_ms / REFRESH_FRACTION;
         let same = old.is_some_and(|e| {
-            e.pod == pod && e.interior == entry.interior && now_ms.saturating_sub(e.at_ms) < refresh
+            e.pod == pod
+                && e.interior == entry.interior
+                && e.moves == entry.moves
+                && now_ms.saturating_sub(e.at_ms) < refresh
         });
         if same {
             continue;
@@ -308,6 +333,26 @@ pub fn longest_match<S: PrefixStore + ?Sized>(
     (found, reads)
 }
 
+/// Blocks of the prompt's leading full shards that the index holds as common (fresh and
+/// [`PrefixEntry::common`]), by binary search (commonness is prefix-closed: a prompt that sent
+/// shard k to a pod sent it shards < k too, so a shallower shard moved at least as often).
+fn common_blocks<S: PrefixStore + ?Sized>(
+    store: &S,
+    keys: &PromptKeys,
+    now_ms: u64,
+    horizon_ms: u64,
+    reads: &mut u32,
+) -> usize {
+    let found = deepest(keys.full(), reads, |k| {
+        keys.end(k)
+            .and_then(|h| entry_of(store, h))
+            .filter(|e| e.fresh(now_ms, horizon_ms) && e.common())
+    });
+    found.map_or(0, |(k, _)| {
+        k.saturating_add(1).saturating_mul(keys.per_shard)
+    })
+}
+
 /// A request's route by the prefix rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrefixRoute<'t> {
@@ -341,36 +386,28 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
     let cap = table
         .load_factor
         .map(|f| load_cap(loads.iter().copied(), f));
-    let (found, reads) = longest_match(store, keys);
+    let (found, mut reads) = longest_match(store, keys);
+    let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
     let sticky = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues_a_leaf())
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues && !m.entry.common())
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
-            let under_cap = match cap {
-                Some(cap) => loads.get(pod).is_some_and(|l| *l <= cap),
-                None => true,
-            };
-            under_cap.then_some((pod, m.blocks))
+            under_cap(pod).then_some((pod, m.blocks))
         });
-    let candidates: Vec<PlacementCandidate<'_>> = pool
-        .iter()
-        .map(|p| PlacementCandidate::new(&p.id, p.weight))
-        .collect();
-    let first = keys.first_shard_key().unwrap_or(key);
-    // a branch whose first-shard pod is over the load cap: the whole chain, to spread; else
-    // where the gateway warms
-    let full = |i: usize| cap.is_some_and(|cap| loads.get(i).is_none_or(|l| *l > cap));
-    let spread = found.is_some_and(|m| m.entry.fresh(now_ms, horizon_ms) && m.branches())
-        && place(first, &candidates).is_some_and(full);
-    let key = if spread { key } else { first };
-    let (chosen, matched_blocks) = match sticky {
-        Some(m) => m,
+    let (chosen, matched_blocks, key) = match sticky {
+        Some((pod, blocks)) => (pod, blocks, key),
         None => {
+            let common = common_blocks(store, keys, now_ms, horizon_ms, &mut reads);
+            let key = keys.key_past(common).unwrap_or(key);
+            let candidates: Vec<PlacementCandidate<'_>> = pool
+                .iter()
+                .map(|p| PlacementCandidate::new(&p.id, p.weight))
+                .collect();
             let placed = match table.load_factor {
                 Some(f) => place_bounded(key, &candidates, &loads, f),
                 None => place(key, &candidates),
             }?;
-            (placed, 0)
+            (placed, 0, key)
         }
     };
     let primary = pool.get(chosen).copied()?;

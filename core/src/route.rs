@@ -68,6 +68,7 @@ mod tests {
             generated_at_ms: 0,
             block_tokens: 64,
             load_factor,
+            prefixes: Vec::new(),
             pods,
         }
     }

@@ -317,7 +317,8 @@ pub struct RoutedPod {
     /// Adapters resident (or being kept resident) on the pod.
     #[serde(default)]
     pub adapters: Vec<String>,
-    /// Utilisation in [0, 1] for bounded-load placement, when known.
+    /// Utilisation in [0, 1] for bounded-load placement, when known (the gateway publishes the
+    /// share of the last minute the pod was busy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
 }
@@ -374,7 +375,27 @@ pub struct RoutingTable {
     pub load_factor: Option<f64>,
     /// Pods in the table: only pods whose first warm-up tier is done (or whose deadline passed).
     pub pods: Vec<RoutedPod>,
+    /// Hot prefixes and the pod the gateway warmed each on: filters write them into their
+    /// prefix index (`prefix::seed`) so the prefixes' next requests go there. At most
+    /// [`MAX_TABLE_PREFIXES`], each naming a pod of the table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<PlacedPrefix>,
 }
+
+/// A hot prefix the gateway warmed on a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedPrefix {
+    /// The prefix's keys in the filters' index (`prefix::PromptKeys::placed`): its deepest
+    /// full shard's end, then its last partial shard's blocks; 1 to [`MAX_PLACED_KEYS`].
+    pub keys: Vec<BlockHash>,
+    /// The id of the pod it is warm on.
+    pub pod: String,
+}
+
+/// Most placed prefixes a table carries.
+pub const MAX_TABLE_PREFIXES: usize = 1024;
+/// Most keys a placed prefix carries (a shard's blocks at the smallest block size, 8 tokens).
+pub const MAX_PLACED_KEYS: usize = 64;
 
 impl RoutingTable {
     /// Decodes, checks the version, and checks every pod strictly (see [`RoutingTable::problem`]).
@@ -401,6 +422,30 @@ impl RoutingTable {
             if !(f.is_finite() && f >= 1.0) {
                 return Some(format!("load_factor: {f}: must be a number >= 1"));
             }
+        }
+        if self.prefixes.len() > MAX_TABLE_PREFIXES {
+            return Some(format!(
+                "prefixes: {} prefixes: at most {MAX_TABLE_PREFIXES}",
+                self.prefixes.len()
+            ));
+        }
+        if let Some(i) = self
+            .prefixes
+            .iter()
+            .position(|p| p.keys.is_empty() || p.keys.len() > MAX_PLACED_KEYS)
+        {
+            return Some(format!(
+                "prefixes[{i}].keys: must be 1 to {MAX_PLACED_KEYS} keys"
+            ));
+        }
+        let ids: std::collections::BTreeSet<&str> =
+            self.pods.iter().map(|p| p.id.as_str()).collect();
+        if let Some(i) = self
+            .prefixes
+            .iter()
+            .position(|p| !ids.contains(p.pod.as_str()))
+        {
+            return Some(format!("prefixes[{i}].pod: not a pod of the table"));
         }
         self.pods
             .iter()
@@ -572,6 +617,7 @@ mod tests {
             generated_at_ms: 9,
             block_tokens: 64,
             load_factor: None,
+            prefixes: Vec::new(),
             pods: vec![RoutedPod {
                 id: "pod-a".into(),
                 address: "127.0.0.1:8001".into(),
@@ -584,5 +630,44 @@ mod tests {
         let minimal = br#"{"version":"1.0","generation":1,"block_tokens":64,"pods":[{"id":"a","address":"h:1"}]}"#;
         let m = RoutingTable::decode(minimal).unwrap();
         assert_eq!(m.pods[0].weight, 1.0);
+    }
+
+    #[test]
+    fn placed_prefixes_round_trip_and_must_name_a_pod_of_the_table() {
+        let mut t = RoutingTable::decode(
+            br#"{"version":"1.0","generation":1,"block_tokens":64,"pods":[{"id":"a","address":"h:1"}]}"#,
+        )
+        .unwrap();
+        t.prefixes = vec![PlacedPrefix {
+            keys: vec![BlockHash(u64::MAX), BlockHash(3)],
+            pod: "a".into(),
+        }];
+        assert_eq!(RoutingTable::decode(&t.encode()).unwrap(), t);
+        t.prefixes[0].pod = "b".into();
+        assert_eq!(
+            RoutingTable::decode(&t.encode()),
+            Err(WireError::Malformed(
+                "prefixes[0].pod: not a pod of the table".into()
+            ))
+        );
+        t.prefixes[0].pod = "a".into();
+        t.prefixes[0].keys.clear();
+        assert_eq!(
+            RoutingTable::decode(&t.encode()),
+            Err(WireError::Malformed(
+                "prefixes[0].keys: must be 1 to 64 keys".into()
+            ))
+        );
+        t.prefixes = vec![
+            PlacedPrefix {
+                keys: vec![BlockHash(1)],
+                pod: "a".into(),
+            };
+            MAX_TABLE_PREFIXES + 1
+        ];
+        assert!(matches!(
+            RoutingTable::decode(&t.encode()),
+            Err(WireError::Malformed(m)) if m.starts_with("prefixes: 1025 prefixes")
+        ));
     }
 }

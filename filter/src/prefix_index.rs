@@ -3,12 +3,33 @@
 //! are plain sets (newest wins, as the index wants; no compare-and-swap), reads are gets; a
 //! missing or unreadable value is a miss, and every refused write is counted in
 //! `prewarm.prefix.write_failures`. Memory: `prefix_slots` × 26 bytes of values plus Envoy's
-//! per-key overhead, per proxy.
+//! per-key overhead, per proxy. A table the root adopts seeds the index with its placed
+//! prefixes ([`seed_from_table`], core's `prefix::seed`).
 
-use prewarm_core::prefix::{PrefixStore, ENTRY_BYTES};
+use prewarm_core::prefix::{seed, PrefixStore, ENTRY_BYTES};
+use prewarm_core::wire::RoutingTable;
 
-use crate::host::Host;
+use crate::host::{Host, Metric};
 use crate::shared::Keys;
+use crate::worker::Worker;
+
+/// Writes `table`'s placed prefixes into the index (refused writes counted).
+pub fn seed_from_table<H: Host + ?Sized>(host: &H, worker: &Worker, table: &RoutingTable) {
+    if table.prefixes.is_empty() {
+        return;
+    }
+    let config = &worker.config;
+    let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
+    let refused = seed(
+        &mut store,
+        &table.prefixes,
+        host.now_ms(),
+        config.prefix_horizon_ms,
+    );
+    if refused > 0 {
+        host.count(Metric::PrefixWriteFailures, refused);
+    }
+}
 
 /// The slots of one configured prefix, read and written through `host`.
 pub struct SharedPrefixStore<'a, H: Host + ?Sized> {

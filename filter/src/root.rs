@@ -12,6 +12,7 @@ use prewarm_core::wire::{RoutingTable, SignalBatch};
 
 use crate::host::{Host, Level, Metric};
 use crate::observe::fold_tally;
+use crate::prefix_index::seed_from_table;
 use crate::routing::TableStamp;
 use crate::shared::{read_u64, update};
 use crate::worker::Worker;
@@ -226,6 +227,7 @@ impl RootTasks {
                         let _ = host.shared_set(&keys.generation(), &stamp.to_bytes(), None);
                         host.count(Metric::TableUpdates, 1);
                         host.gauge(Metric::TableGeneration, table.generation);
+                        seed_from_table(host, worker, &table);
                         worker.table.install(table.generation, table);
                         host.count(Metric::TableAdopted, 1);
                     }

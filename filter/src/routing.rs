@@ -209,6 +209,7 @@ mod tests {
             generated_at_ms: 0,
             block_tokens: 64,
             load_factor: None,
+            prefixes: Vec::new(),
             pods,
         }
     }

@@ -198,6 +198,7 @@ fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: 64,
         load_factor: None,
+        prefixes: Vec::new(),
         pods: pods
             .iter()
             .map(|(id, address, adapters)| RoutedPod {
@@ -668,4 +669,75 @@ fn the_user_comes_only_from_the_configured_trusted_source() {
     let signals = queued(&host);
     assert_eq!(signals.len(), 1);
     assert!(matches!(&signals[0], Signal::Prefill(p) if p.tenant.is_none()));
+}
+
+/// A question long enough to fill blocks of its own.
+fn question(tag: &str) -> String {
+    (0..40).map(|i| format!("{tag} {i} ")).collect()
+}
+
+/// The pod a routed request's endpoint header names first.
+fn routed_to(host: &FakeHost) -> String {
+    let value = host.header("x-gateway-destination-endpoint").unwrap();
+    let value = String::from_utf8(value).unwrap();
+    value.split(',').next().unwrap().to_string()
+}
+
+#[test]
+fn an_adopted_table_seeds_the_index_with_its_placed_prefixes() {
+    use prewarm_core::prefix::PromptKeys;
+    use prewarm_core::wire::PlacedPrefix;
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut t = table(&[
+        ("p1", "127.0.0.1:1001", &[]),
+        ("p2", "127.0.0.1:1002", &[]),
+        ("p3", "127.0.0.1:1003", &[]),
+    ]);
+    worker.table.install(7, t.clone());
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[],
+        &chat_body("m", &template(), &question("first")),
+    );
+    let first = routed_to(&host);
+    // the next question on the same template sticks to where the first one went
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[],
+        &chat_body("m", &template(), &question("second")),
+    );
+    assert_eq!(routed_to(&host), first);
+    // the gateway warmed the template elsewhere and places it there in the next table
+    let fp = FingerprintConfig::default();
+    let canonical = |q: &str| format!("<|system|>\n{}\n<|user|>\n{q}\n", template());
+    let a = BlockChain::of("m", canonical(&question("first")).as_bytes(), &fp);
+    let b = BlockChain::of("m", canonical(&question("third")).as_bytes(), &fp);
+    let shared = prewarm_core::fingerprint::common_prefix_len(&a.blocks, &b.blocks);
+    let keys = PromptKeys::of_blocks(&a.blocks[..shared], &fp).placed();
+    let warmed = t.pods.iter().find(|p| p.address != first).unwrap().clone();
+    t.generation = 8;
+    t.prefixes = vec![PlacedPrefix {
+        keys: keys.into_iter().map(prewarm_core::BlockHash).collect(),
+        pod: warmed.id.clone(),
+    }];
+    let mut root = RootTasks::default();
+    root.on_tick(&host, &worker);
+    let get = host.take_calls().pop().unwrap();
+    let body = t.encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(&host, &worker, get.token, body.len());
+    assert_eq!(worker.table.generation(), Some(8));
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[],
+        &chat_body("m", &template(), &question("third")),
+    );
+    assert_eq!(routed_to(&host), warmed.address);
 }

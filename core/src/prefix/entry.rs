@@ -15,6 +15,13 @@ pub const DEFAULT_SLOTS: u32 = 16_384;
 pub const MAX_SLOTS: u32 = 1 << 20;
 
 const FLAG_INTERIOR: u8 = 1;
+/// The flags byte's other 7 bits count the entry's moves.
+const MOVES_SHIFT: u8 = 1;
+/// Moves that make an entry common: sent to at least three pods within its horizon. See the
+/// parent module's docs.
+pub const COMMON_MOVES: u8 = 2;
+/// Most moves an entry counts.
+pub const MAX_MOVES: u8 = 0x7f;
 /// Domain seed of pod-id hashes ("prewarmp").
 const POD_SEED: u64 = 0x7072_6577_6172_6d70;
 
@@ -40,6 +47,9 @@ pub struct PrefixEntry {
     pub at_ms: u64,
     /// A prompt went on past it (it is not the end of every prompt that wrote it).
     pub interior: bool,
+    /// Times it was written with another pod than the one it named while fresh (saturating at
+    /// [`MAX_MOVES`]): a prefix sent to several pods.
+    pub moves: u8,
 }
 
 impl PrefixEntry {
@@ -47,7 +57,7 @@ impl PrefixEntry {
         let mut out = [0u8; ENTRY_BYTES];
         let parts: [&[u8]; 5] = [
             &[ENTRY_VERSION],
-            &[if self.interior { FLAG_INTERIOR } else { 0 }],
+            &[u8::from(self.interior) | (self.moves.min(MAX_MOVES) << MOVES_SHIFT)],
             &self.shard.to_le_bytes(),
             &self.pod.to_le_bytes(),
             &self.at_ms.to_le_bytes(),
@@ -73,10 +83,16 @@ impl PrefixEntry {
         };
         Some(Self {
             interior: bytes.get(1).is_some_and(|f| f & FLAG_INTERIOR != 0),
+            moves: bytes.get(1).map_or(0, |f| f >> MOVES_SHIFT),
             shard: word(2)?,
             pod: word(10)?,
             at_ms: word(18)?,
         })
+    }
+
+    /// Whether the prefix was sent to several pods: moved at least [`COMMON_MOVES`] times.
+    pub fn common(&self) -> bool {
+        self.moves >= COMMON_MOVES
     }
 
     /// Whether it is younger than `horizon_ms` at `now_ms` (a write from a clock ahead of this

@@ -24,6 +24,7 @@ fn table(n: usize, load_factor: Option<f64>) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: 64,
         load_factor,
+        prefixes: Vec::new(),
         pods: (0..n)
             .map(|i| pod(&format!("pod-{i}"), Some(0.2)))
             .collect(),
@@ -57,8 +58,14 @@ fn entries_round_trip_and_refuse_other_bytes() {
         pod: pod_hash("pod-1"),
         at_ms: 99,
         interior: true,
+        moves: 5,
     };
     assert_eq!(PrefixEntry::decode(&e.encode()), Some(e));
+    let saturated = PrefixEntry {
+        moves: MAX_MOVES,
+        ..e
+    };
+    assert_eq!(PrefixEntry::decode(&saturated.encode()), Some(saturated));
     let mut other = e.encode();
     other[0] = 2;
     assert_eq!(PrefixEntry::decode(&other), None);
@@ -187,75 +194,76 @@ fn an_overloaded_matched_pod_is_left() {
 }
 
 #[test]
-fn a_branch_whose_first_shard_pod_is_full_spreads_by_its_own_chain() {
-    let mut t = table(4, Some(1.25));
-    let system = prompt(4_096, 0, 0);
-    let a = prompt(4_096, 1, 3_000);
-    let (placed, _) = rendezvous_and_other(&t, &a);
+fn a_branch_sticks_to_its_prefixs_pod_until_the_prefix_is_common() {
+    // a template (one shard) another conversation went on past: a branch off it sticks to
+    // that pod, not to where its first shard would place it
+    let t = table(4, None);
+    let a = prompt(2_048, 1, 3_000);
+    let (_, other) = rendezvous_and_other(&t, &a);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    // the system prompt alone, then conversation 1 past it, on the first-shard pod
-    record(&mut store, &system, &placed, 0, HORIZON);
-    let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
-    assert_eq!(r.primary.id, placed, "a continuation sticks");
-    record(&mut store, &a, &placed, 1, HORIZON);
-    // conversation 2 branches off the system prompt: to its first-shard pod while it has room
-    let b = prompt(4_096, 2, 3_000);
-    let r = route_prefix(&t, "m", &b, &store, 2, HORIZON).unwrap();
-    assert_eq!(
-        (r.primary.id.as_str(), r.matched_blocks),
-        (placed.as_str(), 0)
-    );
-    // that pod full: spread by the conversation's own chain (bounded-load rendezvous)
-    for p in &mut t.pods {
-        if p.id == placed {
-            p.load = Some(0.9);
-        }
+    record(&mut store, &a, &other, 0, HORIZON);
+    let b = prompt(2_048, 2, 3_000);
+    let r = route_prefix(&t, "m", &b, &store, 1, HORIZON).unwrap();
+    assert_eq!(r.primary.id, other);
+    assert!(r.matched_blocks >= 8, "matched {}", r.matched_blocks);
+    // sent to two more pods (two moves): common, so no pod is where it lives any more
+    let ids: Vec<String> = t.pods.iter().map(|p| p.id.clone()).collect();
+    let movers: Vec<&String> = ids.iter().filter(|id| **id != other).take(2).collect();
+    for (i, id) in movers.iter().enumerate() {
+        record(&mut store, &a, id, 2 + i as u64, HORIZON);
     }
-    let candidates: Vec<PlacementCandidate<'_>> = t
-        .pods
-        .iter()
-        .map(|p| PlacementCandidate::new(&p.id, 1.0))
-        .collect();
-    let loads: Vec<f64> = t.pods.iter().map(|p| p.load.unwrap()).collect();
-    let mut spread = std::collections::BTreeSet::new();
-    for conv in 2..40 {
-        let b = prompt(4_096, conv, 3_000);
-        let r = route_prefix(&t, "m", &b, &store, 2, HORIZON).unwrap();
-        let want = place_bounded(b.key().unwrap(), &candidates, &loads, 1.25).unwrap();
-        assert_eq!(r.primary.id, t.pods[want].id);
-        spread.insert(r.primary.id.clone());
-    }
-    assert_eq!(spread.len(), 3, "{spread:?}");
-    // conversation 1's next turn still sticks (its pod is full: it is left, by its first shard)
-    for p in &mut t.pods {
-        p.load = Some(0.2);
-    }
-    let r = route_prefix(&t, "m", &prompt(4_096, 1, 3_900), &store, 2, HORIZON).unwrap();
-    assert_eq!(r.primary.id, placed);
-    assert!(r.matched_blocks > 0);
+    let r = route_prefix(&t, "m", &b, &store, 5, HORIZON).unwrap();
+    assert_eq!(r.matched_blocks, 0);
+    let past = b.key_past(8).unwrap();
+    assert_eq!(r.key, past);
+    assert_eq!(r.primary.id, rendezvous(&t, past));
 }
 
 #[test]
-fn a_branch_off_a_template_or_a_repeat_goes_where_its_first_shard_is_placed() {
-    // after a pod joined, the gateway warms a template on the pod its first shard now places
-    // on; the requests that repeat it or continue it differently go there, not to the old pod
-    let t = table(4, None);
-    let a = prompt(4_096, 1, 3_000);
-    let (placed, other) = rendezvous_and_other(&t, &a);
+fn a_prompt_past_a_common_system_prompt_is_placed_by_its_own_shards() {
+    // a system prompt of two shards sent to three pods: new conversations are keyed
+    // on their first shard past it, so they spread, and do so where the gateway places them
+    let t = table(8, None);
+    let system = prompt(4_096, 0, 0);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    record(&mut store, &a, &other, 0, HORIZON);
-    let b = prompt(4_096, 2, 3_000);
-    let r = route_prefix(&t, "m", &b, &store, 1, HORIZON).unwrap();
-    assert_eq!(
-        (r.primary.id.as_str(), r.matched_blocks),
-        (placed.as_str(), 0)
-    );
-    assert_eq!(r.primary.id, rendezvous(&t, b.first_shard_key().unwrap()));
-    let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
-    assert_eq!(
-        (r.primary.id.as_str(), r.matched_blocks),
-        (placed.as_str(), 0)
-    );
+    for (i, p) in t.pods.iter().take(3).enumerate() {
+        record(&mut store, &system, &p.id, i as u64, HORIZON);
+    }
+    let mut spread = std::collections::BTreeSet::new();
+    for conv in 1..60 {
+        let b = prompt(4_096, conv, 3_000);
+        let r = route_prefix(&t, "m", &b, &store, 10, HORIZON).unwrap();
+        assert_eq!(r.matched_blocks, 0);
+        let past = b.key_past(16).unwrap();
+        assert_ne!(past, b.first_shard_key().unwrap());
+        assert_eq!(r.key, past);
+        assert_eq!(r.primary.id, rendezvous(&t, past));
+        spread.insert(r.primary.id.clone());
+    }
+    assert!(spread.len() >= 6, "{spread:?}");
+    // with the system prompt on one pod only, it is not common: they all go to that pod
+    let mut single = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut single, &system, &t.pods[5].id, 0, HORIZON);
+    for conv in 1..20 {
+        let r = route_prefix(&t, "m", &prompt(4_096, conv, 3_000), &single, 1, HORIZON).unwrap();
+        assert_eq!(r.primary.id, t.pods[5].id);
+    }
+}
+
+#[test]
+fn an_entry_counts_the_pods_it_moved_to_while_fresh() {
+    let keys = prompt(1_024, 0, 0);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    let moves = |store: &MemoryStore| longest_match(store, &keys).0.map(|m| m.entry.moves);
+    record(&mut store, &keys, "pod-0", 0, HORIZON);
+    record(&mut store, &keys, "pod-0", 10, HORIZON);
+    assert_eq!(moves(&store), Some(0));
+    record(&mut store, &keys, "pod-1", 20, HORIZON);
+    record(&mut store, &keys, "pod-2", 30, HORIZON);
+    assert_eq!(moves(&store), Some(2));
+    // stale: a new write starts over
+    record(&mut store, &keys, "pod-3", 30 + HORIZON, HORIZON);
+    assert_eq!(moves(&store), Some(0));
 }
 
 /// A memory store that counts writes.
@@ -363,4 +371,55 @@ proptest! {
         // first-shard fallback places it, where it went the first time too)
         prop_assert_eq!(again.primary.id.clone(), first);
     }
+}
+
+#[test]
+fn a_seeded_prefix_takes_its_branches_to_the_warmed_pod() {
+    // a template served on one pod; the gateway warmed it on another and seeds the index
+    let t = table(4, None);
+    let template = prompt(2_048, 0, 0);
+    let a = prompt(2_048, 1, 3_000);
+    let (_, old) = rendezvous_and_other(&t, &a);
+    let warmed = t.pods.iter().find(|p| p.id != old).unwrap().id.clone();
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &a, &old, 0, HORIZON);
+    let b = prompt(2_048, 2, 3_000);
+    assert_eq!(
+        route_prefix(&t, "m", &b, &store, 1, HORIZON)
+            .unwrap()
+            .primary
+            .id,
+        old
+    );
+    let placed = [crate::wire::PlacedPrefix {
+        keys: template
+            .placed()
+            .into_iter()
+            .map(crate::BlockHash)
+            .collect(),
+        pod: warmed.clone(),
+    }];
+    assert_eq!(seed(&mut store, &placed, 2, HORIZON), 0);
+    let r = route_prefix(&t, "m", &b, &store, 3, HORIZON).unwrap();
+    assert_eq!(r.primary.id, warmed);
+    assert!(r.matched_blocks >= 8);
+    // the seed is not a move: the prefix does not become common by being placed
+    let (found, _) = longest_match(&store, &b);
+    assert_eq!(found.map(|m| m.entry.moves), Some(0));
+}
+
+#[test]
+fn an_unchanged_seed_costs_no_write() {
+    let template = prompt(2_048, 0, 0);
+    let placed = [crate::wire::PlacedPrefix {
+        keys: vec![crate::BlockHash(template.key().unwrap())],
+        pod: "pod-1".into(),
+    }];
+    let mut store = Counting(MemoryStore::new(DEFAULT_SLOTS), 0);
+    seed(&mut store, &placed, 0, HORIZON);
+    seed(&mut store, &placed, 10, HORIZON);
+    assert_eq!(store.1, 1);
+    // older than the refresh interval: rewritten, so it stays fresh
+    seed(&mut store, &placed, HORIZON / REFRESH_FRACTION + 1, HORIZON);
+    assert_eq!(store.1, 2);
 }

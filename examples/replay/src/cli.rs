@@ -117,6 +117,9 @@ pub struct OfflineArgs {
     /// other tiers' (the gateway's `pods.gold_pool_share`; 0: one pool), in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub gold_pool_share: f64,
+    /// `prewarm`'s bounded-load factor (the gateway's `routing.load_factor`; 0: no bound).
+    #[arg(long, default_value_t = 1.25)]
+    pub load_factor: f64,
     /// `N@Ts`: N cold pods join at T seconds (repeatable).
     #[arg(long = "add-pods")]
     pub add_pods: Vec<String>,
@@ -225,6 +228,12 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
             args.gold_pool_share
         ));
     }
+    if !(args.load_factor == 0.0 || (1.0..=100.0).contains(&args.load_factor)) {
+        return Err(format!(
+            "--load-factor: {}: must be 0 (no bound) or in [1, 100]",
+            args.load_factor
+        ));
+    }
     let mut events = Vec::new();
     for v in &args.add_pods {
         let (count, at_s) = parse_at("--add-pods", v)?;
@@ -250,6 +259,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         adapter_rank: args.adapter_rank,
         adapter_replicas: args.adapter_replicas,
         gold_pool_share: args.gold_pool_share,
+        load_factor: (args.load_factor > 0.0).then_some(args.load_factor),
     };
     let setup = Setup {
         trace: &trace,

@@ -40,6 +40,51 @@ pub struct PolicyReport {
     pub new_pod_requests: usize,
     /// Token hit ratio of those requests (cold misses on new pods show here).
     pub new_pod_token_hit_ratio: Option<f64>,
+    /// The most requests one pod received in a minute over the mean of the pods up in that
+    /// minute, the highest over the run's whole minutes ([`peak_minute_load`]).
+    pub peak_minute_load: Option<f64>,
+}
+
+/// The highest, over the whole minutes of the run, of the most requests one pod received in
+/// that minute over the mean of the pods up in it: pods with no join or restart event, pods
+/// whose first event came before the minute, and pods that served a request before it.
+pub fn peak_minute_load(outcomes: &[Outcome], windows: &[Vec<f64>]) -> Option<f64> {
+    let end = outcomes.iter().map(|o| o.arrival_s).fold(0.0, f64::max);
+    let minutes = (end / 60.0).floor() as usize;
+    let mut first_served = vec![f64::INFINITY; windows.len()];
+    let mut counts = vec![vec![0u32; windows.len()]; minutes];
+    for o in outcomes {
+        if let Some(f) = first_served.get_mut(o.pod) {
+            *f = f.min(o.arrival_s);
+        }
+        let m = (o.arrival_s / 60.0).floor() as usize;
+        if let Some(c) = counts.get_mut(m).and_then(|c| c.get_mut(o.pod)) {
+            *c += 1;
+        }
+    }
+    let mut peak: Option<f64> = None;
+    for (m, per_pod) in counts.iter().enumerate() {
+        let start = m as f64 * 60.0;
+        let up: Vec<u32> = per_pod
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| {
+                windows
+                    .get(*p)
+                    .is_some_and(|w| w.first().is_none_or(|e| *e <= start))
+                    || first_served.get(*p).is_some_and(|f| *f < start)
+            })
+            .map(|(_, c)| *c)
+            .collect();
+        let total: u32 = up.iter().sum();
+        if up.is_empty() || total == 0 {
+            continue;
+        }
+        let mean = f64::from(total) / up.len() as f64;
+        let most = up.iter().copied().max().map_or(0.0, f64::from);
+        peak = Some(peak.map_or(most / mean, |p: f64| p.max(most / mean)));
+    }
+    peak
 }
 
 /// Nearest-rank percentile `p` (0..100) of `values` (sorted in place).
@@ -117,6 +162,7 @@ pub fn summarize(
             None
         },
         steady_ttft_p95_ms: percentile(&mut steady, 95.0),
+        peak_minute_load: peak_minute_load(outcomes, windows),
     }
 }
 
@@ -155,6 +201,35 @@ pub fn series(outcomes: &[Outcome], bucket_s: f64) -> Vec<SeriesPoint> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn served(pod: usize, arrival_s: f64) -> Outcome {
+        Outcome {
+            request: 0,
+            arrival_s,
+            pod,
+            prompt_tokens: 1,
+            cached_tokens: 0,
+            ttft_s: 0.1,
+            adapter_hit: None,
+            gold: false,
+        }
+    }
+
+    #[test]
+    fn the_peak_minute_load_counts_idle_pods_that_are_up() {
+        // minute 0: pod 0 takes 3, pod 1 takes 1, pod 2 (joins at 60 s) is not up: 3 / 2
+        // minute 1: pod 0 takes 2, pods 1 and 2 nothing: 2 / (2/3) = 3
+        let mut o = vec![
+            served(0, 1.0),
+            served(0, 2.0),
+            served(0, 3.0),
+            served(1, 4.0),
+        ];
+        o.extend([served(0, 61.0), served(0, 62.0), served(1, 125.0)]);
+        let windows = vec![vec![], vec![], vec![60.0]];
+        assert_eq!(peak_minute_load(&o, &windows), Some(3.0));
+        assert_eq!(peak_minute_load(&o[..4], &windows), None, "no whole minute");
+    }
 
     fn o(arrival_s: f64, pod: usize, ttft_s: f64) -> Outcome {
         Outcome {

@@ -22,7 +22,7 @@ fn f(v: Option<f64>, digits: usize) -> String {
 }
 
 /// Column headers of the text table, and the cells of one row, in the same order.
-const HEADERS: [&str; 12] = [
+const HEADERS: [&str; 13] = [
     "policy",
     "tok_hit",
     "p50_ms",
@@ -35,10 +35,11 @@ const HEADERS: [&str; 12] = [
     "new_p95_ms",
     "steady_p95",
     "new_hit",
+    "peak_min",
 ];
 
 /// Markdown headers, same order as [`HEADERS`].
-const MD_HEADERS: [&str; 12] = [
+const MD_HEADERS: [&str; 13] = [
     "policy",
     "token hit",
     "TTFT p50 ms",
@@ -51,9 +52,10 @@ const MD_HEADERS: [&str; 12] = [
     "new pods' first-5-min TTFT p95 ms",
     "steady TTFT p95 ms",
     "new pods' token hit",
+    "peak minute load",
 ];
 
-fn cells(p: &PolicyReport) -> [String; 12] {
+fn cells(p: &PolicyReport) -> [String; 13] {
     [
         p.policy.clone(),
         f(p.token_hit_ratio, 4),
@@ -68,6 +70,7 @@ fn cells(p: &PolicyReport) -> [String; 12] {
         f(p.new_pod_ttft_p95_ms, 1),
         f(p.steady_ttft_p95_ms, 1),
         f(p.new_pod_token_hit_ratio, 4),
+        f(p.peak_minute_load, 2),
     ]
 }
 

@@ -24,6 +24,8 @@ pub struct FleetSpec {
     pub adapter_replicas: usize,
     /// Share of the pods serving gold tenants' adapters (the gateway's `gold_pool_share`).
     pub gold_pool_share: f64,
+    /// The prewarm policy's bounded-load factor (the gateway's `routing.load_factor`).
+    pub load_factor: Option<f64>,
 }
 
 /// Something that happens to the fleet.

@@ -25,6 +25,7 @@ fn spec(pods: usize) -> FleetSpec {
         adapter_rank: 16,
         adapter_replicas: 2,
         gold_pool_share: 0.0,
+        load_factor: Some(1.25),
     }
 }
 

@@ -18,6 +18,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         adapter_rank: 16,
         adapter_replicas: 2,
         gold_pool_share: 0.0,
+        load_factor: Some(1.25),
     }
 }
 
@@ -53,10 +54,15 @@ fn a_repeated_prefix_hits_after_the_first_request() {
     for pods in [1, 4] {
         let runs = run(&trace, &assignment, &fleet(pods, 4096), &[]);
         for r in &runs {
-            if r.policy == "round_robin" && pods > 1 {
-                // each pod misses once, then hits
+            if (r.policy == "round_robin" || r.policy == "prewarm") && pods > 1 {
+                // each pod misses once, then hits; prewarm's bounded load (no pod takes more
+                // than 1.25 × the mean of a minute's requests) spreads a prompt that is the
+                // fleet's whole traffic
                 let misses = r.outcomes.iter().filter(|o| o.cached_tokens == 0).count();
-                assert_eq!(misses, pods, "{}", r.policy);
+                assert!(misses <= pods, "{}: {misses}", r.policy);
+                for o in r.outcomes.iter().filter(|o| o.cached_tokens > 0) {
+                    assert_eq!(o.cached_tokens, 1520, "{} request {}", r.policy, o.request);
+                }
                 continue;
             }
             let first = &r.outcomes[0];
@@ -186,7 +192,12 @@ fn a_scale_up_without_warm_up_misses_cold_where_prewarm_does_not() {
         cold_after_scale_up("first_shard_affinity")
     );
     assert!(on_new_pods("first_shard_affinity") > 0 && on_new_pods("prewarm") > 0);
-    assert_eq!(cold_after_scale_up("prewarm"), 0);
+    // prewarm's bounded load may send a template over its pod's share elsewhere cold once
+    assert!(
+        cold_after_scale_up("prewarm") <= 1,
+        "prewarm: {}",
+        cold_after_scale_up("prewarm")
+    );
     let warm = runs
         .iter()
         .find(|r| r.policy == "prewarm")

@@ -57,6 +57,7 @@ fn spec() -> FleetSpec {
         adapter_rank: 16,
         adapter_replicas: 2,
         gold_pool_share: 0.0,
+        load_factor: Some(1.25),
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
+use prewarm_core::wire::{PlacedPrefix, RoutedPod, RoutingTable, MAX_TABLE_PREFIXES, WIRE_VERSION};
 use serde::{Deserialize, Serialize};
 
 use super::rules::Problems;
@@ -27,7 +27,7 @@ pub struct RoutingConfig {
 impl Default for RoutingConfig {
     fn default() -> Self {
         Self {
-            load_factor: None,
+            load_factor: Some(1.25),
             load_step: 0.05,
         }
     }
@@ -80,6 +80,7 @@ impl RoutingTableBuilder {
                 generated_at_ms: 0,
                 block_tokens,
                 load_factor: config.load_factor,
+                prefixes: Vec::new(),
                 pods: Vec::new(),
             },
             config,
@@ -159,6 +160,24 @@ impl RoutingTableBuilder {
         self.table.generation = self.table.generation.saturating_add(1);
         self.table.generated_at_ms = now_ms;
         self.built = true;
+        true
+    }
+}
+
+impl RoutingTableBuilder {
+    /// Sets the table's placed prefixes (those naming a pod the table does not list are left
+    /// out); returns whether they changed (and the generation with them).
+    pub fn place_prefixes(&mut self, prefixes: &[PlacedPrefix], now_ms: u64) -> bool {
+        let ids: std::collections::BTreeSet<&str> =
+            self.table.pods.iter().map(|p| p.id.as_str()).collect();
+        let listed = |p: &&PlacedPrefix| ids.contains(p.pod.as_str());
+        let kept = prefixes.iter().filter(listed).take(MAX_TABLE_PREFIXES);
+        if kept.clone().eq(self.table.prefixes.iter()) {
+            return false;
+        }
+        self.table.prefixes = kept.cloned().collect();
+        self.table.generation = self.table.generation.saturating_add(1);
+        self.table.generated_at_ms = now_ms;
         true
     }
 }

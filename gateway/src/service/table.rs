@@ -25,6 +25,7 @@ impl PublishedTable {
             generated_at_ms: 0,
             block_tokens: prewarm_core::FingerprintConfig::default().block_tokens,
             load_factor: None,
+            prefixes: Vec::new(),
             pods: Vec::new(),
         })
     }

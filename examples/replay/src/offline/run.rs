@@ -235,7 +235,8 @@ pub fn evaluate(
                     },
                     spec.adapter_replicas,
                 )
-                .with_gold_pool_share(spec.gold_pool_share);
+                .with_gold_pool_share(spec.gold_pool_share)
+                .with_load_factor(spec.load_factor);
                 let adapters = adapters.clone();
                 let tiers = tiers.clone();
                 Box::new(move |fleet| {

@@ -65,7 +65,7 @@ impl Fleet {
             .saturating_add(self.config.warmup.second_tier);
         let scopes = self.adapter_scopes(&candidates, now_ms);
         let mut counts = vec![(0u64, 0u64); candidates.len()];
-        for hot in self.pool.hot_prefixes(limit, &self.config.fingerprint) {
+        for hot in self.hot_prefixes(limit) {
             let among = candidates_for(hot.key.model, &candidates, &scopes);
             let Some(c) = place(hot.routing_key.0, among).and_then(|i| among.get(i)) else {
                 continue;

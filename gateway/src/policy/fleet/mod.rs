@@ -19,10 +19,12 @@
 //!   ([`Fleet::take_notes`]).
 
 mod action;
+mod busy;
 mod keep_warm;
 mod placement;
 mod planning;
 mod pod;
+mod prefix_placement;
 mod signals;
 mod steps;
 #[cfg(test)]
@@ -112,6 +114,8 @@ pub struct Fleet {
     /// Requests served per registered adapter, over [`placement::DEMAND_WINDOW_MS`].
     demand: BTreeMap<String, RateWindow>,
     next_keep_warm_ms: u64,
+    /// The hot prefixes the table places (see [`prefix_placement`]), as of the last keep-warm.
+    placed_prefixes: Vec<prewarm_core::wire::PlacedPrefix>,
     notes: Vec<Note>,
     /// Every action returned with the time of the input that returned it, when journaling is
     /// on (to compare two drivers' decisions).
@@ -136,6 +140,7 @@ impl Fleet {
             placement: Placement::default(),
             demand: BTreeMap::new(),
             next_keep_warm_ms: 0,
+            placed_prefixes: Vec::new(),
             notes: Vec::new(),
             journal: None,
             now_ms,
@@ -261,6 +266,7 @@ impl Fleet {
             if let (Some(b), Some(n)) = (l.block_size, l.num_gpu_blocks) {
                 pod.kv.set_geometry(b, n as u64);
             }
+            pod.busy.observe(l.requests(), now_ms);
             pod.load = l;
         }
         let change = if ok {
@@ -353,13 +359,17 @@ impl Fleet {
                 id: &p.shape.id,
                 address: &p.shape.address,
                 weight: p.shape.weight,
-                load: Some(p.load.kv_usage),
+                load: Some(p.busy.share(now_ms)),
                 adapters: listed_adapters(p, registry, &pools, placement),
                 routable: p.routable(now_ms),
             })
             .collect();
         let first = self.routing.table().generated_at_ms == 0;
-        self.routing.build(&routes, now_ms) || first
+        let pods_changed = self.routing.build(&routes, now_ms);
+        let placed = std::mem::take(&mut self.placed_prefixes);
+        let placed_changed = self.routing.place_prefixes(&placed, now_ms);
+        self.placed_prefixes = placed;
+        pods_changed || placed_changed || first
     }
 
     /// The once-a-[`TICK_MS`] work: the warm-ups' next steps; keep-warm when its period is
@@ -371,6 +381,7 @@ impl Fleet {
         self.refresh_placement(keep_warm_due, now_ms);
         if keep_warm_due {
             actions.extend(self.keep_warm(now_ms));
+            self.placed_prefixes = self.placed_prefixes(now_ms);
             self.next_keep_warm_ms = now_ms.saturating_add(self.config.keep_warm_period_ms.max(1));
         }
         self.rebuild_table(now_ms);

@@ -51,9 +51,7 @@ impl Fleet {
             .into_iter()
             .map(|(_, _, n)| n.to_string())
             .collect();
-        let hot = self
-            .pool
-            .hot_prefixes(self.config.warmup.max_candidates, &self.config.fingerprint);
+        let hot = self.hot_prefixes(self.config.warmup.max_candidates);
         let scopes = self.adapter_scopes(&candidates, now_ms);
         Some(plan_warmup_scoped(
             pod_id,

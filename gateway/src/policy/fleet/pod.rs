@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::busy::BusyShare;
 use crate::policy::lora::LoraSlots;
 use crate::policy::warmup::WarmupStatus;
 use crate::policy::{KvConfig, KvResidency, LoraConfig, LoraResidency, WarmupProgress};
@@ -36,6 +37,14 @@ pub struct PodLoad {
     pub prefix_cache_queries: Option<u64>,
     /// `vllm:prefix_cache_hits_total`: prompt tokens served from it.
     pub prefix_cache_hits: Option<u64>,
+}
+
+impl PodLoad {
+    /// Requests on the pod, running and queued (`vllm:num_requests_running` +
+    /// `vllm:num_requests_waiting`).
+    pub fn requests(&self) -> u64 {
+        self.running.saturating_add(self.waiting)
+    }
 }
 
 /// What the core needs to know of a pod to place and warm on it.
@@ -107,6 +116,8 @@ pub struct FleetPod {
     /// Modelled minus observed prefix-cache hit ratio over the last [`KV_GAP_WINDOW`] scrapes;
     /// `None` before both saw traffic in such a window.
     pub kv_hit_gap: Option<f64>,
+    /// The share of the last minute it was busy: the routing table's load.
+    pub busy: BusyShare,
 }
 
 /// Scrapes an excess of computed tokens must last before the model ages by it. Served records
@@ -175,6 +186,7 @@ impl FleetPod {
             warmup: PodWarmup::default(),
             kv_counters: KvReconciliation::default(),
             kv_hit_gap: None,
+            busy: BusyShare::default(),
         }
     }
 
@@ -250,6 +262,7 @@ impl FleetPod {
         self.epoch = self.epoch.saturating_add(1);
         self.warmup.reset_for_rejoin();
         self.kv.reset();
+        self.busy = BusyShare::default();
         self.lora = LoraResidency::new(self.lora.slots(), lora.clone());
     }
 

@@ -9,7 +9,7 @@
 //! pin signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
 //! the registry's pin flag; a removed adapter is unloaded everywhere.
 
-use prewarm_core::fingerprint::{routing_key, shards_of};
+use prewarm_core::fingerprint::shards_of;
 use prewarm_core::place;
 use prewarm_core::wire::{PatternState, PinSignal, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
 use prewarm_core::Shard;
@@ -100,7 +100,7 @@ impl Fleet {
                 let Some(view) = self.pool.get(key) else {
                     continue;
                 };
-                let Some(rk) = routing_key(view.blocks, &fingerprint) else {
+                let Some(rk) = self.placement_key(view.blocks) else {
                     continue;
                 };
                 let among = candidates_for(key.model, &candidates, &scopes);

@@ -293,6 +293,20 @@ fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
         fleet.prefill_done(p, true, 3_200);
     }
     assert!(listed(&fleet));
+    // the next keep-warm period places the prefixes warmed on the new pod in the table, so the
+    // filters' index sends their next requests there instead of to the pods that served them
+    fleet.tick(3_200 + config.fleet().keep_warm_period_ms);
+    let placed_on_new: Vec<_> = fleet
+        .table()
+        .prefixes
+        .iter()
+        .filter(|p| p.pod == "new")
+        .filter_map(|p| p.keys.last().copied())
+        .collect();
+    for p in &steps {
+        assert!(placed_on_new.contains(&p.key.last), "{:?}", p.key);
+    }
+    assert_eq!(placed_on_new.len(), steps.len());
 }
 
 /// A served record for a model no registry or pod knows as an adapter (a base model named

@@ -31,7 +31,7 @@ fn only_routable_pods_sorted_with_sorted_adapters() {
     assert_eq!(t.generation, 1);
     assert_eq!(
         (t.generated_at_ms, t.block_tokens, t.load_factor),
-        (1_000, 64, None)
+        (1_000, 64, Some(1.25))
     );
     let ids: Vec<&str> = t.pods.iter().map(|p| p.id.as_str()).collect();
     assert_eq!(ids, vec!["pod-a", "pod-b"]);
@@ -142,4 +142,28 @@ fn config_validation_names_every_field() {
             "routing.load_step: 0: must be in (0, 1]".to_string()
         ]
     );
+}
+
+#[test]
+fn placed_prefixes_change_the_generation_and_name_only_listed_pods() {
+    use prewarm_core::fingerprint::BlockHash;
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    assert!(b.build(&[pod("a", vec![], true), pod("c", vec![], false)], 1));
+    let placed = |block: u64, pod: &str| PlacedPrefix {
+        keys: vec![BlockHash(block)],
+        pod: pod.into(),
+    };
+    let list = vec![placed(1, "a"), placed(2, "c"), placed(3, "a")];
+    assert!(b.place_prefixes(&list, 2));
+    assert_eq!(b.table().generation, 2);
+    assert_eq!(b.table().prefixes, vec![placed(1, "a"), placed(3, "a")]);
+    assert!(
+        !b.place_prefixes(&list, 3),
+        "an unchanged list is no change"
+    );
+    assert_eq!(b.table().generation, 2);
+    assert!(b.place_prefixes(&[], 4));
+    assert!(b.table().prefixes.is_empty());
+    // what the builder publishes, the filters accept
+    assert!(prewarm_core::wire::RoutingTable::decode(&b.table().encode()).is_ok());
 }

@@ -17,7 +17,8 @@
 //! Each action the core returns is executed on the simulated pod ([`execute`]) and reported back
 //! to the core when the pod says it completed. Routing is the filter's choice over the core's
 //! table: core's longest-prefix rule (`prewarm_core::prefix`) over an in-memory prefix index that
-//! every routed request writes, as the filter writes its shared-data slots.
+//! every routed request writes, as the filter writes its shared-data slots, and that each new
+//! table's placed prefixes seed, as the filter seeds it when it adopts a table.
 
 pub mod execute;
 pub mod triggers;
@@ -26,7 +27,7 @@ use std::collections::BTreeMap;
 
 use podsim::Admission;
 use prewarm_core::prefix::{
-    eviction_horizon_ms, record, route_prefix, MemoryStore, PromptKeys, DEFAULT_SLOTS,
+    eviction_horizon_ms, record, route_prefix, seed, MemoryStore, PromptKeys, DEFAULT_SLOTS,
 };
 use prewarm_core::wire::{RoutingTable, ServedRecord, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
@@ -67,6 +68,11 @@ impl PrewarmConfig {
 
     pub fn with_gold_pool_share(mut self, share: f64) -> Self {
         self.gateway.pods.gold_pool_share = share;
+        self
+    }
+
+    pub fn with_load_factor(mut self, factor: Option<f64>) -> Self {
+        self.gateway.routing.load_factor = factor;
         self
     }
 
@@ -347,8 +353,20 @@ impl Prewarm {
     }
 
     fn tick(&mut self, fleet: &mut Fleet, now_s: f64) {
+        let generation = self.core.table().generation;
         let actions = self.core.tick(ms(now_s));
         self.execute_all(fleet, actions, now_s);
+        // a new table: its placed prefixes go into the index, as the filter writes them when
+        // it adopts the table (a second later there; at once here)
+        if self.core.table().generation != generation {
+            let table = self.core.table();
+            seed(
+                &mut self.index.store,
+                &table.prefixes,
+                ms(now_s),
+                self.index.horizon_ms,
+            );
+        }
     }
 }
 
