@@ -55,13 +55,12 @@
 //!    the pods of shallower entries, but every routed request writes all its keys, so those name
 //!    the same pod nearly always.
 //!
-//! Measured on the shared synthetic trace (8 pods + 2, the offline evaluator): with a shared
-//! 512-token system prompt and no adapters, prewarm's token hit went from 0.1128 (new
-//! conversations collapsed onto the system prompt's pod) to 0.38, and from 0.1934 to 0.45 with
-//! 2,048 tokens; without a system prompt it moved from 0.4094 to 0.38, the cost of sticking at
-//! branches (a template's pod changes when it overflows, and its requests follow). The
-//! figures for every scenario and policy are in `docs/evaluation.md`; `docs/routing.md` has the
-//! rule's measured variants.
+//! Measured on the shared synthetic trace (8 pods + 2, the offline evaluator, no adapters): with
+//! a shared 512-token system prompt prewarm's token hit went from 0.1128 (new conversations
+//! collapsed onto the system prompt's pod) to 0.3813, with 2,048 tokens from 0.1934 to 0.4425;
+//! without a system prompt it fell from 0.4094 to 0.3787, the cost of sticking at branches and
+//! of the load bound. The figures for every scenario and policy are in `docs/evaluation.md`;
+//! `docs/routing.md` has the rule's measured variants.
 
 //! ## The horizon
 //!

@@ -1,5 +1,6 @@
 //! The gateway's policy hot paths: signal ingestion (decode a `SignalBatch` and apply it to the
-//! prompt pool, one core), the routing table build for 100 pods × 500 adapters, and the
+//! prompt pool, one core), the routing table build for 100 pods × 500 adapters (and at 1,000
+//! pods × 5,000 adapters with placed prefixes), the
 //! warm-up plan of a pod joining 100 pods with 100k hot prefixes, and the adapters' replica sets
 //! for 1,000 pods × 5,000 adapters.
 //! `cargo bench -p prewarm-gateway --bench policy`.
@@ -13,7 +14,8 @@ use prewarm_core::fingerprint::{BlockChain, BlockHash, FingerprintConfig};
 use prewarm_core::placement::PlacementCandidate;
 use prewarm_core::request::Endpoint;
 use prewarm_core::wire::{
-    FeedbackOutcome, FeedbackSignal, PatternState, PinSignal, PrefillSignal, Signal, SignalBatch,
+    FeedbackOutcome, FeedbackSignal, PatternState, PinSignal, PlacedPrefix, PrefillSignal, Signal,
+    SignalBatch,
 };
 use prewarm_gateway::policy::{
     plan_warmup, replica_sets, AdapterDemand, HotPrefix, HotnessConfig, PodRoute, PrefixKey,
@@ -273,10 +275,66 @@ fn adapter_replica_sets(c: &mut Criterion) {
     group.finish();
 }
 
+/// The table at the scale: 1,000 pods, 5,000 adapters on their replica sets (5 a pod)
+/// and the 100 placed prefixes of 8 keys each; its build when every load changes, its encoding,
+/// and (printed) the bytes a proxy fetches when it changed.
+fn routing_table_at_scale(c: &mut Criterion) {
+    let ids: Vec<String> = (0..1000).map(|i| format!("pod-{i:04}")).collect();
+    let addresses: Vec<String> = (0..1000)
+        .map(|i| format!("10.{}.{}.{}:8000", i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    let adapters: Vec<Vec<String>> = (0..1000)
+        .map(|p| {
+            let mut a: Vec<String> = (0..5)
+                .map(|k| format!("adapter-{:04}", p * 5 + k))
+                .collect();
+            a.sort();
+            a
+        })
+        .collect();
+    let placed: Vec<PlacedPrefix> = (0..100u64)
+        .map(|i| PlacedPrefix {
+            keys: (0..8).map(|k| BlockHash(mix(i * 8 + k))).collect(),
+            pod: ids[(mix(i) % 1000) as usize].clone(),
+        })
+        .collect();
+    let routes = |load: f64| -> Vec<PodRoute<'_>> {
+        (0..1000)
+            .map(|i| PodRoute {
+                id: &ids[i],
+                address: &addresses[i],
+                weight: 1.0,
+                load: Some((load + i as f64 / 1000.0) % 1.0),
+                adapters: adapters[i].iter().map(String::as_str).collect(),
+                routable: true,
+            })
+            .collect()
+    };
+    let mut builder = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    builder.build(&routes(0.0), 1);
+    builder.place_prefixes(&placed, 1);
+    println!(
+        "routing table, 1,000 pods x 5,000 adapters + 100 placed prefixes: {} bytes encoded",
+        builder.table().encode().len()
+    );
+    let mut group = c.benchmark_group("routing_table_1000_pods_x_5000_adapters");
+    let mut load = 0.0;
+    group.bench_function("every_load_changes_and_encode", |b| {
+        b.iter(|| {
+            load = if load > 0.5 { 0.0 } else { 0.55 };
+            assert!(builder.build(&routes(load), 1));
+            builder.place_prefixes(&placed, 1);
+            black_box(builder.table().encode().len())
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     ingest,
     routing_table,
+    routing_table_at_scale,
     warmup_plan,
     adapter_replica_sets
 );
