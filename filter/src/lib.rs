@@ -8,6 +8,10 @@
 //! while native tests drive the same code through a double.
 
 pub mod config;
+pub mod direct;
+pub mod direct_budget;
+pub mod direct_config;
+pub mod gateway_health;
 pub mod host;
 pub mod observe;
 pub mod prefix_index;
@@ -27,6 +31,8 @@ mod entry;
 #[cfg(target_arch = "wasm32")]
 mod wasm_host;
 
+#[cfg(test)]
+mod direct_scenarios;
 #[cfg(test)]
 mod fake_host;
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! One request through the filter: always strip a client-sent endpoint header; inspect only
+//! One request through the filter: always strip a client-sent endpoint header (and direct-call
+//! header); inspect only
 //! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
@@ -58,6 +59,8 @@ impl RequestFlow {
     ) -> Verdict {
         let config = &worker.config;
         host.remove_request_header(&config.endpoint_header);
+        // only the filter's direct calls may name a pod for the direct cluster
+        host.remove_request_header(&config.direct_host_header);
         host.count(Metric::RequestsSeen, 1);
         let is_post = host.request_header(":method").as_deref() == Some(b"POST");
         let endpoint = host
