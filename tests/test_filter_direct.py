@@ -167,22 +167,31 @@ def test_a_dispatched_call_reaches_the_pod_its_header_names(standalone, cluster)
         previous = now
 
 
+def lora_admitted(pod: Pod, adapter: str) -> bool:
+    """Whether podsim's `vllm:lora_requests_info` shows `adapter` running at some admission."""
+    text = requests.get(f"{pod.url}/metrics", timeout=10).text
+    return any(l.startswith("vllm:lora_requests_info{") and f'running_lora_adapters="{adapter}"' in l
+               for l in text.splitlines())
+
+
 def test_standalone_pin_touches_the_adapter_on_its_pod(standalone, tmp_path):
     adapter = make_adapter(tmp_path / "adapters", "sql-lora")
     flags = ["--enable-lora", "--max-loras", "1", "--max-cpu-loras", "2", "--lora-modules", f"sql-lora={adapter}"]
     s = standalone(3, podsim_flags=flags)
-    # pin rate 5 a minute: five requests of distinct prompts (no template streak)
-    for k in range(6):
-        s.completion(f"unrelated request number {k} about {k * 13}", user=f"user-{k}", model="sql-lora")
+    # pin rate 5 a minute: six requests of one prompt from six users (no streak), all routed to
+    # one pod; the adapter's pod by core's rule is another one (placement is over pod ids and
+    # names only, so this holds on every run), where nothing but the touch can make it resident
+    served = {s.completion(template_text(7), user=f"user-{k}", model="sql-lora")[0].id for k in range(6)}
+    assert len(served) == 1, served
     wait_until(lambda: s.envoy.metric("prewarm.direct.ok") == 1, 20, what="the adapter touch answered")
     calls = s.warming_calls()
     assert sum(calls.values()) == 1, calls
     (touched,) = [pid for pid, n in calls.items() if n == 1]
-    # resident: the touch was admitted with the adapter running on that pod
-    pod = next(p for p in s.pods if p.id == touched)
-    info = [l for l in requests.get(f"{pod.url}/metrics", timeout=10).text.splitlines()
-            if l.startswith("vllm:lora_requests_info{")]
-    assert any('running_lora_adapters="sql-lora"' in l for l in info), info
+    assert touched not in served, (touched, served)
+    by_id = {p.id: p for p in s.pods}
+    assert lora_admitted(by_id[touched], "sql-lora"), "resident on the pod the filter pinned it to"
+    (untouched,) = set(by_id) - served - {touched}
+    assert not lora_admitted(by_id[untouched], "sql-lora")
 
 
 def _without_envoy_strip(config: dict) -> None:
