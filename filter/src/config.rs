@@ -105,8 +105,9 @@ pub struct FilterConfig {
     pub direct_pods: Vec<DirectPod>,
     /// Most direct calls a minute per Envoy (default 60: one a default tick).
     pub direct_calls_per_min: u64,
-    /// Most prompt tokens of direct prefills a minute per Envoy (default 24,000: a tenth of one
-    /// pod's prefill minute at 4,000 tokens/s, core's assumed uncached-prefill duty).
+    /// Most prompt tokens of direct prefills a minute per Envoy (default 240,000: one pod's
+    /// prefill minute at 4,000 tokens/s, so one Envoy's warming never takes more than one pod's
+    /// whole prefill capacity; at least `max_prefix_tokens` + 1, the largest prefill).
     pub direct_prefill_tokens_per_min: u64,
     /// Timeout of each direct call, ms (default 10,000: a prefill of the largest fingerprinted
     /// prefix, 32,768 tokens, at 4,000 tokens/s takes 8.2 s).
@@ -164,7 +165,7 @@ impl Default for FilterConfig {
             direct_host_header: "x-prewarm-direct-host".into(),
             direct_pods: Vec::new(),
             direct_calls_per_min: 60,
-            direct_prefill_tokens_per_min: 24_000,
+            direct_prefill_tokens_per_min: 240_000,
             direct_timeout_ms: 10_000,
             direct_takeover_after_ms: 5_000,
         }

@@ -78,12 +78,14 @@ pub fn validate(c: &FilterConfig) -> Vec<String> {
         1,
         100_000,
     );
+    // the largest prefill (the whole fingerprinted prefix and one token) must fit a minute
+    let largest = (c.max_prefix_tokens as u64).saturating_add(1);
     range(
         &mut p,
         "direct_prefill_tokens_per_min",
         c.direct_prefill_tokens_per_min,
-        1,
-        1 << 30,
+        largest,
+        1 << 40,
     );
     range(&mut p, "direct_timeout_ms", c.direct_timeout_ms, 1, 600_000);
     range(

@@ -150,22 +150,44 @@ fn the_minute_budget_holds_across_workers() {
         host.metric(Metric::DirectSkippedBudget) + host.metric(Metric::DirectSkippedInFlight),
         7
     );
-    // the prefill tokens are budgeted too: a prefix above the minute's tokens is never sent
+    // the prefill tokens are budgeted too: two prefixes of 512 tokens do not fit 600 a minute
     let host = FakeHost::new();
-    let worker = standalone(2, |c| c.direct_prefill_tokens_per_min = 100);
+    let worker = standalone(2, |c| {
+        c.max_prefix_tokens = 512;
+        c.direct_prefill_tokens_per_min = 600;
+    });
     let t = template();
-    for q in ["one?", "two?", "three?"] {
-        send(
-            &host,
-            &worker,
-            "/v1/chat/completions",
-            &[("x-prewarm-user", b"u")],
-            &chat_body("base", &t, q),
-        );
+    let mut root = RootTasks::default();
+    let mut sent = Vec::new();
+    for (user, system) in [("u", t.clone()), ("v", t.replace("rule", "law"))] {
+        for q in ["one?", "two?", "three?"] {
+            send(
+                &host,
+                &worker,
+                "/v1/chat/completions",
+                &[("x-prewarm-user", user.as_bytes())],
+                &chat_body("base", &system, q),
+            );
+        }
+        root.on_tick(&host, &worker);
+        let calls = host.take_calls();
+        host.set_reply(Some(200), b"{}");
+        for c in direct(&calls) {
+            root.on_call_response(&host, &worker, c.token, 2);
+            sent.push(c.token);
+        }
     }
-    RootTasks::default().on_tick(&host, &worker);
-    assert!(direct(&host.take_calls()).is_empty());
+    assert_eq!(
+        sent.len(),
+        1,
+        "the second prefix is over the minute's tokens"
+    );
     assert_eq!(host.metric(Metric::DirectSkippedBudget), 1);
+    let e = FilterConfig::from_json(br#"{"direct_prefill_tokens_per_min":32768}"#).unwrap_err();
+    assert!(
+        e[0].starts_with("direct_prefill_tokens_per_min: 32768: must be between 32769"),
+        "{e:?}"
+    );
 }
 
 /// A gateway worker: signals go to the gateway; the gateway's replies are `status`.
