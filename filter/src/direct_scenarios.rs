@@ -103,6 +103,13 @@ fn standalone_prefills_once_where_the_next_request_is_routed_and_never_calls_a_g
     root.on_call_response(&host, &worker, call.token, 2);
     assert_eq!(host.metric(Metric::DirectSent), 1);
     assert_eq!(host.metric(Metric::DirectOk), 1);
+    assert!(
+        !host
+            .shared_keys()
+            .iter()
+            .any(|k| k.starts_with("prewarm/served")),
+        "no gateway, no served records"
+    );
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! prewarm-filter: the proxy-wasm filter that watches OpenAI-style traffic in Envoy, sends
-//! prewarm signals to the gateway and routes requests with the gateway's routing table.
+//! prewarm signals to the gateway and routes requests with the gateway's routing table; when the
+//! gateway is down (or in standalone mode, without one) it sends the prefills and adapter touches
+//! to the pods itself (`direct`).
 //!
 //! Glue only: every decision (parsing, canonical prompt, fingerprints, similarity, triggers,
 //! rates, placement, wire format) is `prewarm-core`'s. The modules map host hooks to core

@@ -13,6 +13,7 @@ use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
+use crate::config::DirectMode;
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::prefix_index::SharedPrefixStore;
@@ -219,14 +220,17 @@ impl RequestFlow {
                 if refused > 0 {
                     host.count(Metric::PrefixWriteFailures, refused);
                 }
-                let served = ServedRecord::of(
-                    &route.primary.id,
-                    &request.model,
-                    &chain,
-                    chain.prompt_tokens as u64,
-                    &worker.fingerprint,
-                );
-                worker.served.enqueue(host, vec![served]);
+                // standalone, no gateway ages a KV model with them
+                if config.direct_calls != DirectMode::Always {
+                    let served = ServedRecord::of(
+                        &route.primary.id,
+                        &request.model,
+                        &chain,
+                        chain.prompt_tokens as u64,
+                        &worker.fingerprint,
+                    );
+                    worker.served.enqueue(host, vec![served]);
+                }
             }
             Err(why) => host.count(why.metric(), 1),
         }
