@@ -13,8 +13,9 @@
 //! - How: through `direct_cluster`, an `ORIGINAL_DST` cluster that connects to the address in
 //!   `direct_host_header` and that no route references (clients cannot reach it; the request
 //!   path also strips that header), with `direct_timeout_ms` on every call.
-//! - Bounds (`direct_budget`): one call in flight per pod and a minute budget of calls and
-//!   prefill tokens per Envoy; every skip and failure is counted (`prewarm.direct.*`).
+//! - Bounds (`direct_budget`): one call in flight per pod, a back-off after a failed call (the
+//!   filter's only view of a pod's health), and a minute budget of calls and prefill tokens per
+//!   Envoy; every skip and failure is counted (`prewarm.direct.*`).
 
 use prewarm_core::prefix::PromptKeys;
 use prewarm_core::warm_call::{adapter_pod, prefill_body, touch_body, WARM_CALL_PATH};
@@ -23,7 +24,7 @@ use prewarm_core::BlockChain;
 use std::time::Duration;
 
 use crate::config::DirectMode;
-use crate::direct_budget::{claim_pod, release_pod, spend, Limits, Refused};
+use crate::direct_budget::{back_off_pod, claim_pod, release_pod, spend, Limits, Refused};
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
 use crate::prefix_index::SharedPrefixStore;
@@ -118,6 +119,7 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
             match why {
                 Refused::Budget => Metric::DirectSkippedBudget,
                 Refused::InFlight => Metric::DirectSkippedInFlight,
+                Refused::Backoff => Metric::DirectSkippedBackoff,
                 Refused::Contended => Metric::DirectFailed,
             },
             1,
@@ -158,12 +160,17 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
     }
 }
 
-/// The reply to a direct call to `pod` (or Envoy's synthesized 503/504).
+/// The reply to a direct call to `pod` (or Envoy's synthesized 503/504). After a failure the pod
+/// backs off for `direct_timeout_ms`, as long as a call to it may take: a pod that is down (Envoy
+/// answers 503 at once) gets one failed call per back-off, not one per signal.
 pub fn on_reply<H: Host + ?Sized>(host: &H, worker: &Worker, pod: &str, status: Option<u16>) {
-    release_pod(host, &worker.keys, worker.config.cas_retries, pod);
+    let config = &worker.config;
     if status.is_some_and(|s| (200..300).contains(&s)) {
+        release_pod(host, &worker.keys, config.cas_retries, pod);
         host.count(Metric::DirectOk, 1);
     } else {
+        let until = host.now_ms().saturating_add(config.direct_timeout_ms);
+        back_off_pod(host, &worker.keys, config.cas_retries, pod, until);
         host.count(Metric::DirectFailed, 1);
         host.log(
             Level::Debug,

@@ -4,13 +4,15 @@
 //! | key | value |
 //! |---|---|
 //! | `direct/budget` | minute start ms (8) + calls (8) + prefill tokens (8) spent in that minute |
-//! | `direct/pod/<slot>` ([`POD_SLOTS`] of them) | pod hash (8) + ms until which a call to it is in flight (8) |
+//! | `direct/pod/<slot>` ([`POD_SLOTS`] of them) | pod hash (8) + ms until which the pod is busy (8) + why (1: 0 a call in flight, 1 backing off after a failed call) |
 //!
 //! The budget is a fixed one-minute window: a call is taken only if both its count and its
 //! tokens fit what is left. A pod's in-flight flag expires by itself after the call's timeout
 //! (plus a tick's margin, set by the caller), so a VM reloaded with a call in flight never blocks
-//! that pod for good; pods hash into fixed slots, and two pods sharing a slot only wait for each
-//! other (fewer calls, never more).
+//! that pod for good. A failed call leaves the pod backing off for a while instead (the filter
+//! cannot read Envoy's host health: a pod that refused a connection is likely down, and calling
+//! it every tick would only spend the budget on 503s). Pods hash into fixed slots, and two pods
+//! sharing a slot only wait for each other (fewer calls, never more).
 
 use prewarm_core::fingerprint::chain_seed;
 
@@ -28,6 +30,8 @@ pub const BUDGET_WINDOW_MS: u64 = 60_000;
 pub enum Refused {
     Budget,
     InFlight,
+    /// The pod's last call failed a short while ago.
+    Backoff,
     /// Shared data could not be updated (compare-and-swap gave up): not sent, to stay bounded.
     Contended,
 }
@@ -98,17 +102,29 @@ pub fn claim_pod<H: Host + ?Sized>(
     let claimed = update(host, &pod_key(keys, pod), retries, |bytes| {
         let busy_until = read_u64(bytes, 8).unwrap_or(0);
         if busy_until > now {
-            return (None, false);
+            let why = match bytes.get(16) {
+                Some(1) => Refused::Backoff,
+                _ => Refused::InFlight,
+            };
+            return (None, Err(why));
         }
-        let mut value = chain_seed(pod).to_le_bytes().to_vec();
-        value.extend_from_slice(&until.to_le_bytes());
-        (Some(value), true)
+        (Some(pod_value(pod, until, 0)), Ok(()))
     });
-    match claimed {
-        Some(true) => Ok(()),
-        Some(false) => Err(Refused::InFlight),
-        None => Err(Refused::Contended),
-    }
+    claimed.unwrap_or(Err(Refused::Contended))
+}
+
+fn pod_value(pod: &str, until: u64, why: u8) -> Vec<u8> {
+    let mut value = chain_seed(pod).to_le_bytes().to_vec();
+    value.extend_from_slice(&until.to_le_bytes());
+    value.push(why);
+    value
+}
+
+/// After a failed call: `pod` is not called again before `until`.
+pub fn back_off_pod<H: Host + ?Sized>(host: &H, keys: &Keys, retries: u32, pod: &str, until: u64) {
+    let _ = update(host, &pod_key(keys, pod), retries, |_| {
+        (Some(pod_value(pod, until, 1)), ())
+    });
 }
 
 /// Clears `pod`'s in-flight flag (if the slot is still its own).
@@ -118,9 +134,7 @@ pub fn release_pod<H: Host + ?Sized>(host: &H, keys: &Keys, retries: u32, pod: &
         if read_u64(bytes, 0) != Some(owner) {
             return (None, ());
         }
-        let mut value = owner.to_le_bytes().to_vec();
-        value.extend_from_slice(&0u64.to_le_bytes());
-        (Some(value), ())
+        (Some(pod_value(pod, 0, 0)), ())
     });
 }
 
@@ -173,6 +187,16 @@ mod tests {
         release_pod(&host, &keys, 4, "a");
         assert_eq!(claim_pod(&other, &keys, 4, "a", 60, 160), Ok(()));
         assert_eq!(claim_pod(&host, &keys, 4, "a", 161, 300), Ok(()), "expired");
+        back_off_pod(&host, &keys, 4, "a", 1_000);
+        assert_eq!(
+            claim_pod(&other, &keys, 4, "a", 999, 2_000),
+            Err(Refused::Backoff)
+        );
+        assert_eq!(
+            claim_pod(&other, &keys, 4, "a", 1_000, 2_000),
+            Ok(()),
+            "backed off"
+        );
         host.fail_next_sets(10);
         assert_eq!(
             claim_pod(&host, &keys, 4, "b", 0, 100),

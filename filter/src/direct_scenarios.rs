@@ -113,7 +113,7 @@ fn standalone_prefills_once_where_the_next_request_is_routed_and_never_calls_a_g
 }
 
 #[test]
-fn one_call_in_flight_per_pod_and_the_reply_frees_it() {
+fn one_call_in_flight_per_pod_a_success_frees_it_a_failure_backs_off() {
     let host = FakeHost::new();
     let worker = standalone(1, |_| {});
     let mut root = RootTasks::default();
@@ -125,15 +125,27 @@ fn one_call_in_flight_per_pod_and_the_reply_frees_it() {
     worker.queue.enqueue(&host, vec![pin("c")]);
     root.on_tick(&host, &worker);
     assert!(direct(&host.take_calls()).is_empty(), "still in flight");
-    host.set_reply(Some(504), b"");
-    root.on_call_response(&host, &worker, first[0].token, 0);
-    assert_eq!(host.metric(Metric::DirectFailed), 1);
+    host.set_reply(Some(200), b"{}");
+    root.on_call_response(&host, &worker, first[0].token, 2);
     worker.queue.enqueue(&host, vec![pin("d")]);
     root.on_tick(&host, &worker);
     let calls = host.take_calls();
     assert_eq!(direct(&calls).len(), 1, "freed by the reply");
     let body: serde_json::Value = serde_json::from_slice(&calls[0].body).unwrap();
     assert_eq!(body["model"], "d");
+    // a failed call (Envoy's 503: the pod is down) backs the pod off for the call timeout
+    host.set_reply(Some(503), b"");
+    root.on_call_response(&host, &worker, calls[0].token, 0);
+    assert_eq!(host.metric(Metric::DirectFailed), 1);
+    host.set_now(1_000_000 + 9_999);
+    worker.queue.enqueue(&host, vec![pin("e")]);
+    root.on_tick(&host, &worker);
+    assert!(direct(&host.take_calls()).is_empty(), "backing off");
+    assert_eq!(host.metric(Metric::DirectSkippedBackoff), 1);
+    host.set_now(1_000_000 + 10_000);
+    worker.queue.enqueue(&host, vec![pin("f")]);
+    root.on_tick(&host, &worker);
+    assert_eq!(direct(&host.take_calls()).len(), 1, "the back-off is over");
 }
 
 #[test]

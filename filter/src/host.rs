@@ -116,6 +116,7 @@ metrics! {
     DirectFailed => "prewarm.direct.failed", false;
     DirectSkippedBudget => "prewarm.direct.skipped_budget", false;
     DirectSkippedInFlight => "prewarm.direct.skipped_in_flight", false;
+    DirectSkippedBackoff => "prewarm.direct.skipped_backoff", false;
     DirectSkippedNoPod => "prewarm.direct.skipped_no_pod", false;
     DirectActive => "prewarm.direct.active", true;
     TableGeneration => "prewarm.table.generation", true;
