@@ -54,7 +54,7 @@ NEW_POD = "pod-3"
 HOT_REQUESTS = 2  # the filter's `triggers.similar_prompts` in the demo: a group is hot after 2 requests
 LABELS = {"prewarm": "prewarm", "no-warmup": "warm-up disabled", "filter-alone": "filter alone"}
 MODES = ["prewarm", "no-warmup", "filter-alone"]
-DIRECT_METRICS = ["sent", "ok", "failed", "skipped_budget", "skipped_in_flight", "skipped_no_pod"]
+DIRECT_METRICS = ["sent", "ok", "failed", "skipped_budget", "skipped_in_flight", "skipped_backoff", "skipped_no_pod"]
 
 
 def log(msg: str) -> None:
