@@ -232,7 +232,8 @@ def test_the_validator_renders_kustomizations_as_kubectl_does(schemas, directory
 
 def test_every_envoyfilter_patch_is_one_the_equivalence_check_covers():
     kinds = {(p["applyTo"], p["patch"]["operation"]) for p in load(ENVOYFILTER)["spec"]["configPatches"]}
-    assert kinds == {("HTTP_FILTER", "INSERT_BEFORE"), ("CLUSTER", "MERGE"), ("VIRTUAL_HOST", "MERGE")}
+    assert kinds == {("HTTP_FILTER", "INSERT_BEFORE"), ("CLUSTER", "MERGE"), ("CLUSTER", "ADD"),
+                     ("VIRTUAL_HOST", "MERGE")}
 
 
 def test_equivalent_has_the_envoyfilter_http_filter_just_before_the_router():
@@ -255,13 +256,32 @@ def test_equivalent_has_the_envoyfilter_http_filter_just_before_the_router():
 
 def test_equivalent_clusters_carry_every_cluster_merge():
     equivalent = load(EQUIVALENT)
-    merges = patches("CLUSTER")
+    merges = [p for p in patches("CLUSTER") if p["patch"]["operation"] == "MERGE"]
     assert len(merges) == 2
     for patch in merges:
         m = patch["match"]["cluster"]
         c = cluster(equivalent, istio_cluster_name(m["portNumber"], m["service"]))
         assert patch["patch"]["operation"] == "MERGE"
         assert is_subset(patch["patch"]["value"], c), (c["name"], patch["patch"]["value"])
+
+
+def test_equivalent_and_local_envoy_carry_the_added_direct_cluster_unreferenced():
+    """The direct calls' ORIGINAL_DST cluster: added as is, the same in envoy/envoy.yaml, named
+    by the filter's default `direct_cluster`, reading the header every config strips from
+    clients, and referenced by no route."""
+    (added,) = [p for p in patches("CLUSTER") if p["patch"]["operation"] == "ADD"]
+    value = added["patch"]["value"]
+    assert value["name"] == "prewarm-direct" and value["type"] == "ORIGINAL_DST"
+    header = value["original_dst_lb_config"]["http_header_name"]
+    for path in (EQUIVALENT, LOCAL):
+        config = load(path)
+        assert cluster(config, value["name"]) == value, path
+        strip = next(f for f in http_filters(config) if f["name"] == HEADER_MUTATION)
+        assert {"remove": header} in strip["typed_config"]["mutations"]["request_mutations"], path
+        routes = [r for v in route_config(config)["virtual_hosts"] for r in v["routes"]]
+        assert all(r["route"]["cluster"] != value["name"] for r in routes), path
+    assert {"remove": header} in patches("HTTP_FILTER")[0]["patch"]["value"]["typed_config"]["mutations"][
+        "request_mutations"]
 
 
 def test_equivalent_virtual_host_carries_the_buffer_limit():
@@ -341,7 +361,7 @@ def test_filter_calls_the_cluster_istio_generates_for_the_gateway_service():
     for config in [plugin_json(wasm_config(patch_filter())), load(WASMPLUGIN)["spec"]["pluginConfig"]]:
         assert config["gateway_cluster"] == expected
         assert config["gateway_authority"] == service_fqdn(service)
-    tuned = [p for p in patches("CLUSTER") if p["match"]["cluster"]["service"] == service_fqdn(service)]
+    tuned = [p for p in patches("CLUSTER") if p["match"].get("cluster", {}).get("service") == service_fqdn(service)]
     assert tuned and tuned[0]["match"]["cluster"]["portNumber"] == port
     assert service["metadata"]["annotations"]["networking.istio.io/always-include-in-gateways"] == "true"
     cluster(load(EQUIVALENT), expected)
@@ -527,6 +547,8 @@ def runnable(config: dict, pods: list[str], gateway: str) -> dict:
             wasm_config(entry)["configuration"]["value"] = json.dumps(plugin)
     gateway_cluster = plugin_json(wasm_config(patch_filter()))["gateway_cluster"]
     for cl in c["static_resources"]["clusters"]:
+        if cl["type"] == "ORIGINAL_DST":  # the direct cluster has no endpoints to rewrite
+            continue
         members = [gateway] if cl["name"] == gateway_cluster else pods
         cl["load_assignment"]["endpoints"] = [{"lb_endpoints": [_endpoint(a) for a in members]}]
     return c

@@ -188,23 +188,24 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
 
 
 def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
-    """`make demo` in miniature (2 trace minutes at x20, the pod joining at 60 s): both runs
-    replayed by `prewarm-replay live` through the whole stack, the 4th pod announced mid-run and
-    served, and `prewarm-replay report` building the table and summary from the records."""
+    """`make demo` in miniature (2 trace minutes at x20, the pod joining at 60 s): the three runs
+    replayed by `prewarm-replay live` through Envoy (the whole stack, or the filter alone), the
+    4th pod announced mid-run and served, and `prewarm-replay report` building the table and
+    summary from the records. The filter's direct calls warm only where no gateway answers."""
     out = tmp_path / "demo"
     env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
     done = subprocess.run(
         [sys.executable, str(REPO / "tools" / "demo.py"), "--until-s", "120", "--join-s", "60",
          "--time-scale", "20", "--kv-blocks", "65536", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=450, env=env,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "starting pod-3 and announcing it" in done.stdout
     assert "new-pod TTFT p50 (first 5 min)" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     runs = {r["policy"]: r for r in summary["runs"]}
-    assert list(runs) == ["prewarm", "warm-up disabled"]
-    for mode, label in (("prewarm", "prewarm"), ("no-warmup", "warm-up disabled")):
+    assert list(runs) == ["prewarm", "warm-up disabled", "filter alone"]
+    for mode, label in (("prewarm", "prewarm"), ("no-warmup", "warm-up disabled"), ("filter-alone", "filter alone")):
         rows = records(out / mode / "outcomes.jsonl")
         run = runs[label]
         assert run["sent"] == len(rows) > 0 and run["failed"] == 0
@@ -213,6 +214,12 @@ def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
         assert len(joined) == 1 and run["new_pod_requests"] > 0
         fleet = json.loads((out / mode / "fleet.json").read_text())
         assert [p["pod"] for p in fleet["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+        direct = json.loads((out / mode / "filter.json").read_text())["direct_calls"]
+        if mode == "filter-alone":
+            assert direct["ok"] > 0, direct
+            assert fleet["gateway_prefills"] is None and fleet["new_pod_warmup"] is None
+        else:
+            assert direct["sent"] == 0, (mode, direct)
     # warm-up disabled: the gateway planned nothing for the new pod
     assert runs["warm-up disabled"]["warmup_prefixes"] == 0
     assert sorted(p.name for p in (out / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]

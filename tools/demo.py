@@ -1,4 +1,4 @@
-"""`make demo`: prewarm end to end on loopback, with warm-up and without, side by side.
+"""`make demo`: prewarm end to end on loopback, with warm-up, without, and the filter alone, side by side.
 
 This script only orchestrates processes; the replay, the figures and the charts are
 `prewarm-replay`'s (examples/replay):
@@ -15,7 +15,10 @@ This script only orchestrates processes; the replay, the figures and the charts 
    (`GET /admin/pods/pod-3/warmup`) and the replay's progress; after the replay, writes what it
    read from the stack (`fleet.json`: the new pod's warm-up, the gateway's prefill counter, the
    pods' prefix-cache counters). The second run is the same with warm-up disabled
-   (`warmup.first_tier = second_tier = 0`);
+   (`warmup.first_tier = second_tier = 0`). The third, "filter alone", has no gateway at all:
+   the filter runs standalone (`direct_calls: always`, the 4 pods in `direct_pods`) and sends
+   the prefills and adapter touches itself (its minute budgets scaled by the time scale, as the
+   pods' model time is); the 4th pod joins without any warm-up;
 3. `prewarm-replay report` prints the side-by-side table and writes summary.json and the charts
    under out/demo/.
 
@@ -49,7 +52,9 @@ ADAPTER_RANK = 16
 MAX_OUTPUT_TOKENS = 128  # keeps a run short; the TTFTs the demo reports do not depend on it
 NEW_POD = "pod-3"
 HOT_REQUESTS = 2  # the filter's `triggers.similar_prompts` in the demo: a group is hot after 2 requests
-LABELS = {"prewarm": "prewarm", "no-warmup": "warm-up disabled"}
+LABELS = {"prewarm": "prewarm", "no-warmup": "warm-up disabled", "filter-alone": "filter alone"}
+MODES = ["prewarm", "no-warmup", "filter-alone"]
+DIRECT_METRICS = ["sent", "ok", "failed", "skipped_budget", "skipped_in_flight", "skipped_backoff", "skipped_no_pod"]
 
 
 def log(msg: str) -> None:
@@ -65,6 +70,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--max-cpu-loras", type=int, default=8)
     p.add_argument("--out", type=Path, default=REPO / "out" / "demo")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"runs to make, comma-separated, of {', '.join(MODES)} (the report compares them)")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
     return p.parse_args()
 
@@ -96,6 +103,13 @@ class Progress(threading.Thread):
 
     def report(self) -> None:
         gw = self.stack.gateway
+        if gw is None:
+            direct = filter_direct_calls(self.stack)
+            line = "filter alone: direct calls " + ", ".join(f"{k} {v}" for k, v in direct.items())
+            if line != self.last:
+                log(line)
+                self.last = line
+            return
         prompts = gw.get("/admin/prompts?k=1").json()
         table = self.stack.routing()
         line = f"gateway: {prompts['total']} hot prefixes; routing table gen {table['generation']}: " \
@@ -116,11 +130,16 @@ class Progress(threading.Thread):
             self.last = line
 
 
+def filter_direct_calls(stack: Stack) -> dict:
+    """The filter's direct-call counters (`prewarm.direct.*`) in the run's Envoy."""
+    return {k: stack.envoy.metric(f"prewarm.direct.{k}") for k in DIRECT_METRICS}
+
+
 def fleet_observations(stack: Stack) -> dict:
     """What the report needs from the stack after a run (`fleet.json`)."""
     return {
-        "new_pod_warmup": stack.warmup(NEW_POD),
-        "gateway_prefills": stack.gateway_metric("prewarm_prefills_total"),
+        "new_pod_warmup": stack.warmup(NEW_POD) if stack.gateway else None,
+        "gateway_prefills": stack.gateway_metric("prewarm_prefills_total") if stack.gateway else None,
         "pods": [{"pod": p.id,
                   "prefix_cache_queries": pod_metric(p, "vllm:prefix_cache_queries_total"),
                   "prefix_cache_hits": pod_metric(p, "vllm:prefix_cache_hits_total")} for p in stack.pods],
@@ -130,6 +149,7 @@ def fleet_observations(stack: Stack) -> dict:
 def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
     """One run; returns the stack when it is kept up."""
     warm = mode == "prewarm"
+    alone = mode == "filter-alone"
     workdir = args.out / mode
     shutil.rmtree(workdir, ignore_errors=True)
     s = args.time_scale
@@ -147,15 +167,21 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
             "hotness": {"max_prefix_bytes": 32768 * 4},
         },
         filter_config={"max_batch_signals": 16,
-                       "triggers": {"similar_prompts": HOT_REQUESTS}},
+                       "triggers": {"similar_prompts": HOT_REQUESTS},
+                       # the budgets are per real minute: scaled, they are the same share of a
+                       # pod's model-time prefill capacity as the defaults (filter-config.md)
+                       **({"direct_calls_per_min": int(60 * s),
+                           "direct_prefill_tokens_per_min": int(240_000 * s)} if alone else {})},
+        with_gateway=not alone,
     )
     stack = Stack(workdir, spec)
     progress = None
     try:
         log(f"[{mode}] starting 3 podsim pods (time scale {s:g}, {args.kv_blocks} KV blocks each), "
-            f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter")
+            + ("no gateway, Envoy with the prewarm filter alone (direct_calls: always)" if alone else
+               f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter"))
         stack.start()
-        log(f"[{mode}] Envoy {stack.envoy.url}  gateway {stack.gateway.url}  pods "
+        log(f"[{mode}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
             + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (spare {stack.spares[0].address})")
         progress = Progress(stack)
         progress.start()
@@ -163,6 +189,7 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
             f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {NEW_POD} joins at trace {args.join_s:g}s")
         live(args, stack, workdir)
         (workdir / "fleet.json").write_text(json.dumps(fleet_observations(stack), indent=1))
+        (workdir / "filter.json").write_text(json.dumps({"direct_calls": filter_direct_calls(stack)}, indent=1))
         return stack if keep else None
     finally:
         if progress:
@@ -208,11 +235,12 @@ def live(args, stack: Stack, workdir: Path) -> None:
 
 
 def print_urls(stack: Stack) -> None:
-    print(f"\nThe prewarm stack is up (KEEP=1). Ctrl-C stops it.\n"
-          f"  dashboard      {stack.gateway.url}/  (sign in with the read token: {READ_TOKEN})\n"
-          f"  admin API      {stack.gateway.url}/admin/pods  (bearer token for mutations: {stack.gateway.token})\n"
-          f"  routing table  {stack.gateway.url}/v1/routing\n"
-          f"  Envoy          {stack.envoy.url}/v1/completions  (admin {stack.envoy.admin_url})\n", flush=True)
+    print("\nThe stack is up (KEEP=1). Ctrl-C stops it.", flush=True)
+    if stack.gateway:
+        print(f"  dashboard      {stack.gateway.url}/  (sign in with the read token: {READ_TOKEN})\n"
+              f"  admin API      {stack.gateway.url}/admin/pods  (bearer token for mutations: {stack.gateway.token})\n"
+              f"  routing table  {stack.gateway.url}/v1/routing", flush=True)
+    print(f"  Envoy          {stack.envoy.url}/v1/completions  (admin {stack.envoy.admin_url})\n", flush=True)
 
 
 def wait_for_ctrl_c() -> None:
@@ -228,13 +256,20 @@ def main() -> int:
     # Ctrl-C even when started with SIGINT ignored (a background job), and SIGTERM alike.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    chosen = [m for m in args.modes.split(",") if m]
+    unknown = set(chosen) - set(MODES)
+    if unknown or not chosen:
+        log(f"--modes: {args.modes!r}: must name runs among {', '.join(MODES)}")
+        return 64
     args.out.mkdir(parents=True, exist_ok=True)
     assignment = json.loads(subprocess.run(replayer("assignment", *trace_args(args)), check=True,
                                            capture_output=True, text=True).stdout)
     tiers = [a["tier"] for a in assignment["adapters"]]
     log(f"trace: {assignment['requests']} requests, {assignment['users']} prefix groups, "
         f"{len(tiers)} ServeGen adapters ({tiers.count('gold')} gold, {tiers.count('silver')} silver)")
-    modes = ["no-warmup", "prewarm"] if args.keep else ["prewarm", "no-warmup"]
+    modes = [m for m in MODES if m in chosen]
+    if args.keep and "prewarm" in modes:  # the kept stack is the last one run
+        modes = [m for m in modes if m != "prewarm"] + ["prewarm"]
     kept = None
     try:
         for mode in modes:
@@ -247,10 +282,15 @@ def main() -> int:
         print(f"prewarm demo: {assignment['requests']} mooncake-synthetic requests (trace 0-{args.until_s:g}s) "
               f"at x{args.time_scale:g}, 3 pods + {NEW_POD} joining at {args.join_s:g}s; "
               f"times are model time ({PROFILE})", flush=True)
-        runs = [f"--run={LABELS[m]}={args.out / m}" for m in ("prewarm", "no-warmup")]
+        modes_run = [m for m in MODES if m in modes]
+        runs = [f"--run={LABELS[m]}={args.out / m}" for m in modes_run]
         subprocess.run(replayer("report", *runs, "--out", args.out), check=True)
+        for m in modes_run:
+            direct = json.loads((args.out / m / "filter.json").read_text())["direct_calls"]
+            print(f"filter's direct calls, {LABELS[m]}: "
+                  + ", ".join(f"{k} {v}" for k, v in direct.items()))
         print(f"\nJSON: {args.out / 'summary.json'}, per request: "
-              + ", ".join(str(args.out / m / "outcomes.jsonl") for m in ("prewarm", "no-warmup")))
+              + ", ".join(str(args.out / m / "outcomes.jsonl") for m in modes_run))
         print(f"charts: {args.out / 'charts' / 'ttft_p95.png'}, {args.out / 'charts' / 'token_hit_ratio.png'}")
         if kept:
             print_urls(kept)

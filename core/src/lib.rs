@@ -21,6 +21,7 @@ pub mod route;
 pub mod similarity;
 pub mod tokens;
 pub mod trigger;
+pub mod warm_call;
 pub mod wire;
 
 pub use canonical::canonical_prompt;

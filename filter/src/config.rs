@@ -9,6 +9,8 @@ use prewarm_core::wire::{SignalBatch, MAX_NAME_BYTES, MAX_SIGNAL_BATCH_BYTES};
 use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
 
+pub use crate::direct_config::{DirectMode, DirectPod};
+
 /// Most signals in one batch (the gateway refuses more).
 pub const MAX_BATCH_SIGNALS: usize = 10_000;
 
@@ -89,6 +91,30 @@ pub struct FilterConfig {
     pub cas_retries: u32,
     /// Names this filter in the batches it sends (default `prewarm-filter`).
     pub source: String,
+    /// Who sends prefills and adapter touches to the pods: `off` (only the gateway),
+    /// `when_gateway_down` (the filter takes over while the gateway's calls fail; default) or
+    /// `always` (standalone, no gateway; the pods are `direct_pods`).
+    pub direct_calls: DirectMode,
+    /// Envoy cluster of the direct calls: an `ORIGINAL_DST` cluster reading `direct_host_header`
+    /// that no route references (default `prewarm-direct`).
+    pub direct_cluster: String,
+    /// Header naming the pod of a direct call; stripped from every client request (default
+    /// `x-prewarm-direct-host`).
+    pub direct_host_header: String,
+    /// The pods in `always` mode (id + `host:port`); the routing table is built from them.
+    pub direct_pods: Vec<DirectPod>,
+    /// Most direct calls a minute per Envoy (default 60: one a default tick).
+    pub direct_calls_per_min: u64,
+    /// Most prompt tokens of direct prefills a minute per Envoy (default 240,000: one pod's
+    /// prefill minute at 4,000 tokens/s, so one Envoy's warming never takes more than one pod's
+    /// whole prefill capacity; at least `max_prefix_tokens` + 1, the largest prefill).
+    pub direct_prefill_tokens_per_min: u64,
+    /// Timeout of each direct call, ms (default 10,000: a prefill of the largest fingerprinted
+    /// prefix, 32,768 tokens, at 4,000 tokens/s takes 8.2 s).
+    pub direct_timeout_ms: u64,
+    /// How long the gateway's calls must have failed before the filter takes over, ms
+    /// (default 5,000: five default ticks, so a gateway restart does not trigger it).
+    pub direct_takeover_after_ms: u64,
 }
 
 impl Default for FilterConfig {
@@ -134,11 +160,19 @@ impl Default for FilterConfig {
             prefix_horizon_ms: prewarm_core::prefix::DEFAULT_HORIZON_MS,
             cas_retries: 8,
             source: "prewarm-filter".into(),
+            direct_calls: DirectMode::WhenGatewayDown,
+            direct_cluster: "prewarm-direct".into(),
+            direct_host_header: "x-prewarm-direct-host".into(),
+            direct_pods: Vec::new(),
+            direct_calls_per_min: 60,
+            direct_prefill_tokens_per_min: 240_000,
+            direct_timeout_ms: 10_000,
+            direct_takeover_after_ms: 5_000,
         }
     }
 }
 
-fn range<T: PartialOrd + std::fmt::Display + Copy>(
+pub(crate) fn range<T: PartialOrd + std::fmt::Display + Copy>(
     problems: &mut Vec<String>,
     field: &str,
     value: T,
@@ -150,7 +184,7 @@ fn range<T: PartialOrd + std::fmt::Display + Copy>(
     }
 }
 
-fn header_name(problems: &mut Vec<String>, field: &str, value: &str) {
+pub(crate) fn header_name(problems: &mut Vec<String>, field: &str, value: &str) {
     let valid = !value.is_empty()
         && value
             .bytes()
@@ -341,6 +375,7 @@ impl FilterConfig {
                 ));
             }
         }
+        p.extend(crate::direct_config::validate(self));
         if self.shared_prefix.is_empty() || self.shared_prefix.len() > 64 {
             p.push(format!(
                 "shared_prefix: {:?}: must be 1 to 64 bytes",

@@ -111,6 +111,14 @@ metrics! {
     TallyOverflow => "prewarm.tally.overflow", false;
     HostErrors => "prewarm.host_errors", false;
     Unconfigured => "prewarm.unconfigured", false;
+    DirectSent => "prewarm.direct.sent", false;
+    DirectOk => "prewarm.direct.ok", false;
+    DirectFailed => "prewarm.direct.failed", false;
+    DirectSkippedBudget => "prewarm.direct.skipped_budget", false;
+    DirectSkippedInFlight => "prewarm.direct.skipped_in_flight", false;
+    DirectSkippedBackoff => "prewarm.direct.skipped_backoff", false;
+    DirectSkippedNoPod => "prewarm.direct.skipped_no_pod", false;
+    DirectActive => "prewarm.direct.active", true;
     TableGeneration => "prewarm.table.generation", true;
     TableAgeMs => "prewarm.table.age_ms", true;
 }

@@ -1,5 +1,7 @@
 //! prewarm-filter: the proxy-wasm filter that watches OpenAI-style traffic in Envoy, sends
-//! prewarm signals to the gateway and routes requests with the gateway's routing table.
+//! prewarm signals to the gateway and routes requests with the gateway's routing table; when the
+//! gateway is down (or in standalone mode, without one) it sends the prefills and adapter touches
+//! to the pods itself (`direct`).
 //!
 //! Glue only: every decision (parsing, canonical prompt, fingerprints, similarity, triggers,
 //! rates, placement, wire format) is `prewarm-core`'s. The modules map host hooks to core
@@ -8,6 +10,10 @@
 //! while native tests drive the same code through a double.
 
 pub mod config;
+pub mod direct;
+pub mod direct_budget;
+pub mod direct_config;
+pub mod gateway_health;
 pub mod host;
 pub mod observe;
 pub mod prefix_index;
@@ -27,6 +33,8 @@ mod entry;
 #[cfg(target_arch = "wasm32")]
 mod wasm_host;
 
+#[cfg(test)]
+mod direct_scenarios;
 #[cfg(test)]
 mod fake_host;
 #[cfg(test)]

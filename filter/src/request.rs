@@ -1,4 +1,5 @@
-//! One request through the filter: always strip a client-sent endpoint header; inspect only
+//! One request through the filter: always strip a client-sent endpoint header (and direct-call
+//! header); inspect only
 //! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
@@ -12,6 +13,7 @@ use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
+use crate::config::DirectMode;
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::prefix_index::SharedPrefixStore;
@@ -58,6 +60,8 @@ impl RequestFlow {
     ) -> Verdict {
         let config = &worker.config;
         host.remove_request_header(&config.endpoint_header);
+        // only the filter's direct calls may name a pod for the direct cluster
+        host.remove_request_header(&config.direct_host_header);
         host.count(Metric::RequestsSeen, 1);
         let is_post = host.request_header(":method").as_deref() == Some(b"POST");
         let endpoint = host
@@ -216,14 +220,17 @@ impl RequestFlow {
                 if refused > 0 {
                     host.count(Metric::PrefixWriteFailures, refused);
                 }
-                let served = ServedRecord::of(
-                    &route.primary.id,
-                    &request.model,
-                    &chain,
-                    chain.prompt_tokens as u64,
-                    &worker.fingerprint,
-                );
-                worker.served.enqueue(host, vec![served]);
+                // standalone, no gateway ages a KV model with them
+                if config.direct_calls != DirectMode::Always {
+                    let served = ServedRecord::of(
+                        &route.primary.id,
+                        &request.model,
+                        &chain,
+                        chain.prompt_tokens as u64,
+                        &worker.fingerprint,
+                    );
+                    worker.served.enqueue(host, vec![served]);
+                }
             }
             Err(why) => host.count(why.metric(), 1),
         }

@@ -4,12 +4,18 @@
 //! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
 //! checked with core's decoder and published to every worker through shared data. Every reply
 //! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
+//! Each gateway reply (or failure to dispatch) feeds `gateway_health`; while `direct::active`
+//! says so, the taken prefill and pin signals also become direct calls to the pods (`direct`).
+//! In standalone mode (`direct_calls: always`) nothing is sent to the gateway.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use prewarm_core::wire::{RoutingTable, SignalBatch};
+use prewarm_core::wire::{RoutingTable, Signal, SignalBatch};
 
+use crate::config::DirectMode;
+use crate::direct;
+use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
 use crate::observe::fold_tally;
 use crate::prefix_index::seed_from_table;
@@ -18,10 +24,17 @@ use crate::shared::{read_u64, update};
 use crate::worker::Worker;
 
 /// A call in flight and what it was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Call {
-    Batch { signals: u64, served: u64 },
+    Batch {
+        signals: u64,
+        served: u64,
+    },
     Table,
+    /// A direct call to a pod.
+    Direct {
+        pod: String,
+    },
 }
 
 /// Largest routing table body accepted, bytes.
@@ -41,7 +54,9 @@ impl RootTasks {
         }
         self.fold_tally(host, worker);
         self.flush_signals(host, worker, now);
-        self.poll_table(host, worker, now);
+        if worker.config.direct_calls != DirectMode::Always {
+            self.poll_table(host, worker, now);
+        }
     }
 
     /// Folds the VM's tally into shared data and queues the signals it makes.
@@ -92,7 +107,34 @@ impl RootTasks {
             }
             None => {
                 host.count(Metric::DispatchFailures, 1);
+                gateway_health::record(
+                    host,
+                    &worker.keys,
+                    worker.config.cas_retries,
+                    false,
+                    host.now_ms(),
+                );
                 false
+            }
+        }
+    }
+
+    /// Sends the direct calls the taken signals ask for, when the filter does them now.
+    fn send_direct<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        signals: &[Signal],
+        now: u64,
+    ) {
+        let on = direct::active(host, worker, now);
+        host.gauge(Metric::DirectActive, u64::from(on));
+        if !on {
+            return;
+        }
+        for call in direct::plan(host, worker, signals) {
+            if let Some(token) = direct::send(host, worker, &call) {
+                self.calls.insert(token, Call::Direct { pod: call.pod });
             }
         }
     }
@@ -104,7 +146,10 @@ impl RootTasks {
         let config = &worker.config;
         let pending = worker.queue.take(host);
         let served = worker.served.take(host);
-        if pending.records.is_empty() && served.records.is_empty() {
+        self.send_direct(host, worker, &pending.records, now);
+        if config.direct_calls == DirectMode::Always
+            || (pending.records.is_empty() && served.records.is_empty())
+        {
             return;
         }
         let n = pending.records.len() as u64;
@@ -177,6 +222,18 @@ impl RootTasks {
         };
         let status = host.call_response_status();
         let ok = status.is_some_and(|s| (200..300).contains(&s));
+        if let Call::Direct { pod } = &call {
+            direct::on_reply(host, worker, pod, status);
+            return;
+        }
+        let answered = ok || (call == Call::Table && status == Some(304));
+        gateway_health::record(
+            host,
+            &worker.keys,
+            worker.config.cas_retries,
+            answered,
+            host.now_ms(),
+        );
         match call {
             Call::Batch { signals, served } => {
                 if ok {
@@ -194,6 +251,7 @@ impl RootTasks {
                 }
             }
             Call::Table => self.on_table(host, worker, status, body_size),
+            Call::Direct { .. } => {}
         }
     }
 

@@ -10,7 +10,7 @@ use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;
 use crate::worker::Worker;
 
-fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
+pub(crate) fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "model": model,
         "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
@@ -18,7 +18,7 @@ fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
     .unwrap()
 }
 
-fn template() -> String {
+pub(crate) fn template() -> String {
     (0..300)
         .map(|i| format!("rule {i} of the support handbook says be kind."))
         .collect::<Vec<_>>()
@@ -27,7 +27,7 @@ fn template() -> String {
 
 /// Sends one request through the flow the way Envoy does (headers, then the body in two
 /// chunks); returns the verdicts.
-fn send(
+pub(crate) fn send(
     host: &FakeHost,
     worker: &Worker,
     path: &str,
@@ -184,7 +184,7 @@ fn adapter_pins_once_per_crossing() {
     assert_eq!(pins, 2);
 }
 
-fn chat_like(model: &str, i: u64) -> Vec<u8> {
+pub(crate) fn chat_like(model: &str, i: u64) -> Vec<u8> {
     serde_json::to_vec(
         &serde_json::json!({"model": model, "prompt": format!("unrelated prompt number {i}")}),
     )

@@ -1,10 +1,11 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
 //! configuration, its shared-data keys, its signal and served-record queues, its copy of the
-//! routing table, and its tally.
+//! routing table (in standalone mode, the one built from `direct_pods`), and its tally.
 
 use prewarm_core::FingerprintConfig;
 
-use crate::config::FilterConfig;
+use crate::config::{DirectMode, FilterConfig};
+use crate::direct_config::static_table;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signal_queue::{ServedQueue, SignalQueue};
@@ -24,12 +25,17 @@ pub struct Worker {
 impl Worker {
     pub fn new(config: FilterConfig) -> Self {
         let keys = Keys::new(&config.shared_prefix);
+        let table = TableCache::default();
+        // standalone: the static pods are the table, for routing and direct calls alike
+        if config.direct_calls == DirectMode::Always {
+            table.install(0, static_table(&config));
+        }
         Self {
             fingerprint: config.fingerprint(),
             queue: SignalQueue::new(&config, &keys),
             served: ServedQueue::served(&config, &keys),
             keys,
-            table: TableCache::default(),
+            table,
             tally: Tally::default(),
             config,
         }

@@ -74,6 +74,9 @@ class StackSpec:
     with none and only the gateway's loads put adapters on them."""
     envoy_concurrency: int = 2
     log_level: str = "warning"
+    with_gateway: bool = True
+    """False: no gateway at all; the filter runs standalone (`direct_calls: always`, every pod
+    and spare in `direct_pods`), sending the prefills and adapter touches itself."""
 
 
 def free_port() -> int:
@@ -166,6 +169,9 @@ class Stack:
     def filter_config(self) -> dict:
         # The filter presents the gateway's signal token, as a deployment's filter config does.
         base = {"tick_period_ms": 200, "base_models": [BASE_MODEL], "gateway_token": SIGNAL_TOKEN}
+        if not self.spec.with_gateway:
+            base = {"tick_period_ms": 200, "base_models": [BASE_MODEL], "direct_calls": "always",
+                    "direct_pods": [{"id": p.id, "address": p.address} for p in self.pods + self.spares]}
         return {**base, **self.spec.filter_config}
 
     def start(self) -> "Stack":
@@ -177,6 +183,9 @@ class Stack:
             for j in range(self.spec.spare_pods):
                 i = self.spec.pods + j
                 self.spares.append(Pod(f"pod-{i}", f"127.0.0.1:{free_port()}"))
+            if not self.spec.with_gateway:
+                self.start_envoy()
+                return self
             self.start_gateway()
             for a in self.spec.adapters:
                 self.register_adapter(a)
@@ -215,7 +224,7 @@ class Stack:
                              env={"PREWARM_LOG": "warn"})
 
     def start_envoy(self) -> Envoy:
-        assert self.gateway is not None
+        assert self.gateway is not None or not self.spec.with_gateway
 
         def mutate(config: dict) -> None:
             add_upstream_header(config)
@@ -224,7 +233,7 @@ class Stack:
 
         config = build_config(
             pods=[p.address for p in self.pods + self.spares],
-            gateway=self.gateway.url.removeprefix("http://"),
+            gateway=self.gateway.url.removeprefix("http://") if self.gateway else None,
             filter_config=self.filter_config(),
             mutate=mutate,
         )
@@ -232,7 +241,8 @@ class Stack:
                            log_level=self.spec.log_level)
         self.envoy.start()
         wait_until(lambda: self.envoy.healthy_hosts() >= len(self.pods), 30, what="Envoy sees the pods healthy")
-        self.wait_envoy_routes(*[p.address for p in self.pods])
+        if self.gateway:
+            self.wait_envoy_routes(*[p.address for p in self.pods])
         return self.envoy
 
     def stop(self) -> None:
@@ -265,12 +275,14 @@ class Stack:
     # --- pods ------------------------------------------------------------------------------
 
     def join_spare(self, index: int = 0) -> Pod:
-        """Starts spare pod `index` on its reserved port and announces it to the gateway."""
+        """Starts spare pod `index` on its reserved port and announces it to the gateway (without
+        a gateway, the standalone filter already lists it in `direct_pods`)."""
         pod = self.spares[index]
         port = int(pod.address.rsplit(":", 1)[1])
         self.start_pod(pod, port)
         self.pods.append(pod)
-        self.announce(pod)
+        if self.gateway:
+            self.announce(pod)
         return pod
 
     def announce(self, pod: Pod) -> None:

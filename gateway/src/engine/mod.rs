@@ -23,9 +23,8 @@ pub use http::{HttpPod, RetryPolicy};
 pub use metrics_text::PodLoad;
 pub use models::ServedModels;
 
-/// The extra text a prefill appends to a prefix: one token (4 bytes), so the whole prefix is
-/// cacheable (the engine always recomputes a prompt's last token).
-pub const PREFILL_SUFFIX: &str = "\n>>>";
+/// The extra text a prefill appends (core's, so the filter's direct prefills send the same).
+pub use prewarm_core::warm_call::{prefill_prompt, PREFILL_SUFFIX};
 
 /// A prefill: fill the pod's prefix cache with `prefix_text` for `model`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,28 +127,5 @@ pub fn engine_for(kind: EngineKind, pod: HttpPod, base_model: &str) -> Arc<dyn E
     match kind {
         EngineKind::Vllm => Arc::new(vllm::VllmEngine::new(pod)),
         EngineKind::Sglang => Arc::new(sglang::SglangEngine::new(pod, base_model)),
-    }
-}
-
-/// The prompt a prefill sends.
-pub fn prefill_prompt(prefix_text: &str) -> String {
-    let mut prompt = String::with_capacity(prefix_text.len() + PREFILL_SUFFIX.len());
-    prompt.push_str(prefix_text);
-    prompt.push_str(PREFILL_SUFFIX);
-    prompt
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefill_prompt_is_one_token_longer() {
-        let p = prefill_prompt("abcdefgh");
-        assert_eq!(
-            prewarm_core::tokens::token_count(p.len()),
-            prewarm_core::tokens::token_count(8) + 1
-        );
-        assert!(p.starts_with("abcdefgh"));
     }
 }

@@ -1,0 +1,120 @@
+//! What a warming call to a pod is, shared by the gateway's engine clients and the filter's
+//! direct calls so both send the same request: a prefill is a `max_tokens: 1` completion of a
+//! prefix's text plus [`PREFILL_SUFFIX`] (one token, so the engine caches the whole prefix: it
+//! always recomputes a prompt's last token); an adapter touch is a `max_tokens: 1` completion of
+//! that one token with the adapter as `model` (vLLM has no pin API: a recent use keeps it in its
+//! LRU slots). Also which pod an adapter is kept on when the filter pins it.
+
+use serde_json::json;
+
+use crate::fingerprint::chain_seed;
+use crate::placement::{rank, PlacementCandidate};
+use crate::route::serving_pods;
+use crate::wire::{RoutedPod, RoutingTable};
+
+/// The extra text a prefill appends to a prefix: one token (4 bytes).
+pub const PREFILL_SUFFIX: &str = "\n>>>";
+
+/// The path of every warming call (a plain completion: vLLM and SGLang both serve it).
+pub const WARM_CALL_PATH: &str = "/v1/completions";
+
+/// The prompt a prefill sends.
+pub fn prefill_prompt(prefix_text: &str) -> String {
+    let mut prompt = String::with_capacity(prefix_text.len() + PREFILL_SUFFIX.len());
+    prompt.push_str(prefix_text);
+    prompt.push_str(PREFILL_SUFFIX);
+    prompt
+}
+
+/// The JSON body of a one-token completion of `prompt` for `model`.
+pub fn one_token_completion(model: &str, prompt: &str) -> Vec<u8> {
+    json!({
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": false,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The body of a prefill of `prefix_text` for `model`.
+pub fn prefill_body(model: &str, prefix_text: &str) -> Vec<u8> {
+    one_token_completion(model, &prefill_prompt(prefix_text))
+}
+
+/// The body of a touch of `adapter`.
+pub fn touch_body(adapter: &str) -> Vec<u8> {
+    one_token_completion(adapter, PREFILL_SUFFIX)
+}
+
+/// The pod an adapter is pinned on from a routing table: the first, by rendezvous over the
+/// adapter name's chain seed (the key the gateway places adapters by), of the pods the table
+/// lists as holding it, or of all pods when none does.
+pub fn adapter_pod<'t>(table: &'t RoutingTable, adapter: &str) -> Option<&'t RoutedPod> {
+    let pool = serving_pods(table, adapter);
+    let candidates: Vec<PlacementCandidate<'_>> = pool
+        .iter()
+        .map(|p| PlacementCandidate::new(&p.id, p.weight))
+        .collect();
+    let first = rank(chain_seed(adapter), &candidates).into_iter().next()?;
+    pool.get(first).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
+    use super::*;
+    use crate::wire::WIRE_VERSION;
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn pod(id: &str, adapters: &[&str]) -> RoutedPod {
+        RoutedPod {
+            id: id.into(),
+            address: format!("{id}:8000"),
+            weight: 1.0,
+            adapters: adapters.iter().map(|a| a.to_string()).collect(),
+            load: None,
+        }
+    }
+
+    fn table(pods: Vec<RoutedPod>) -> RoutingTable {
+        RoutingTable {
+            version: WIRE_VERSION.into(),
+            generation: 1,
+            generated_at_ms: 0,
+            block_tokens: 64,
+            load_factor: None,
+            pods,
+        }
+    }
+
+    #[test]
+    fn prefill_is_one_token_longer_than_the_prefix() {
+        let p = prefill_prompt("abcdefgh");
+        assert_eq!(
+            crate::tokens::token_count(p.len()),
+            crate::tokens::token_count(8) + 1
+        );
+        let body: serde_json::Value = serde_json::from_slice(&prefill_body("m", "abcd")).unwrap();
+        assert_eq!(body["max_tokens"], 1);
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["prompt"], "abcd\n>>>");
+    }
+
+    #[test]
+    fn adapter_pod_prefers_holders_then_ranks_every_pod() {
+        let t = table(vec![pod("a", &[]), pod("b", &["x"]), pod("c", &[])]);
+        assert_eq!(adapter_pod(&t, "x").unwrap().id, "b");
+        let all: Vec<PlacementCandidate<'_>> = t
+            .pods
+            .iter()
+            .map(|p| PlacementCandidate::new(&p.id, 1.0))
+            .collect();
+        let want = rank(chain_seed("y"), &all)[0];
+        assert_eq!(adapter_pod(&t, "y").unwrap().id, t.pods[want].id);
+        assert!(adapter_pod(&table(vec![]), "y").is_none());
+    }
+}
