@@ -107,6 +107,13 @@ pub fn clean_load(load: Option<f64>) -> f64 {
     load.filter(|l| l.is_finite() && *l >= 0.0).unwrap_or(0.0)
 }
 
+/// The candidates in the order an adapter is placed on them: rendezvous over its name's chain
+/// seed (`fingerprint::chain_seed`), the key the gateway places adapters by and the filter pins
+/// them by.
+pub fn adapter_order(adapter: &str, candidates: &[PlacementCandidate<'_>]) -> Vec<usize> {
+    rank(crate::fingerprint::chain_seed(adapter), candidates)
+}
+
 /// The bounded-load cap: `factor` (at least 1) times the mean of `loads` (0 when empty), and
 /// never below [`LOAD_FLOOR`].
 pub fn load_cap(loads: impl Iterator<Item = f64>, factor: f64) -> f64 {

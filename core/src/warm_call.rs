@@ -7,8 +7,7 @@
 
 use serde_json::json;
 
-use crate::fingerprint::chain_seed;
-use crate::placement::{rank, PlacementCandidate};
+use crate::placement::{adapter_order, PlacementCandidate};
 use crate::route::serving_pods;
 use crate::wire::{RoutedPod, RoutingTable};
 
@@ -58,7 +57,7 @@ pub fn adapter_pod<'t>(table: &'t RoutingTable, adapter: &str) -> Option<&'t Rou
         .iter()
         .map(|p| PlacementCandidate::new(&p.id, p.weight))
         .collect();
-    let first = rank(chain_seed(adapter), &candidates).into_iter().next()?;
+    let first = adapter_order(adapter, &candidates).into_iter().next()?;
     pool.get(first).copied()
 }
 
@@ -87,6 +86,7 @@ mod tests {
             generated_at_ms: 0,
             block_tokens: 64,
             load_factor: None,
+            prefixes: Vec::new(),
             pods,
         }
     }
@@ -113,7 +113,7 @@ mod tests {
             .iter()
             .map(|p| PlacementCandidate::new(&p.id, 1.0))
             .collect();
-        let want = rank(chain_seed("y"), &all)[0];
+        let want = crate::placement::rank(crate::fingerprint::chain_seed("y"), &all)[0];
         assert_eq!(adapter_pod(&t, "y").unwrap().id, t.pods[want].id);
         assert!(adapter_pod(&table(vec![]), "y").is_none());
     }

@@ -44,6 +44,7 @@ pub fn static_table(config: &FilterConfig) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: config.block_tokens,
         load_factor: None,
+        prefixes: Vec::new(),
         pods: config
             .direct_pods
             .iter()

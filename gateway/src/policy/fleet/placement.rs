@@ -20,8 +20,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use prewarm_core::fingerprint::chain_seed;
+use prewarm_core::placement::adapter_order;
 use prewarm_core::rate::RateWindow;
-use prewarm_core::{rank, PlacementCandidate};
+use prewarm_core::PlacementCandidate;
 
 use super::pod::{FleetPod, PodHealth};
 use super::Fleet;
@@ -41,7 +42,7 @@ pub fn placed_pods_among(
     adapter: &str,
     replicas: usize,
 ) -> Vec<String> {
-    rank(chain_seed(adapter), candidates)
+    adapter_order(adapter, candidates)
         .into_iter()
         .take(replicas.max(1))
         .filter_map(|i| candidates.get(i).map(|c| c.id.to_string()))
