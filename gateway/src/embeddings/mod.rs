@@ -10,6 +10,7 @@ pub mod kmeans;
 pub mod minilm;
 pub mod refresh;
 pub mod search;
+pub mod synthetic;
 
 pub use config::EmbeddingsConfig;
 pub use refresh::refresh_loop;
