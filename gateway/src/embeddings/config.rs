@@ -19,9 +19,13 @@ pub struct EmbeddingsConfig {
     pub refresh_seconds: u64,
     /// The hottest pool prompts embedded and indexed (default 20,000; at most 1,000,000).
     pub max_prompts: usize,
-    /// Leading bytes of a prompt's text that are embedded (default 2,048: the model reads at
+    /// Leading bytes of a prompt's text that are embedded (default 1,024: the model reads at
     /// most 256 WordPiece tokens, ~4 bytes each, so more text changes nothing).
     pub max_text_bytes: usize,
+    /// Most milliseconds one refresh spends embedding new prompts (default 20,000), hottest
+    /// first; the others are embedded by the next refreshes. Bounds the wait for readiness at
+    /// start: a 256-token prompt is a ~5 GFLOP forward pass, tens of ms on a core.
+    pub embed_budget_ms: u64,
     /// Below this many prompts the index is exact search (default 1,000: a scan of 1,000 × 384
     /// floats is ~0.1 ms, IVF-PQ only pays beyond).
     pub exact_below: usize,
@@ -41,7 +45,8 @@ impl Default for EmbeddingsConfig {
             model_dir: None,
             refresh_seconds: 10,
             max_prompts: 20_000,
-            max_text_bytes: 2048,
+            max_text_bytes: 1024,
+            embed_budget_ms: 20_000,
             exact_below: 1000,
             index_lists: 0,
             index_subspaces: 48,
@@ -65,7 +70,13 @@ impl EmbeddingsConfig {
                 }
             }
         }
-        let ranges: [(&str, usize, usize, usize); 7] = [
+        let ranges: [(&str, usize, usize, usize); 8] = [
+            (
+                "embed_budget_ms",
+                self.embed_budget_ms as usize,
+                100,
+                600_000,
+            ),
             ("refresh_seconds", self.refresh_seconds as usize, 1, 3600),
             ("max_prompts", self.max_prompts, 1, 1_000_000),
             ("max_text_bytes", self.max_text_bytes, 16, 65_536),

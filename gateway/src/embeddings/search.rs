@@ -3,8 +3,9 @@
 //! prompt vectors (so a refresh embeds only new prompts) and the published [`PromptIndex`]
 //! (prompts, their vectors, and an IVF-PQ index over them from `exact_below` prompts on).
 //!
-//! A refresh takes the pool's hottest `max_prompts` prompts, embeds the new ones, and builds and
-//! swaps in a new index when the set of prompts changed; readers keep the index they hold. The
+//! A refresh takes the pool's hottest `max_prompts` prompts, embeds the new ones (hottest first,
+//! for at most `embed_budget_ms`; the rest in later refreshes), and builds and swaps in a new
+//! index of the prompts embedded so far when that set changed; readers keep the index they hold. The
 //! first refresh (model load included) runs before the gateway reports ready, so the index is
 //! trained when traffic arrives. Everything here is blocking CPU work: callers run it on
 //! `spawn_blocking`.
@@ -12,12 +13,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::ivf_pq::{exact, IvfPq, IvfPqParams};
 use super::kmeans::squared_distance;
-use super::minilm::{EmbedError, MiniLm, DIM};
+use super::minilm::{EmbedError, MiniLm, DIM, MAX_BATCH};
 use super::EmbeddingsConfig;
 use crate::policy::PrefixKey;
 
@@ -268,13 +270,21 @@ impl PromptSearch {
             .iter()
             .filter(|p| !cache.contains_key(&p.key))
             .collect();
-        let texts: Vec<&str> = missing
-            .iter()
-            .map(|p| leading(&p.text, self.config.max_text_bytes))
-            .collect();
-        let vectors = model.embed(&texts)?;
-        for (p, v) in missing.iter().zip(vectors) {
-            cache.insert(p.key, v.into());
+        // Hottest first, a batch at a time, until the budget is spent: the rest wait for the
+        // next refresh, and the index published now holds the prompts embedded so far.
+        let started = Instant::now();
+        let budget = Duration::from_millis(self.config.embed_budget_ms);
+        for batch in missing.chunks(MAX_BATCH) {
+            if started.elapsed() >= budget {
+                break;
+            }
+            let texts: Vec<&str> = batch
+                .iter()
+                .map(|p| leading(&p.text, self.config.max_text_bytes))
+                .collect();
+            for (p, v) in batch.iter().zip(model.embed(&texts)?) {
+                cache.insert(p.key, v.into());
+            }
         }
         let live: HashSet<PrefixKey> = pool.iter().map(|p| p.key).collect();
         cache.retain(|k, _| live.contains(k));
