@@ -143,13 +143,19 @@ fn a_refresh_embeds_within_its_budget_and_the_next_ones_catch_up() {
     // One batch of 32 takes longer than 100 ms: the first refresh stops after it, keeping the
     // hottest.
     assert!(first.prompts.len() < 100, "{}", first.prompts.len());
-    assert!(first.prompts.iter().all(|p| p.hotness >= 100.0 - first.prompts.len() as f64));
+    assert!(first
+        .prompts
+        .iter()
+        .all(|p| p.hotness >= 100.0 - first.prompts.len() as f64));
     let mut refreshes = 1;
     while search.index().prompts.len() < 100 {
         assert!(search.refresh(pool.clone()).unwrap());
         refreshes += 1;
         assert!(refreshes <= 10, "no progress");
     }
-    assert!(!search.refresh(pool).unwrap(), "an unchanged pool rebuilds nothing");
+    assert!(
+        !search.refresh(pool).unwrap(),
+        "an unchanged pool rebuilds nothing"
+    );
     println!("100 prompts indexed in {refreshes} refreshes of 100 ms budget");
 }
