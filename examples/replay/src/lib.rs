@@ -11,12 +11,14 @@
 //!   the field's routers (`sglang_cache_aware`, `dynamo_kv`), `prewarm` (the gateway's own
 //!   policies) and `oracle`;
 //! - [`live`]: the trace over HTTP against real servers (Envoy or pods), streaming;
+//! - [`embeddings`]: the embeddings workload (ShareGPT prompts, Zipf repeats) over HTTP;
 //! - [`plot`]: PNG charts of the time series;
 //! - [`cli`]: the `prewarm-replay` command line.
 
 pub mod assign;
 pub mod cli;
 pub mod comparison;
+pub mod embeddings;
 pub mod live;
 pub mod offline;
 pub mod outcome;

@@ -10,6 +10,7 @@ fn main() {
         Command::Live(args) => prewarm_replay::live::run_live(args),
         Command::Report(args) => prewarm_replay::comparison::run_report(args),
         Command::Assignment(args) => run_assignment(args),
+        Command::Embeddings(args) => prewarm_replay::embeddings::run_embeddings(args),
     };
     if let Err(e) = result {
         eprintln!("prewarm-replay: {e}");

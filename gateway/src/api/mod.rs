@@ -19,6 +19,8 @@
 //!   `GET /admin/pods/{id}/plan`
 //! - `GET /admin/adapters`, `GET /admin/adapters/{name}`, `GET /admin/adapters/heatmap`
 //! - `GET /admin/prompts?k=N`
+//! - `GET /admin/prompts/similar?text=T&k=N`, `GET /admin/prompts/groups?k=N` (with
+//!   `embeddings.model_dir`)
 //!
 //! Admin writes (bearer token `server.admin_token`, else 401):
 //! - `POST /admin/pods`, `DELETE /admin/pods/{id}`, `POST /admin/pods/{id}/warmup`
@@ -39,6 +41,7 @@ mod input;
 mod pods;
 mod probes;
 mod prompts;
+mod similar;
 mod views;
 
 use std::sync::Arc;
@@ -93,6 +96,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/admin/adapters/{name}/unpin", post(adapters::unpin))
         .route("/admin/adapters/{name}/rollback", post(adapters::rollback))
         .route("/admin/prompts", get(prompts::top).post(prompts::add))
+        .route("/admin/prompts/similar", get(similar::similar))
+        .route("/admin/prompts/groups", get(similar::groups))
         .route(
             "/admin/prompts/{key}",
             axum::routing::delete(prompts::remove),

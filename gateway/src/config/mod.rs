@@ -40,6 +40,8 @@ pub struct GatewayConfig {
     pub lora: policy::LoraConfig,
     pub warmup: policy::WarmupConfig,
     pub routing: policy::RoutingConfig,
+    /// `[embeddings]`: the local prompt embedder and index (off without `model_dir`).
+    pub embeddings: crate::embeddings::EmbeddingsConfig,
 }
 
 /// `[server]`: listener, secrets, limits, shutdown.

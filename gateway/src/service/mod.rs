@@ -31,6 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
+use crate::embeddings::search::PromptSearch;
 use crate::engine::{HttpPod, RetryPolicy};
 use crate::policy::fleet::Fleet;
 pub use crate::policy::fleet::PodHealth;
@@ -82,6 +83,8 @@ pub struct Gateway {
     client: reqwest::Client,
     shutdown: watch::Sender<bool>,
     me: Weak<Gateway>,
+    /// The pool's prompt embeddings and index (`embeddings.model_dir` set), else `None`.
+    pub embeddings: Option<Arc<PromptSearch>>,
 }
 
 impl Gateway {
@@ -110,6 +113,11 @@ impl Gateway {
             ready: AtomicBool::new(false),
             client,
             shutdown,
+            embeddings: config
+                .embeddings
+                .model_dir
+                .is_some()
+                .then(|| Arc::new(PromptSearch::new(config.embeddings.clone()))),
             config,
         });
         for spec in gateway.config.pods.static_pods.clone() {
@@ -145,9 +153,10 @@ impl Gateway {
         self.client.clone()
     }
 
-    /// Ready once the snapshot has been loaded (or found absent).
+    /// Ready once the snapshot has been loaded (or found absent) and, with embeddings on, the
+    /// first prompt index is built from it.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire) && self.embeddings.as_ref().is_none_or(|e| e.is_built())
     }
 
     pub fn set_ready(&self) {

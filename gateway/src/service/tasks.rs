@@ -28,7 +28,7 @@ use crate::policy::fleet::{Action, PodHealth, TICK_MS};
 const HIT_RATIO_TICKS: u64 = 10;
 
 /// Sleeps `d` or until shutdown; returns false at shutdown.
-async fn pause(gateway: &Gateway, d: Duration) -> bool {
+pub(crate) async fn pause(gateway: &Gateway, d: Duration) -> bool {
     let mut shutdown = gateway.shutdown_signal();
     if *shutdown.borrow() {
         return false;
@@ -50,6 +50,12 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     }
     if gateway.config.state.snapshot_interval_seconds > 0 {
         tasks.push(tokio::spawn(snapshot_loop(gateway.clone())));
+    }
+    if let Some(search) = gateway.embeddings.clone() {
+        tasks.push(tokio::spawn(crate::embeddings::refresh_loop(
+            gateway.clone(),
+            search,
+        )));
     }
     tasks
 }

@@ -3,6 +3,7 @@
 //!
 //! Endpoints:
 //! - `POST /v1/completions`, `POST /v1/chat/completions` (JSON or server-sent events)
+//! - `POST /v1/embeddings` (vLLM's pooling-model reply over deterministic vectors)
 //! - `GET /v1/models`, `GET /health`, `GET /metrics`
 //! - vLLM: `POST /v1/load_lora_adapter`, `POST /v1/unload_lora_adapter`, only with
 //!   `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING` in {1, true}
@@ -14,6 +15,7 @@
 
 pub mod adapter_dir;
 pub mod clock;
+pub mod embeddings;
 pub mod errors;
 pub mod inference;
 pub mod lora;
@@ -21,6 +23,7 @@ pub mod metrics;
 pub mod models;
 pub mod run;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -52,6 +55,8 @@ pub struct ServerConfig {
     pub enable_prompt_tokens_details: bool,
     /// Largest request body in bytes (default 8 MiB).
     pub max_body_bytes: usize,
+    /// Components of a `/v1/embeddings` vector (default 384, all-MiniLM-L6-v2's size).
+    pub embedding_dim: usize,
 }
 
 impl ServerConfig {
@@ -63,6 +68,7 @@ impl ServerConfig {
             error_format: ErrorFormat::Nested,
             enable_prompt_tokens_details: false,
             max_body_bytes: 8 << 20,
+            embedding_dim: 384,
         }
     }
 }
@@ -75,6 +81,8 @@ pub struct AppState {
     /// Unix seconds at start (`created` of the model cards).
     pub created: u64,
     pod: Mutex<Pod>,
+    /// Ids of replies that the pod model does not number (embeddings).
+    replies: AtomicU64,
 }
 
 impl AppState {
@@ -88,6 +96,7 @@ impl AppState {
             exporter: PodExporter::new(&config.pod),
             created,
             pod: Mutex::new(pod),
+            replies: AtomicU64::new(0),
             config,
         })
     }
@@ -95,6 +104,11 @@ impl AppState {
     /// The pod, locked. A panic elsewhere never makes the pod unusable.
     pub fn lock_pod(&self) -> MutexGuard<'_, Pod> {
         self.pod.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A fresh number for a reply id.
+    pub fn next_request_id(&self) -> u64 {
+        self.replies.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn error(&self, e: impl Into<ApiError>) -> Response {
@@ -147,6 +161,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route("/v1/completions", post(inference::completions))
         .route("/v1/chat/completions", post(inference::chat_completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models::list_models))
         .route("/health", get(health))
         .route("/metrics", get(metrics));

@@ -1,0 +1,51 @@
+//! The background loop that keeps the prompt index in step with the pool: every
+//! `embeddings.refresh_seconds` it copies the pool's prompts (under the gateway's lock, texts
+//! only) and refreshes [`PromptSearch`] off the async runtime. The first pass runs right after
+//! the snapshot is restored; the gateway is ready once it has published an index.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::search::{PoolPrompt, PromptSearch};
+use crate::service::tasks::pause;
+use crate::service::Gateway;
+
+/// The pool's prompts, hottest first (at most `limit`).
+fn pool_prompts(gateway: &Gateway, limit: usize) -> Vec<PoolPrompt> {
+    let state = gateway.state();
+    state
+        .fleet
+        .pool()
+        .top(limit)
+        .into_iter()
+        .map(|v| PoolPrompt {
+            key: v.key,
+            model: v.model.to_string(),
+            hotness: v.hotness,
+            text: v.text.to_string(),
+        })
+        .collect()
+}
+
+pub async fn refresh_loop(gateway: Arc<Gateway>, search: Arc<PromptSearch>) {
+    let period = Duration::from_secs(search.config().refresh_seconds);
+    loop {
+        let prompts = pool_prompts(&gateway, search.config().max_prompts);
+        let count = prompts.len();
+        let s = search.clone();
+        let started = std::time::Instant::now();
+        match tokio::task::spawn_blocking(move || s.refresh(prompts)).await {
+            Ok(Ok(true)) => tracing::info!(
+                prompts = count,
+                ms = started.elapsed().as_millis() as u64,
+                "prompt index rebuilt"
+            ),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "prompt index refresh failed"),
+            Err(e) => tracing::error!(error = %e, "prompt index refresh panicked"),
+        }
+        if !pause(&gateway, period).await {
+            return;
+        }
+    }
+}
