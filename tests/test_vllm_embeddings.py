@@ -3,9 +3,9 @@
 reference computed with plain transformers (tools/vllm/embed_reference.py: mean pooling, L2
 normalisation). Skipped without `make setup-vllm`.
 
-This pod is the reference the gateway's candle embedder (issue 19, not built yet) must match at
-cosine ≥ 0.9999: `embeddings(url, texts)` is what that test will call. podsim has no
-`/v1/embeddings` (docs/podsim.md).
+The gateway's candle embedder is checked against the same reference computation
+(gateway/tests/embeddings_minilm.rs, its data from tools/vllm/embed_reference.py); podsim's
+`/v1/embeddings` imitates this reply's shape with made-up vectors (docs/podsim.md).
 """
 from __future__ import annotations
 
