@@ -57,9 +57,9 @@
 //!
 //! Measured on the shared synthetic trace (8 pods + 2, the offline evaluator, no adapters): with
 //! a shared 512-token system prompt prewarm's token hit went from 0.1128 (new conversations
-//! collapsed onto the system prompt's pod) to 0.3909, with 2,048 tokens from 0.1934 to 0.4533;
-//! without a system prompt it fell from 0.4094 to 0.3829, mostly the load bound sending busy
-//! pods' overflow to idle joining pods. The figures for every scenario and policy are in `docs/evaluation.md`;
+//! collapsed onto the system prompt's pod) to 0.3813, with 2,048 tokens from 0.1934 to 0.4425;
+//! without a system prompt it fell from 0.4094 to 0.3787, the cost of sticking at branches and
+//! of the load bound. The figures for every scenario and policy are in `docs/evaluation.md`;
 //! `docs/routing.md` has the rule's measured variants.
 
 //! ## The horizon
