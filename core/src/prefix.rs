@@ -39,10 +39,10 @@
 //!    key, so a miss at depth k next to a hit at k + 1 happens; the search then settles on a
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod wins when the entry is younger than the horizon and not common,
-//!    and its pod is in the pool and under the load cap (core's [`load_cap`]: `load_factor` ×
-//!    the pool's mean load, never below half busy): a conversation's next turn, a new question
-//!    on a template, a repeat. After a pod joins, the gateway's seeds point the templates it
-//!    warmed there at it, so sticking does not keep them on their old pods.
+//!    its pod is in the pool and under the load cap (core's [`load_cap`]: `load_factor` × the
+//!    pool's mean load, never below half busy), and the request goes on past it: a
+//!    conversation's next turn, or a new question on a template. A repeat (a prompt ending
+//!    where the entry ends) goes by step 4, where the gateway places and warms it.
 //! 4. Otherwise: bounded-load rendezvous keyed on the request's first shard past its common
 //!    ones ([`PromptKeys::key_past`]; a third binary search, over common entries, ≤ 7 reads) —
 //!    its first shard when nothing is common, which is the key the gateway places and warms hot
@@ -388,7 +388,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
     let (found, mut reads) = longest_match(store, keys);
     let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
     let sticky = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.entry.common())
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues && !m.entry.common())
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
             under_cap(pod).then_some((pod, m.blocks))

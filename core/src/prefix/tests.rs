@@ -423,18 +423,3 @@ fn an_unchanged_seed_costs_no_write() {
     seed(&mut store, &placed, HORIZON / REFRESH_FRACTION + 1, HORIZON);
     assert_eq!(store.1, 2);
 }
-
-#[test]
-fn a_repeat_sticks_to_the_pod_that_served_it_not_to_its_placement() {
-    // the same prompt again (a template with a short question), last served on a pod its key
-    // does not place it on (a seed, or an overflow): it goes back where it is cached
-    let t = table(4, None);
-    let a = prompt(2_048, 1, 3_000);
-    let (placed, other) = rendezvous_and_other(&t, &a);
-    assert_ne!(placed, other);
-    let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    record(&mut store, &a, &other, 0, HORIZON);
-    let r = route_prefix(&t, "m", &a, &store, 1, HORIZON).unwrap();
-    assert_eq!(r.primary.id, other);
-    assert!(r.matched_blocks > 0);
-}
