@@ -1,7 +1,8 @@
 """Routing through the filter in a real Envoy: with a table served by the fake gateway, eachrequest reaches the pod that the filter's own code and core's placement choose (asked of the
 `choose_pod` example, so the test does not reimplement placement); adapter holders are
 preferred; a client-sent endpoint header never steers a request; a table cut with another block
-size is not used; a newer table replaces the old within ticks."""
+size is not used; a newer table replaces the old within ticks; a prompt shorter than a block
+goes to its adapter's holder and, for the base model, is left to Envoy's load balancer."""
 import json
 import subprocess
 
@@ -81,12 +82,20 @@ def test_requests_reach_the_pod_placement_chooses(envoys, pods, gateway, choose_
         assert sorted(header.split(",")) == sorted(p.address for p in pods), "two retry alternatives"
         chosen.add(want)
     assert len(chosen) >= 2, "four templates spread over more than one pod"
-    # the adapter's requests go to the pod holding it, whatever the prompt
+    # the adapter's requests go to the pod holding it, whatever the prompt: short ones too
+    # (shorter than a block: no cache to look for, but the adapter is only resident there)
     for i in range(4):
         before = [len(p.received()) for p in pods]
         envoy.post("/v1/completions", {**prompt(i), "model": "sql-lora"})
         assert receiver(pods, before) is pods[2]
-    assert envoy.metric("prewarm.routed") == 16
+    for i in range(4):
+        before = [len(p.received()) for p in pods]
+        envoy.post("/v1/completions", {"model": "sql-lora", "prompt": f"Hi #{i}"})
+        assert receiver(pods, before) is pods[2]
+    # a short base-model prompt is left to Envoy's load balancer
+    envoy.post("/v1/completions", {"model": "base", "prompt": "Hi"})
+    assert envoy.metric("prewarm.routed") == 20
+    assert envoy.metric("prewarm.unrouted.no_full_block") == 1
     assert envoy.metric("prewarm.unrouted.no_table") == 0
 
 

@@ -75,6 +75,7 @@ mod tests {
             address: format!("{id}:8000"),
             weight: 1.0,
             adapters: adapters.iter().map(|a| a.to_string()).collect(),
+            resident: Vec::new(),
             load: None,
         }
     }

@@ -314,9 +314,15 @@ pub struct RoutedPod {
     /// Placement weight (> 0).
     #[serde(default = "unit_weight")]
     pub weight: f64,
-    /// Adapters resident (or being kept resident) on the pod.
+    /// Adapters the pod serves without a disk load that requests for them may go to (the
+    /// gateway lists an adapter on the pods of its replica set).
     #[serde(default)]
     pub adapters: Vec<String>,
+    /// Of `adapters`, those the gateway models as holding one of the pod's GPU slots now (what
+    /// it loaded and touched, the requests it saw served, the pod's running lists): a request
+    /// for one of them goes to these pods first ([`crate::route::resident_first`]). Sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resident: Vec<String>,
     /// Utilisation in [0, 1] for bounded-load placement, when known (the gateway publishes the
     /// share of the last minute the pod was busy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,10 +354,19 @@ impl RoutedPod {
                 return Some(format!("pods[{i}].load: {load}: must be in [0, 1]"));
             }
         }
-        self.adapters
+        if let Some(j) = self
+            .adapters
             .iter()
             .position(|a| a.is_empty() || a.len() > MAX_NAME_BYTES)
-            .map(|j| format!("pods[{i}].adapters[{j}]: must be 1 to {MAX_NAME_BYTES} bytes"))
+        {
+            return Some(format!(
+                "pods[{i}].adapters[{j}]: must be 1 to {MAX_NAME_BYTES} bytes"
+            ));
+        }
+        self.resident
+            .iter()
+            .position(|r| !self.adapters.contains(r))
+            .map(|j| format!("pods[{i}].resident[{j}]: must be one of the pod's adapters"))
     }
 }
 
@@ -623,6 +638,7 @@ mod tests {
                 address: "127.0.0.1:8001".into(),
                 weight: 1.0,
                 adapters: vec!["sql-lora".into()],
+                resident: vec!["sql-lora".into()],
                 load: Some(0.5),
             }],
         };
@@ -630,6 +646,24 @@ mod tests {
         let minimal = br#"{"version":"1.0","generation":1,"block_tokens":64,"pods":[{"id":"a","address":"h:1"}]}"#;
         let m = RoutingTable::decode(minimal).unwrap();
         assert_eq!(m.pods[0].weight, 1.0);
+    }
+
+    #[test]
+    fn a_resident_adapter_must_be_one_the_pod_lists() {
+        let table = |resident: &str| {
+            format!(
+                r#"{{"version":"1.0","generation":1,"block_tokens":64,"pods":[{{"id":"a","address":"h:1","adapters":["x"],"resident":[{resident}]}}]}}"#
+            )
+        };
+        assert_eq!(
+            RoutingTable::decode(table(r#""x""#).as_bytes())
+                .unwrap()
+                .pods[0]
+                .resident,
+            vec!["x".to_string()]
+        );
+        let err = RoutingTable::decode(table(r#""y""#).as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("pods[0].resident[0]"), "{err}");
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn static_table(config: &FilterConfig) -> RoutingTable {
                 address: p.address.clone(),
                 weight: 1.0,
                 adapters: Vec::new(),
+                resident: Vec::new(),
                 load: None,
             })
             .collect(),

@@ -78,7 +78,6 @@ pub fn choose_pod<'t, S: PrefixStore + ?Sized>(
     if table.block_tokens != fingerprint.block_tokens {
         return Err(Unrouted::BlockTokens);
     }
-    prefix.keys.key().ok_or(Unrouted::NoFullBlock)?;
     let routed = route_prefix(
         table,
         model,
@@ -87,7 +86,11 @@ pub fn choose_pod<'t, S: PrefixStore + ?Sized>(
         prefix.now_ms,
         prefix.horizon_ms,
     )
-    .ok_or(Unrouted::NoPod)?;
+    .ok_or(match prefix.keys.key() {
+        // A short prompt is routed only for an adapter the table lists (core's rule, step 0).
+        None => Unrouted::NoFullBlock,
+        Some(_) => Unrouted::NoPod,
+    })?;
     let primary = routed.primary;
     let mut route = Route {
         primary,
@@ -198,6 +201,7 @@ mod tests {
             address: format!("{id}:80"),
             weight: 1.0,
             adapters: adapters.iter().map(|a| a.to_string()).collect(),
+            resident: Vec::new(),
             load: None,
         }
     }
@@ -256,5 +260,20 @@ mod tests {
         t.block_tokens = 64;
         t.pods.clear();
         assert_eq!(go(Some(&t), &keys), Err(Unrouted::NoPod));
+    }
+
+    #[test]
+    fn a_short_prompt_for_a_listed_adapter_goes_to_its_holder() {
+        let fp = FingerprintConfig::default();
+        let store = MemoryStore::new(64);
+        let short = PromptKeys::of(&BlockChain::of("lora", b"hi", &fp), &fp);
+        let t = table(vec![pod("a", &[]), pod("b", &["lora"]), pod("c", &[])]);
+        let go = |model: &str| {
+            choose_pod(Some(&t), model, &fp, &lookup(&store, &short), 0).map(|r| r.header_value())
+        };
+        assert_eq!(go("lora").unwrap(), "b:80");
+        // The base model and an adapter no pod lists stay with the proxy's load balancer.
+        assert_eq!(go("m"), Err(Unrouted::NoFullBlock));
+        assert_eq!(go("unlisted"), Err(Unrouted::NoFullBlock));
     }
 }

@@ -206,6 +206,7 @@ fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
                 address: address.to_string(),
                 weight: 1.0,
                 adapters: adapters.iter().map(|a| a.to_string()).collect(),
+                resident: Vec::new(),
                 load: None,
             })
             .collect(),

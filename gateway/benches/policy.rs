@@ -154,6 +154,7 @@ fn routing_table(c: &mut Criterion) {
                 weight: 1.0,
                 load: Some(load),
                 adapters: adapters[i].iter().map(String::as_str).collect(),
+                resident: Vec::new(),
                 routable: !(flip && i == 0),
             })
             .collect()
@@ -306,6 +307,7 @@ fn routing_table_at_scale(c: &mut Criterion) {
                 weight: 1.0,
                 load: Some((load + i as f64 / 1000.0) % 1.0),
                 adapters: adapters[i].iter().map(String::as_str).collect(),
+                resident: Vec::new(),
                 routable: true,
             })
             .collect()

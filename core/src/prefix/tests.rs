@@ -1,5 +1,6 @@
 // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
 use super::*;
+use crate::placement::{place, PlacementCandidate};
 use crate::wire::WIRE_VERSION;
 use proptest::prelude::*;
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
@@ -13,6 +14,7 @@ fn pod(id: &str, load: Option<f64>) -> RoutedPod {
         address: format!("{id}:8000"),
         weight: 1.0,
         adapters: Vec::new(),
+        resident: Vec::new(),
         load,
     }
 }
@@ -422,4 +424,69 @@ fn an_unchanged_seed_costs_no_write() {
     // older than the refresh interval: rewritten, so it stays fresh
     seed(&mut store, &placed, HORIZON / REFRESH_FRACTION + 1, HORIZON);
     assert_eq!(store.1, 2);
+}
+
+#[test]
+fn a_short_prompt_goes_to_a_holder_of_its_adapter_and_otherwise_unrouted() {
+    let mut t = table(4, Some(1.25));
+    t.pods[1].adapters = vec!["lora".into()];
+    t.pods[3].adapters = vec!["lora".into()];
+    let short = PromptKeys::of(&BlockChain::of("lora", b"hi", &fp()), &fp());
+    assert!(short.key().is_none());
+    let store = MemoryStore::new(64);
+    let r = route_prefix(&t, "lora", &short, &store, 0, HORIZON).unwrap();
+    assert!(["pod-1", "pod-3"].contains(&r.primary.id.as_str()));
+    assert_eq!((r.matched_blocks, r.reads), (0, 0));
+    // Resident holders first: the other holder once only it has the adapter in a slot.
+    let other = if r.primary.id == "pod-1" { 3 } else { 1 };
+    t.pods[other].resident = vec!["lora".into()];
+    let r = route_prefix(&t, "lora", &short, &store, 0, HORIZON).unwrap();
+    assert_eq!(r.primary.id, t.pods[other].id);
+    // The base model, and an adapter no pod lists, are left to the proxy.
+    assert!(route_prefix(&t, "m", &short, &store, 0, HORIZON).is_none());
+    assert!(route_prefix(&t, "other-lora", &short, &store, 0, HORIZON).is_none());
+}
+
+#[test]
+fn residency_steers_only_short_prompts() {
+    let mut t = table(4, Some(1.25));
+    for p in &mut t.pods {
+        p.adapters = vec!["lora".into()];
+    }
+    let keys = |own: usize| {
+        let text: Vec<u8> = b"conversation 1 "
+            .iter()
+            .copied()
+            .cycle()
+            .take(own)
+            .collect();
+        PromptKeys::of(&BlockChain::of("lora", &text, &fp()), &fp())
+    };
+    let mut store = MemoryStore::new(1 << 12);
+    let fresh = PromptKeys::of(&BlockChain::of("lora", &[b'q'; 4000], &fp()), &fp());
+    let before = route_prefix(&t, "lora", &fresh, &store, 0, HORIZON)
+        .unwrap()
+        .primary
+        .id
+        .clone();
+    let id = route_prefix(&t, "lora", &keys(4000), &store, 0, HORIZON)
+        .unwrap()
+        .primary
+        .id
+        .clone();
+    record(&mut store, &keys(4000), &id, 0, HORIZON);
+    // Only pods other than those two have the adapter in a slot now.
+    for p in &mut t.pods {
+        if p.id != id && p.id != before {
+            p.resident = vec!["lora".into()];
+        }
+    }
+    let next = route_prefix(&t, "lora", &keys(6000), &store, 1, HORIZON).unwrap();
+    assert_eq!(next.primary.id, id, "a conversation keeps its pod");
+    assert!(next.matched_blocks > 0);
+    let again = route_prefix(&t, "lora", &fresh, &store, 1, HORIZON).unwrap();
+    assert_eq!(again.primary.id, before, "a new prompt keeps its placement");
+    let short = PromptKeys::of(&BlockChain::of("lora", b"hi", &fp()), &fp());
+    let r = route_prefix(&t, "lora", &short, &store, 1, HORIZON).unwrap();
+    assert!(r.primary.resident.iter().any(|a| a == "lora"));
 }

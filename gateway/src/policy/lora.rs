@@ -655,6 +655,14 @@ impl LoraResidency {
             .filter(|(_, a)| a.registered)
             .map(|(n, _)| n.as_str())
     }
+
+    /// Registered adapters modelled to hold a GPU slot, by name.
+    pub fn resident(&self) -> impl Iterator<Item = &str> {
+        self.adapters
+            .iter()
+            .filter(|(_, a)| a.registered && a.gpu_since_ms.is_some())
+            .map(|(n, _)| n.as_str())
+    }
 }
 
 #[cfg(test)]

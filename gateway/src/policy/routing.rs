@@ -57,6 +57,8 @@ pub struct PodRoute<'a> {
     pub load: Option<f64>,
     /// Adapters the pod serves (any order, duplicates allowed).
     pub adapters: Vec<&'a str>,
+    /// Of `adapters`, those holding a GPU slot (any order; others are ignored).
+    pub resident: Vec<&'a str>,
     /// Whether the pod may take traffic (warm-up first tier done or deadline passed, healthy).
     pub routable: bool,
 }
@@ -125,6 +127,7 @@ impl RoutingTableBuilder {
                     && t.load == self.rounded_load(p.load)
                     && (same_adapters(&t.adapters, &p.adapters)
                         || same_adapters(&t.adapters, &normalised(&p.adapters)))
+                    && same_adapters(&t.resident, &resident_of(p))
             });
         if unchanged {
             return false;
@@ -148,11 +151,13 @@ impl RoutingTableBuilder {
                     }
                 }
             };
+            let resident = resident_of(p).iter().map(|a| a.to_string()).collect();
             pods.push(RoutedPod {
                 id: p.id.to_string(),
                 address: p.address.to_string(),
                 weight: p.weight,
                 adapters,
+                resident,
                 load: self.rounded_load(p.load),
             });
         }
@@ -192,6 +197,19 @@ fn normalised<'a, 'b>(adapters: &'b [&'a str]) -> Cow<'b, [&'a str]> {
         owned.dedup();
         Cow::Owned(owned)
     }
+}
+
+/// The pod's resident adapters that it also lists, sorted and deduplicated (the wire's rule).
+fn resident_of<'a>(p: &PodRoute<'a>) -> Vec<&'a str> {
+    let mut r: Vec<&str> = p
+        .resident
+        .iter()
+        .copied()
+        .filter(|a| p.adapters.contains(a))
+        .collect();
+    r.sort_unstable();
+    r.dedup();
+    r
 }
 
 fn same_adapters(table: &[String], input: &[&str]) -> bool {

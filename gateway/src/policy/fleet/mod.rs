@@ -361,6 +361,7 @@ impl Fleet {
                 weight: p.shape.weight,
                 load: Some(p.busy.share(now_ms)),
                 adapters: listed_adapters(p, registry, &pools, placement),
+                resident: p.lora.resident().collect(),
                 routable: p.routable(now_ms),
             })
             .collect();

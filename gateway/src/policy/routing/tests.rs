@@ -9,6 +9,7 @@ fn pod<'a>(id: &'a str, adapters: Vec<&'a str>, routable: bool) -> PodRoute<'a> 
         weight: 1.0,
         load: None,
         adapters,
+        resident: Vec::new(),
         routable,
     }
 }
@@ -80,6 +81,16 @@ fn the_generation_moves_only_when_the_content_changes() {
             true,
         ),
         (
+            "an adapter takes a GPU slot",
+            Box::new(|p| p[1].resident = vec!["r"]),
+            true,
+        ),
+        (
+            "a resident adapter the pod does not list is not content",
+            Box::new(|p| p[1].resident = vec!["r", "gone", "r"]),
+            false,
+        ),
+        (
             "an address changes",
             Box::new(|p| p[0].address = "10.0.0.1:8000"),
             true,
@@ -102,6 +113,7 @@ fn the_generation_moves_only_when_the_content_changes() {
         (last[0].id.as_str(), &last[0].adapters),
         ("b", &vec!["q".to_string(), "r".to_string()])
     );
+    assert_eq!(last[0].resident, vec!["r".to_string()]);
 }
 
 #[test]
