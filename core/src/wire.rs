@@ -6,6 +6,8 @@
 //! [`WireError::IncompatibleVersion`]. Block hashes travel as 16-digit hex strings (a u64 does
 //! not survive a JavaScript JSON reader).
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::address::{is_pod_address, ADDRESS_RULE};
@@ -30,6 +32,12 @@ pub const MAX_SIGNAL_BATCH_BYTES: usize = 4 << 20;
 
 /// Most pods a routing table may list.
 pub const MAX_TABLE_PODS: usize = 4096;
+
+/// Most adapters a pod's table entry may mark resident, and most GPU adapter slots the gateway
+/// accepts for a pod (`max_loras`; vLLM's `--max-loras` is single digits to a few dozen in
+/// practice). The bound keeps the filter's per-request residency check and the table's
+/// validation small.
+pub const MAX_RESIDENT_ADAPTERS: usize = 1024;
 
 /// Why a wire document was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -320,7 +328,8 @@ pub struct RoutedPod {
     pub adapters: Vec<String>,
     /// Of `adapters`, those the gateway models as holding one of the pod's GPU slots now (what
     /// it loaded and touched, the requests it saw served, the pod's running lists): a request
-    /// for one of them goes to these pods first ([`crate::route::resident_first`]). Sorted.
+    /// for one of them goes to these pods first ([`crate::route::resident_first`]). At most
+    /// [`MAX_RESIDENT_ADAPTERS`]; the gateway sends it sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resident: Vec<String>,
     /// Utilisation in [0, 1] for bounded-load placement, when known (the gateway publishes the
@@ -363,9 +372,19 @@ impl RoutedPod {
                 "pods[{i}].adapters[{j}]: must be 1 to {MAX_NAME_BYTES} bytes"
             ));
         }
+        if self.resident.len() > MAX_RESIDENT_ADAPTERS {
+            return Some(format!(
+                "pods[{i}].resident: {} adapters: at most {MAX_RESIDENT_ADAPTERS}",
+                self.resident.len()
+            ));
+        }
+        if self.resident.is_empty() {
+            return None;
+        }
+        let listed: HashSet<&str> = self.adapters.iter().map(String::as_str).collect();
         self.resident
             .iter()
-            .position(|r| !self.adapters.contains(r))
+            .position(|r| !listed.contains(r.as_str()))
             .map(|j| format!("pods[{i}].resident[{j}]: must be one of the pod's adapters"))
     }
 }
@@ -664,6 +683,9 @@ mod tests {
         );
         let err = RoutingTable::decode(table(r#""y""#).as_bytes()).unwrap_err();
         assert!(err.to_string().contains("pods[0].resident[0]"), "{err}");
+        let many = vec![r#""x""#; MAX_RESIDENT_ADAPTERS + 1].join(",");
+        let err = RoutingTable::decode(table(&many).as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("pods[0].resident: 1025"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! admin API) and how the gateway talks to them (timeouts, retries, concurrency).
 
 use prewarm_core::address::{is_pod_address, ADDRESS_RULE};
+use prewarm_core::wire::MAX_RESIDENT_ADAPTERS;
 use serde::{Deserialize, Serialize};
 
 /// Which HTTP dialect a pod speaks.
@@ -89,9 +90,9 @@ impl PodSpec {
         if !(self.weight > 0.0 && self.weight.is_finite()) {
             p.push(format!("{at}.weight: {}: must be > 0", self.weight));
         }
-        if self.max_loras == 0 || self.max_loras > 1024 {
+        if self.max_loras == 0 || self.max_loras > MAX_RESIDENT_ADAPTERS {
             p.push(format!(
-                "{at}.max_loras: {}: must be 1..1024",
+                "{at}.max_loras: {}: must be 1..{MAX_RESIDENT_ADAPTERS}",
                 self.max_loras
             ));
         }

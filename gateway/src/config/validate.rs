@@ -4,6 +4,8 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+use prewarm_core::wire::MAX_RESIDENT_ADAPTERS;
+
 use super::GatewayConfig;
 
 /// Every problem with `config` (empty when it is usable).
@@ -100,9 +102,9 @@ fn pods_problems(config: &GatewayConfig, p: &mut Vec<String>) {
         if dns.interval_seconds == 0 {
             p.push("pods.dns.interval_seconds: 0: must be > 0".into());
         }
-        if dns.max_loras == 0 || dns.max_loras > 1024 {
+        if dns.max_loras == 0 || dns.max_loras > MAX_RESIDENT_ADAPTERS {
             p.push(format!(
-                "pods.dns.max_loras: {}: must be 1..1024",
+                "pods.dns.max_loras: {}: must be 1..{MAX_RESIDENT_ADAPTERS}",
                 dns.max_loras
             ));
         }

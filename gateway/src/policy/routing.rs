@@ -9,7 +9,9 @@
 
 use std::borrow::Cow;
 
-use prewarm_core::wire::{PlacedPrefix, RoutedPod, RoutingTable, MAX_TABLE_PREFIXES, WIRE_VERSION};
+use prewarm_core::wire::{
+    PlacedPrefix, RoutedPod, RoutingTable, MAX_RESIDENT_ADAPTERS, MAX_TABLE_PREFIXES, WIRE_VERSION,
+};
 use serde::{Deserialize, Serialize};
 
 use super::rules::Problems;
@@ -199,7 +201,8 @@ fn normalised<'a, 'b>(adapters: &'b [&'a str]) -> Cow<'b, [&'a str]> {
     }
 }
 
-/// The pod's resident adapters that it also lists, sorted and deduplicated (the wire's rule).
+/// The pod's resident adapters that it also lists, sorted and deduplicated, at most
+/// [`MAX_RESIDENT_ADAPTERS`] (the wire's rule).
 fn resident_of<'a>(p: &PodRoute<'a>) -> Vec<&'a str> {
     let mut r: Vec<&str> = p
         .resident
@@ -209,6 +212,7 @@ fn resident_of<'a>(p: &PodRoute<'a>) -> Vec<&'a str> {
         .collect();
     r.sort_unstable();
     r.dedup();
+    r.truncate(MAX_RESIDENT_ADAPTERS);
     r
 }
 
