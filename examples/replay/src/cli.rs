@@ -116,8 +116,11 @@ pub struct OfflineArgs {
     /// `pods.adapter_replicas`; its set grows with demand).
     #[arg(long, default_value_t = 1)]
     pub adapter_replicas: usize,
+    /// `prewarm` with one pool of pods for every tier (the gateway's `pods.tier_pools = false`).
+    #[arg(long)]
+    pub no_tier_pools: bool,
     /// Share of the pods serving gold tenants' adapters under `prewarm`, the rest serving the
-    /// other tiers' (the gateway's `pods.gold_pool_share`; 0: one pool), in [0, 1).
+    /// other tiers' (the gateway's `pods.gold_pool_share`; 0: sized from demand), in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub gold_pool_share: f64,
     /// `prewarm`'s bounded-load factor (the gateway's `routing.load_factor`; 0: no bound).
@@ -261,6 +264,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         max_cpu_loras: args.max_cpu_loras,
         adapter_rank: args.adapter_rank,
         adapter_replicas: args.adapter_replicas,
+        tier_pools: !args.no_tier_pools,
         gold_pool_share: args.gold_pool_share,
         load_factor: (args.load_factor > 0.0).then_some(args.load_factor),
     };

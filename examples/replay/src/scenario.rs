@@ -22,6 +22,8 @@ pub struct FleetSpec {
     pub adapter_rank: u32,
     /// Pods an adapter is placed on by the prewarm policy (the gateway's `adapter_replicas`).
     pub adapter_replicas: usize,
+    /// Tier pools sized from demand under the prewarm policy (the gateway's `tier_pools`).
+    pub tier_pools: bool,
     /// Share of the pods serving gold tenants' adapters (the gateway's `gold_pool_share`).
     pub gold_pool_share: f64,
     /// The prewarm policy's bounded-load factor (the gateway's `routing.load_factor`).

@@ -17,6 +17,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         max_cpu_loras: 8,
         adapter_rank: 16,
         adapter_replicas: 2,
+        tier_pools: true,
         gold_pool_share: 0.0,
         load_factor: Some(1.25),
     }
@@ -210,12 +211,14 @@ fn a_scale_up_without_warm_up_misses_cold_where_prewarm_does_not() {
 #[test]
 fn a_gold_pool_keeps_gold_adapters_resident_that_the_long_tail_evicts() {
     // 12 adapters (Zipf), 2 GPU slots a pod, 6 pods: with one pool every pod serves the long
-    // tail and swaps its gold adapters out; with a gold pool they stay in their slots.
+    // tail and swaps its gold adapters out; with a gold pool, sized from demand (the default)
+    // or by hand, they stay in their slots.
     for seed in [1u64, 2] {
         let trace = pressured_trace(600, seed);
         let assignment = assign(&trace, Some(&zipf(12, 1.1)), seed, 0.1, 0.2);
-        let gold_hit = |gold_pool_share: f64| {
+        let gold_hit = |tier_pools: bool, gold_pool_share: f64| {
             let spec = FleetSpec {
+                tier_pools,
                 gold_pool_share,
                 ..fleet(6, 4096)
             };
@@ -230,10 +233,13 @@ fn a_gold_pool_keeps_gold_adapters_resident_that_the_long_tail_evicts() {
             assert_eq!(report.requests, 600);
             report.gold_adapter_hit_ratio.unwrap()
         };
-        let (one_pool, gold_pool) = (gold_hit(0.0), gold_hit(0.5));
-        assert!(
-            gold_pool > one_pool,
-            "seed {seed}: gold adapter hit {gold_pool} with a gold pool, {one_pool} without"
-        );
+        let one_pool = gold_hit(false, 0.0);
+        for (sized, share) in [("from demand", 0.0), ("by hand", 0.5)] {
+            let gold_pool = gold_hit(true, share);
+            assert!(
+                gold_pool > one_pool,
+                "seed {seed}: gold adapter hit {gold_pool} with a gold pool {sized}, {one_pool} without"
+            );
+        }
     }
 }

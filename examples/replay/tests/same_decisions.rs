@@ -56,6 +56,7 @@ fn spec() -> FleetSpec {
         max_cpu_loras: 2,
         adapter_rank: 16,
         adapter_replicas: 2,
+        tier_pools: true,
         gold_pool_share: 0.0,
         load_factor: Some(1.25),
     }

@@ -180,6 +180,7 @@ impl GatewayConfig {
             warmup: self.warmup.clone(),
             routing: self.routing.clone(),
             adapter_replicas: self.pods.adapter_replicas,
+            tier_pools: self.pods.tier_pools,
             gold_pool_share: self.pods.gold_pool_share,
             unhealthy_after: self.pods.unhealthy_after,
             keep_warm_period_ms: 1_000,

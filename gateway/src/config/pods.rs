@@ -179,8 +179,11 @@ pub struct PodsConfig {
     /// Pods each adapter is placed on at least (default 1; gold at least 2): the replica set
     /// grows with the adapter's share of demand (`policy::replicas`).
     pub adapter_replicas: usize,
+    /// Gold tenants' adapters on a pool of pods of their own, sized from the tiers' demand and
+    /// the pods' GPU slots (`policy::pools`; default true).
+    pub tier_pools: bool,
     /// Share of the pods that serve gold tenants' adapters, the others serving the other tiers'
-    /// (`policy::pools`); 0 (default): every pod serves every tier.
+    /// (`policy::pools`), set by hand; 0 (default): sized from demand with `tier_pools`.
     pub gold_pool_share: f64,
 }
 
@@ -198,6 +201,7 @@ impl Default for PodsConfig {
             retry_backoff_ms: 50,
             max_in_flight_per_pod: 8,
             adapter_replicas: 1,
+            tier_pools: true,
             gold_pool_share: 0.0,
         }
     }

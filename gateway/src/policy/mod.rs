@@ -41,7 +41,7 @@ pub mod warmup;
 pub use hotness::{HotnessConfig, PromptPool};
 pub use kv::{KvConfig, KvResidency};
 pub use lora::{LoraConfig, LoraDecision, LoraResidency, Tier};
-pub use pools::TierPools;
+pub use pools::{gold_pool_size, PoolFleet, TierDemand, TierPools};
 pub use prefix_key::{HotPrefix, PrefixKey};
 pub use replicas::{replica_sets, AdapterDemand, SlotCandidate};
 pub use routing::{PodRoute, RoutingConfig, RoutingTableBuilder};

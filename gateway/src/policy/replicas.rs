@@ -18,6 +18,12 @@
 //! that carry most requests resident; a fixed replica count (the old `adapter_replicas`) instead
 //! put every adapter on the same number of pods, about twice the slots there were.
 //!
+//! With a gold pool, gold adapters are assigned first, and another tier's adapter may take a
+//! gold pod's slot that is still free after them — after its own pool's free slots within the
+//! bound, before oversubscribing its own pool — when that pod's assigned demand stays within
+//! [`LOAD_BOUND`] × the whole fleet's mean. Such a replica never takes a slot a gold adapter
+//! needs, and never makes a gold pod hold more adapters than slots.
+//!
 //! Sets are sticky: an adapter keeps the members of its previous set that are still in its pool
 //! (up to its new count) and only gains or drops members when its count changes or a member
 //! leaves, because a member moving moves the adapter's cached prefixes with it. Same inputs, same
@@ -87,13 +93,26 @@ pub fn replica_sets(
         };
         *total += d.rate.max(0.0);
     }
+    // Gold adapters first when they have a pool: its slots are theirs before anyone's.
     let mut order: Vec<&AdapterDemand<'_>> = demands.iter().collect();
-    order.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.name.cmp(b.name)));
+    order.sort_by(|a, b| {
+        in_gold_pool(b.tier)
+            .cmp(&in_gold_pool(a.tier))
+            .then(b.rate.total_cmp(&a.rate))
+            .then(a.name.cmp(b.name))
+    });
     let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
     let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
+    let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
     let mut sets = BTreeMap::new();
     for d in order {
         let pool = pool_of(d.tier);
+        // The other tiers may take the gold pool's free slots (never beyond them).
+        let spill: Vec<PlacementCandidate<'_>> = if pools.is_one_pool() || d.tier == Tier::Gold {
+            Vec::new()
+        } else {
+            pools.candidates(Tier::Gold, &candidates)
+        };
         let total = if in_gold_pool(d.tier) {
             gold_total
         } else {
@@ -101,12 +120,9 @@ pub fn replica_sets(
         };
         let share = if total > 0.0 { d.rate / total } else { 0.0 };
         let count = replica_count(share, d.tier, pool.len(), min_replicas);
-        let ranked: Vec<&str> = rank(chain_seed(d.name), &pool)
-            .into_iter()
-            .filter_map(|i| pool.get(i).map(|c| c.id))
-            .collect();
+        let (ranked, spill) = (ranked_ids(d.name, &pool), ranked_ids(d.name, &spill));
         // Each replica takes an equal part of the adapter's demand; a pod stays within
-        // `LOAD_BOUND` × its pool's mean.
+        // `LOAD_BOUND` × its pool's mean (a gold pod taking a spilled adapter: the fleet's).
         let part = if count > 0 {
             d.rate.max(0.0) / count as f64
         } else {
@@ -114,17 +130,22 @@ pub fn replica_sets(
         };
         let bound = LOAD_BOUND * total / pool.len().max(1) as f64;
         let has_slot = |id: &str| free.get(id).is_some_and(|&f| f > 0);
-        let within = |id: &str| assigned.get(id).copied().unwrap_or(0.0) + part <= bound;
+        let load = |id: &str| assigned.get(id).copied().unwrap_or(0.0) + part;
+        let within = |id: &str| load(id) <= bound;
+        let spill_fits = |id: &str| has_slot(id) && load(id) <= fleet_bound;
         let kept = previous.get(d.name).map(Vec::as_slice).unwrap_or_default();
+        let was_kept = |id: &str| kept.iter().any(|k| k == id);
         let mut chosen: Vec<&str> = Vec::with_capacity(count);
-        let preferences: [&dyn Fn(&str) -> bool; 4] = [
-            &|id| kept.iter().any(|k| k == id) && has_slot(id) && within(id),
-            &|id| has_slot(id) && within(id),
-            &|id| within(id),
-            &|_| true,
+        let preferences: [Preference<'_, '_, '_>; 6] = [
+            (&ranked, &|id| was_kept(id) && has_slot(id) && within(id)),
+            (&spill, &|id| was_kept(id) && spill_fits(id)),
+            (&ranked, &|id| has_slot(id) && within(id)),
+            (&spill, &spill_fits),
+            (&ranked, &within),
+            (&ranked, &|_| true),
         ];
-        for eligible in preferences {
-            for id in &ranked {
+        for (among, eligible) in preferences {
+            for id in among {
                 if chosen.len() >= count {
                     break;
                 }
@@ -145,6 +166,17 @@ pub fn replica_sets(
         );
     }
     sets
+}
+
+/// Candidates in rank order, and which of them a pass of the assignment may take.
+type Preference<'s, 'id, 'f> = (&'s [&'id str], &'f dyn Fn(&str) -> bool);
+
+/// The ids of `among` in `adapter`'s rendezvous order.
+fn ranked_ids<'a>(adapter: &str, among: &[PlacementCandidate<'a>]) -> Vec<&'a str> {
+    rank(chain_seed(adapter), among)
+        .into_iter()
+        .filter_map(|i| among.get(i).map(|c| c.id))
+        .collect()
 }
 
 #[cfg(test)]
@@ -404,5 +436,69 @@ mod tests {
         assert!(sets["g"].iter().all(|p| pools.admits(Tier::Gold, p)));
         assert!(sets["b"].iter().all(|p| pools.admits(Tier::Bronze, p)));
         assert_eq!(sets["g"].len(), 4, "the whole gold pool: its only adapter");
+    }
+
+    /// 4 pods of 2 slots, a gold pool of 2; bronze adapters far hotter than gold ones and more
+    /// of them than the other pool's 4 slots.
+    fn spill_case(gold: &[&'static str]) -> (BTreeMap<String, Vec<String>>, TierPools) {
+        let fleet = pods(&EIGHT[..4], 2);
+        let candidates: Vec<PlacementCandidate<'_>> = fleet.iter().map(|p| p.candidate).collect();
+        let pools = TierPools::of_size(2, &candidates);
+        let mut demands: Vec<AdapterDemand<'_>> = gold
+            .iter()
+            .map(|name| AdapterDemand {
+                name,
+                tier: Tier::Gold,
+                rate: 1.0,
+            })
+            .collect();
+        for name in ["b1", "b2", "b3", "b4", "b5", "b6"] {
+            demands.push(AdapterDemand {
+                name,
+                tier: Tier::Bronze,
+                rate: 5.0,
+            });
+        }
+        let sets = replica_sets(&demands, &fleet, &pools, 1, &BTreeMap::new());
+        (sets, pools)
+    }
+
+    fn on_pod<'a>(sets: &'a BTreeMap<String, Vec<String>>, pod: &str) -> Vec<&'a str> {
+        sets.iter()
+            .filter(|(_, pods)| pods.iter().any(|p| p == pod))
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn gold_adapters_take_their_pools_slots_before_hotter_bronze_ones() {
+        // two gold adapters, two replicas each: the gold pool's 4 slots are theirs
+        let (sets, pools) = spill_case(&["g1", "g2"]);
+        for pod in EIGHT[..4].iter().filter(|p| !pools.admits(Tier::Bronze, p)) {
+            assert_eq!(on_pod(&sets, pod), ["g1", "g2"], "{pod}");
+        }
+    }
+
+    #[test]
+    fn the_other_tiers_take_only_the_gold_pools_free_slots() {
+        // one gold adapter leaves a free slot on each gold pod: the bronze tail takes it, and
+        // no gold pod holds more adapters than slots
+        let (sets, pools) = spill_case(&["g1"]);
+        let gold_pods: Vec<&str> = EIGHT[..4]
+            .iter()
+            .copied()
+            .filter(|p| !pools.admits(Tier::Bronze, p))
+            .collect();
+        assert_eq!(gold_pods.len(), 2);
+        for pod in &gold_pods {
+            let held = on_pod(&sets, pod);
+            assert!(held.contains(&"g1"), "{pod}: {held:?}");
+            assert_eq!(
+                held.len(),
+                2,
+                "{pod}: one spilled bronze adapter, no more: {held:?}"
+            );
+        }
+        assert!(sets["g1"].iter().all(|p| gold_pods.contains(&p.as_str())));
     }
 }

@@ -235,6 +235,7 @@ pub fn evaluate(
                     },
                     spec.adapter_replicas,
                 )
+                .with_tier_pools(spec.tier_pools)
                 .with_gold_pool_share(spec.gold_pool_share)
                 .with_load_factor(spec.load_factor);
                 let adapters = adapters.clone();

@@ -69,7 +69,10 @@ pub struct FleetConfig {
     pub routing: RoutingConfig,
     /// Pods each adapter is placed on (`pods.adapter_replicas`).
     pub adapter_replicas: usize,
-    /// Share of the pods serving gold tenants' adapters (`pods.gold_pool_share`; 0: one pool).
+    /// Gold and the other tiers on pools sized from their demand (`pods.tier_pools`).
+    pub tier_pools: bool,
+    /// Share of the pods serving gold tenants' adapters (`pods.gold_pool_share`; 0: sized from
+    /// demand with `tier_pools`, else one pool).
     pub gold_pool_share: f64,
     /// Failed health checks in a row before a pod is down (`pods.unhealthy_after`).
     pub unhealthy_after: u32,

@@ -6,7 +6,7 @@
 //!   free GPU slots. That is where pins and warm-up loads make it resident. The sets are
 //!   recomputed every keep-warm period and whenever the pods that are up change.
 //! - The routing table lists an adapter on the routable pods of its replica set that serve it
-//!   (and admit its tier); when none of them does (a fleet whose adapters are registered by
+//!   (those of its tier's pool, or a gold pod whose free slot it was given); when none of them does (a fleet whose adapters are registered by
 //!   hand, not yet where the gateway placed them), on every routable pod that serves it, so its
 //!   requests never go to pods that would have to load it from disk. Listing every registered
 //!   adapter instead (15–19 a pod against 4 GPU slots in the evaluation) spread each adapter's
@@ -27,7 +27,8 @@ use prewarm_core::PlacementCandidate;
 use super::pod::{FleetPod, PodHealth};
 use super::Fleet;
 use crate::policy::{
-    replica_sets, AdapterDemand, ScopedCandidates, SlotCandidate, Tier, TierPools,
+    gold_pool_size, replica_sets, AdapterDemand, PoolFleet, ScopedCandidates, SlotCandidate, Tier,
+    TierDemand, TierPools,
 };
 use crate::registry::AdapterRegistry;
 
@@ -54,8 +55,8 @@ pub fn registry_tier(registry: &AdapterRegistry, adapter: &str) -> Tier {
     registry.get(adapter).map(|r| r.tier).unwrap_or_default()
 }
 
-/// The adapters the routing table lists for `pod` (module doc): those it serves, of its tier
-/// pool, that are placed on it or that `uncovered` holds (no pod of their set serves them).
+/// The adapters the routing table lists for `pod` (module doc): those it serves that are placed
+/// on it, or of its tier pool and that `uncovered` holds (no pod of their set serves them).
 pub fn listed_adapters<'p>(
     pod: &'p FleetPod,
     registry: &AdapterRegistry,
@@ -64,7 +65,10 @@ pub fn listed_adapters<'p>(
 ) -> Vec<&'p str> {
     pod.lora
         .served()
-        .filter(|a| pools.is_one_pool() || pools.admits(registry_tier(registry, a), &pod.shape.id))
+        .filter(|a| {
+            pools.admits(registry_tier(registry, a), &pod.shape.id)
+                || placement.replicas(a).contains(&pod.shape.id)
+        })
         .filter(|a| placement.lists(a, &pod.shape.id))
         .collect()
 }
@@ -76,6 +80,8 @@ pub struct Placement {
     uncovered: BTreeSet<String>,
     /// The pods that were up when the sets were computed.
     up: Vec<String>,
+    /// The gold pool's size in force with `tier_pools` (0: one pool; see [`crate::policy::pools`]).
+    gold_pool: usize,
 }
 
 impl Placement {
@@ -108,7 +114,54 @@ impl Fleet {
             .values()
             .map(|p| PlacementCandidate::new(&p.shape.id, p.shape.weight))
             .collect();
-        TierPools::new(self.config.gold_pool_share, &members)
+        if self.config.gold_pool_share > 0.0 {
+            TierPools::new(self.config.gold_pool_share, &members)
+        } else if self.config.tier_pools {
+            TierPools::of_size(self.placement.gold_pool, &members)
+        } else {
+            TierPools::default()
+        }
+    }
+
+    /// The gold pool's size for the demand of the last window and the pods' load
+    /// (`pods.tier_pools`), from the size in force.
+    fn sized_gold_pool(&self) -> usize {
+        let now_ms = self.now_ms;
+        let mut demand = TierDemand::default();
+        let (mut gold, mut total) = (0.0f64, 0.0f64);
+        for r in self.registry.iter() {
+            let rate = self
+                .demand
+                .get(&r.name)
+                .map_or(0.0, |w| w.per_minute(now_ms));
+            if rate <= 0.0 {
+                continue;
+            }
+            total += rate;
+            if r.tier == Tier::Gold {
+                gold += rate;
+                demand.gold_adapters += 1;
+            } else {
+                demand.other_adapters += 1;
+            }
+        }
+        demand.gold_share = if total > 0.0 { gold / total } else { 0.0 };
+        let pods = self.pods.len();
+        if pods > 0 {
+            let busy: f64 = self.pods.values().map(|p| p.busy.share(now_ms)).sum();
+            demand.busy = busy / pods as f64;
+        }
+        let fleet = PoolFleet {
+            pods,
+            slots: self
+                .pods
+                .values()
+                .map(|p| p.lora.slots().max_loras)
+                .min()
+                .unwrap_or(0),
+            load_factor: self.config.routing.load_factor,
+        };
+        gold_pool_size(&demand, &fleet, self.placement.gold_pool)
     }
 
     /// The pods `adapter` is placed on among the pods that are up, best first.
@@ -188,6 +241,7 @@ impl Fleet {
         if !force && up == self.placement.up {
             return;
         }
+        self.placement.gold_pool = self.sized_gold_pool();
         let sets = self.replica_sets_among(&self.up_candidates());
         let uncovered = sets
             .iter()
@@ -204,6 +258,7 @@ impl Fleet {
             sets,
             uncovered,
             up,
+            gold_pool: self.placement.gold_pool,
         };
     }
 

@@ -448,3 +448,125 @@ fn an_adapter_with_most_of_the_demand_gets_most_of_the_pods() {
     assert_eq!(holders(&fleet, "hot").len(), 4);
     assert_eq!(holders(&fleet, "cold").len(), 1);
 }
+
+fn serve(fleet: &mut Fleet, pod: &str, requests: &[(&str, usize)], now: u64) {
+    let fp = FingerprintConfig::default();
+    let mut served = batch(Vec::new());
+    for (model, count) in requests {
+        for n in 0..*count {
+            let chain = BlockChain::of(model, text(n).as_bytes(), &fp);
+            served
+                .served
+                .push(ServedRecord::of(pod, model, &chain, now - 100, &fp));
+        }
+    }
+    fleet.on_signals(served, now);
+}
+
+/// A fleet of 6 pods (2 slots each) serving a gold adapter and four bronze ones, all
+/// registered everywhere, with demand on both tiers.
+fn tiered_fleet(config: &GatewayConfig) -> Fleet {
+    let mut fleet = fleet_of(config, 6);
+    register(&mut fleet, "gold", Tier::Gold, false);
+    let mut all = vec!["gold".to_string()];
+    for b in ["b1", "b2", "b3", "b4"] {
+        register(&mut fleet, b, Tier::Bronze, false);
+        all.push(b.to_string());
+    }
+    for i in 0..6 {
+        fleet.on_models(&format!("p{i}"), all.clone(), 2_000);
+    }
+    let demand = [("gold", 4), ("b1", 2), ("b2", 1), ("b3", 1), ("b4", 1)];
+    serve(&mut fleet, "p0", &demand, 2_500);
+    fleet.tick(3_000);
+    fleet
+}
+
+fn sorted(mut pods: Vec<String>) -> Vec<String> {
+    pods.sort();
+    pods
+}
+
+fn gold_pool(fleet: &Fleet) -> Vec<String> {
+    let pools = fleet.tier_pools();
+    (0..6)
+        .map(|i| format!("p{i}"))
+        .filter(|p| pools.admits(Tier::Gold, p) && !pools.admits(Tier::Bronze, p))
+        .collect()
+}
+
+/// `pods.tier_pools` (the default): once both tiers have demand, gold adapters get the smallest
+/// pool that holds two replicas of each (2 pods here, the fleet idle), and while the other pool
+/// has free slots no bronze adapter is placed or listed on it; without `tier_pools` every pod
+/// serves every tier.
+#[test]
+fn by_default_gold_adapters_get_a_pool_of_their_own_once_both_tiers_have_demand() {
+    let config = gateway_config();
+    let fleet = tiered_fleet(&config);
+    let gold = gold_pool(&fleet);
+    assert_eq!(gold.len(), 2, "{gold:?}");
+    assert_eq!(
+        sorted(fleet.placed_pods("gold")),
+        gold,
+        "two replicas, both in the pool"
+    );
+    for b in ["b1", "b2", "b3", "b4"] {
+        let placed = fleet.placed_pods(b);
+        assert!(!placed.is_empty());
+        assert!(
+            placed.iter().all(|p| !gold.contains(p)),
+            "{b} on {placed:?}"
+        );
+        assert!(holders(&fleet, b).iter().all(|p| !gold.contains(p)));
+    }
+
+    let mut one_pool = gateway_config();
+    one_pool.pods.tier_pools = false;
+    assert!(tiered_fleet(&one_pool).tier_pools().is_one_pool());
+}
+
+/// A burst of a new bronze adapter never takes a gold adapter's slot: the gold adapter stays
+/// where it was and resident there, and no gold pod is given more adapters than its slots.
+#[test]
+fn a_burst_of_a_new_bronze_adapter_does_not_take_a_gold_slot() {
+    let config = gateway_config();
+    let mut fleet = tiered_fleet(&config);
+    let gold = gold_pool(&fleet);
+    for p in &gold {
+        serve(&mut fleet, p, &[("gold", 1)], 3_500);
+    }
+    fleet.tick(4_000);
+    register(&mut fleet, "burst", Tier::Bronze, false);
+    for i in 0..6 {
+        let models = ["gold", "b1", "b2", "b3", "b4", "burst"].map(String::from);
+        fleet.on_models(&format!("p{i}"), models.to_vec(), 4_500);
+    }
+    serve(&mut fleet, "p0", &[("burst", 40)], 5_000);
+    fleet.tick(5_000);
+    assert_eq!(
+        gold_pool(&fleet),
+        gold,
+        "the burst does not resize the pool"
+    );
+    let placed = fleet.placed_pods("burst");
+    assert!(
+        placed.len() > 1,
+        "the burst's demand grows its set: {placed:?}"
+    );
+    assert_eq!(sorted(fleet.placed_pods("gold")), gold);
+    let table = fleet.table();
+    for p in table.pods.iter().filter(|p| gold.contains(&p.id)) {
+        assert!(
+            p.resident.iter().any(|a| a == "gold"),
+            "{}: {:?}",
+            p.id,
+            p.resident
+        );
+        assert!(
+            p.adapters.len() <= 2,
+            "{}: {:?} on 2 slots",
+            p.id,
+            p.adapters
+        );
+    }
+}

@@ -66,6 +66,11 @@ impl PrewarmConfig {
         }
     }
 
+    pub fn with_tier_pools(mut self, on: bool) -> Self {
+        self.gateway.pods.tier_pools = on;
+        self
+    }
+
     pub fn with_gold_pool_share(mut self, share: f64) -> Self {
         self.gateway.pods.gold_pool_share = share;
         self
