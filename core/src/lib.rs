@@ -12,6 +12,7 @@
 
 pub mod address;
 pub mod canonical;
+pub mod embed_cache;
 pub mod fingerprint;
 pub mod placement;
 pub mod prefix;

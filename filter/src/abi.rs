@@ -22,10 +22,14 @@ pub const NOT_FOUND: u32 = 1;
 
 /// `MapType`: the request's headers.
 pub const REQUEST_HEADERS: u32 = 0;
+/// `MapType`: the response's headers.
+pub const RESPONSE_HEADERS: u32 = 2;
 /// `MapType`: the headers of a call's response.
 pub const CALL_RESPONSE_HEADERS: u32 = 6;
 /// `BufferType`: the request body.
 pub const REQUEST_BODY: u32 = 0;
+/// `BufferType`: the response body.
+pub const RESPONSE_BODY: u32 = 1;
 /// `BufferType`: a call's response body.
 pub const CALL_RESPONSE_BODY: u32 = 4;
 /// `BufferType`: the plugin configuration.
@@ -58,6 +62,17 @@ extern "C" {
         value_size: usize,
     ) -> u32;
     fn proxy_remove_header_map_value(map: u32, key: *const u8, key_size: usize) -> u32;
+    #[allow(clippy::too_many_arguments)]
+    fn proxy_send_local_response(
+        status_code: u32,
+        details: *const u8,
+        details_size: usize,
+        body: *const u8,
+        body_size: usize,
+        headers: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
     fn proxy_get_shared_data(
         key: *const u8,
         key_size: usize,
@@ -195,4 +210,46 @@ pub fn increment_metric(id: u32, by: i64) -> Result<(), HostStatus> {
 pub fn record_metric(id: u32, value: u64) -> Result<(), HostStatus> {
     // SAFETY: no pointers.
     status(unsafe { proxy_record_metric(id, value) })
+}
+
+/// A header map as the host reads it: the count, each name's and value's length, then each
+/// name and value NUL-terminated (all lengths little-endian u32).
+fn serialize_headers(headers: &[(&str, &[u8])]) -> Vec<u8> {
+    let size: usize = headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+    let mut out = Vec::with_capacity(4 + size);
+    let len = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
+    out.extend_from_slice(&len(headers.len()));
+    for (k, v) in headers {
+        out.extend_from_slice(&len(k.len()));
+        out.extend_from_slice(&len(v.len()));
+    }
+    for (k, v) in headers {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v);
+        out.push(0);
+    }
+    out
+}
+
+/// Ends the stream with a response the filter makes (Envoy sends it once the callback returns).
+pub fn send_local_response(
+    status_code: u32,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> Result<(), HostStatus> {
+    let headers = serialize_headers(headers);
+    // SAFETY: pointers and lengths of live buffers; no details, no gRPC status (-1).
+    status(unsafe {
+        proxy_send_local_response(
+            status_code,
+            null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            headers.as_ptr(),
+            headers.len(),
+            -1,
+        )
+    })
 }

@@ -10,6 +10,7 @@ use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
 
 pub use crate::direct_config::{DirectMode, DirectPod};
+pub use crate::embed_config::EmbeddingCacheConfig;
 
 /// Most signals in one batch (the gateway refuses more).
 pub const MAX_BATCH_SIGNALS: usize = 10_000;
@@ -115,6 +116,8 @@ pub struct FilterConfig {
     /// How long the gateway's calls must have failed before the filter takes over, ms
     /// (default 5,000: five default ticks, so a gateway restart does not trigger it).
     pub direct_takeover_after_ms: u64,
+    /// The embedding cache: models answered from it, TTL and bounds (default off).
+    pub embedding_cache: EmbeddingCacheConfig,
 }
 
 impl Default for FilterConfig {
@@ -168,6 +171,7 @@ impl Default for FilterConfig {
             direct_prefill_tokens_per_min: 240_000,
             direct_timeout_ms: 10_000,
             direct_takeover_after_ms: 5_000,
+            embedding_cache: EmbeddingCacheConfig::default(),
         }
     }
 }
@@ -376,6 +380,7 @@ impl FilterConfig {
             }
         }
         p.extend(crate::direct_config::validate(self));
+        p.extend(self.embedding_cache.validate());
         if self.shared_prefix.is_empty() || self.shared_prefix.len() > 64 {
             p.push(format!(
                 "shared_prefix: {:?}: must be 1 to 64 bytes",

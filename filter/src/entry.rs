@@ -132,4 +132,20 @@ impl HttpContext for PrewarmRequest {
             None => Action::Continue,
         }
     }
+
+    /// The response is only watched, never held.
+    fn on_http_response_headers(&mut self, _headers: usize, _end_of_stream: bool) -> Action {
+        if let Some((host, _)) = &self.bound {
+            self.flow.on_response_headers(host);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some((host, worker)) = &self.bound {
+            self.flow
+                .on_response_body(host, worker, body_size, end_of_stream);
+        }
+        Action::Continue
+    }
 }

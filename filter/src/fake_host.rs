@@ -28,6 +28,14 @@ pub struct RecordedCall {
     pub timeout: Duration,
 }
 
+/// A response the filter sent itself.
+#[derive(Debug, Clone)]
+pub struct LocalReply {
+    pub status: u32,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
 #[derive(Debug, Default)]
 pub struct FakeHost {
     shared: Rc<RefCell<SharedStore>>,
@@ -39,6 +47,11 @@ pub struct FakeHost {
     calls: RefCell<Vec<RecordedCall>>,
     refuse_calls: Cell<bool>,
     reply: RefCell<(Option<u16>, Vec<u8>)>,
+    response_headers: RefCell<Vec<(String, Vec<u8>)>>,
+    response_chunk: RefCell<Vec<u8>>,
+    refuse_local_replies: Cell<bool>,
+    /// Responses the filter answered with itself: status, headers, body.
+    pub local_replies: RefCell<Vec<LocalReply>>,
     pub logs: RefCell<Vec<String>>,
 }
 
@@ -58,6 +71,10 @@ impl FakeHost {
         };
         h.now.set(self.now.get());
         h
+    }
+
+    pub fn now_ms_for_tests(&self) -> u64 {
+        self.now.get()
     }
 
     pub fn set_now(&self, ms: u64) {
@@ -120,6 +137,23 @@ impl FakeHost {
         self.refuse_calls.set(refuse);
     }
 
+    /// The pod's response headers, as the response callbacks see them.
+    pub fn set_response_headers(&self, headers: &[(&str, &[u8])]) {
+        *self.response_headers.borrow_mut() = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect();
+    }
+
+    /// The response body chunk being delivered.
+    pub fn set_response_chunk(&self, chunk: &[u8]) {
+        *self.response_chunk.borrow_mut() = chunk.to_vec();
+    }
+
+    pub fn refuse_local_replies(&self, refuse: bool) {
+        self.refuse_local_replies.set(refuse);
+    }
+
     pub fn set_reply(&self, status: Option<u16>, body: &[u8]) {
         *self.reply.borrow_mut() = (status, body.to_vec());
     }
@@ -149,6 +183,36 @@ impl Host for FakeHost {
         self.body_reads.set(self.body_reads.get() + 1);
         let body = self.body.borrow();
         body.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+
+    fn response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.response_headers
+            .borrow()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        let chunk = self.response_chunk.borrow();
+        chunk
+            .get(start..start.checked_add(len)?)
+            .map(<[u8]>::to_vec)
+    }
+
+    fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+        if self.refuse_local_replies.get() {
+            return false;
+        }
+        self.local_replies.borrow_mut().push(LocalReply {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+            body: body.to_vec(),
+        });
+        true
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {

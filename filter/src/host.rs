@@ -28,6 +28,13 @@ pub trait Host {
     fn remove_request_header(&self, name: &str);
     /// `len` bytes of the buffered request body from `start`.
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>>;
+    /// A response header's raw value.
+    fn response_header(&self, name: &str) -> Option<Vec<u8>>;
+    /// `len` bytes of the response body chunk being delivered, from `start`.
+    fn response_body(&self, start: usize, len: usize) -> Option<Vec<u8>>;
+    /// Answers the request itself with `status`, `headers` and `body` (the pod is never
+    /// called); false when the host refused.
+    fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool;
     /// A shared-data value and its cas (`None`, `None` when missing).
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>);
     /// Writes a shared-data value; with a cas, only if nobody wrote it since.
@@ -118,7 +125,15 @@ metrics! {
     DirectSkippedInFlight => "prewarm.direct.skipped_in_flight", false;
     DirectSkippedBackoff => "prewarm.direct.skipped_backoff", false;
     DirectSkippedNoPod => "prewarm.direct.skipped_no_pod", false;
+    EmbeddingHits => "prewarm.embeddings.hit", false;
+    EmbeddingMisses => "prewarm.embeddings.miss", false;
+    EmbeddingUncacheable => "prewarm.embeddings.uncacheable", false;
+    EmbeddingStored => "prewarm.embeddings.stored", false;
+    EmbeddingNotStored => "prewarm.embeddings.not_stored", false;
+    EmbeddingEvicted => "prewarm.embeddings.evicted", false;
+    EmbeddingReplyFailures => "prewarm.embeddings.reply_failures", false;
     DirectActive => "prewarm.direct.active", true;
+    EmbeddingBytes => "prewarm.embeddings.bytes", true;
     TableGeneration => "prewarm.table.generation", true;
     TableAgeMs => "prewarm.table.age_ms", true;
 }

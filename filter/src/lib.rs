@@ -13,6 +13,9 @@ pub mod config;
 pub mod direct;
 pub mod direct_budget;
 pub mod direct_config;
+pub mod embed_cache;
+pub mod embed_config;
+pub mod embed_flow;
 pub mod gateway_health;
 pub mod host;
 pub mod observe;
@@ -35,6 +38,8 @@ mod wasm_host;
 
 #[cfg(test)]
 mod direct_scenarios;
+#[cfg(test)]
+mod embed_scenarios;
 #[cfg(test)]
 mod fake_host;
 #[cfg(test)]

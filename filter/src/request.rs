@@ -14,6 +14,7 @@ use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::DirectMode;
+use crate::embed_flow::{self, Capture, Lookup};
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::prefix_index::SharedPrefixStore;
@@ -32,6 +33,8 @@ pub enum Verdict {
 #[derive(Debug, Default)]
 pub struct RequestFlow {
     inspecting: Option<Inspection>,
+    /// The response, watched for the embedding cache.
+    capture: Option<Capture>,
 }
 
 #[derive(Debug)]
@@ -93,11 +96,13 @@ impl RequestFlow {
             tenant: header_name(host, config.tenant_header.as_deref()),
             user: header_name(host, config.user_header.as_deref()),
         });
-        // Routing must set a header, so the headers wait for the body (which needs Envoy's
-        // allow_on_headers_stop_iteration). Without routing nothing is written to the headers:
-        // let them go, and observe from the buffered body alone — which also works where that
-        // setting is unavailable (Istio's WasmPlugin).
-        if config.routing {
+        // Routing must set a header, and the embedding cache may answer the request itself, so
+        // the headers wait for the body (which needs Envoy's allow_on_headers_stop_iteration).
+        // Otherwise nothing is written to the headers: let them go, and observe from the
+        // buffered body alone — which also works where that setting is unavailable (Istio's
+        // WasmPlugin).
+        let may_answer = endpoint == Endpoint::Embeddings && config.embedding_cache.enabled();
+        if config.routing || may_answer {
             Verdict::Pause
         } else {
             Verdict::Continue
@@ -125,33 +130,75 @@ impl RequestFlow {
         if !end_of_stream {
             return Verdict::Pause;
         }
-        self.finish(host, worker);
-        Verdict::Continue
+        self.finish(host, worker)
     }
 
     /// Trailers end the body too.
     pub fn on_trailers<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) -> Verdict {
-        self.finish(host, worker);
-        Verdict::Continue
+        self.finish(host, worker)
     }
 
-    fn finish<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
+    /// The response's headers (only watched for the embedding cache).
+    pub fn on_response_headers<H: Host + ?Sized>(&mut self, host: &H) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.on_headers(host);
+        }
+    }
+
+    /// A chunk of the response body, `size` bytes (only watched for the embedding cache).
+    pub fn on_response_body<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        size: usize,
+        end_of_stream: bool,
+    ) {
+        if let Some(capture) = self.capture.as_mut() {
+            capture.on_body(host, worker, size, end_of_stream);
+        }
+        if end_of_stream {
+            self.capture = None;
+        }
+    }
+
+    /// The whole body is here: answer it from the embedding cache, or observe and route it.
+    /// `Pause` only when the filter answered the request itself.
+    fn finish<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) -> Verdict {
         let Some(inspection) = self.inspecting.take() else {
-            return;
+            return Verdict::Continue;
         };
         let config = &worker.config;
         let Some(body) = host.request_body(0, inspection.buffered) else {
             host.count(Metric::SkippedMalformed, 1);
-            return;
+            return Verdict::Continue;
         };
         let request = match parse_request(inspection.endpoint, &body, config.max_body_bytes) {
             Ok(r) => r,
             Err(_) => {
                 host.count(Metric::SkippedMalformed, 1);
-                return;
+                return Verdict::Continue;
             }
         };
         host.count(Metric::RequestsInspected, 1);
+        if request.endpoint == Endpoint::Embeddings {
+            match embed_flow::on_request(host, worker, &request.model, &body) {
+                Lookup::Answered => return Verdict::Pause,
+                Lookup::Forward(capture) => self.capture = Some(capture),
+                Lookup::Pass => {}
+            }
+        }
+        self.route(host, worker, inspection, request);
+        Verdict::Continue
+    }
+
+    fn route<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        inspection: Inspection,
+        request: prewarm_core::InferenceRequest,
+    ) {
+        let config = &worker.config;
         let canonical = canonical_prompt(&request);
         let chain = BlockChain::of(&request.model, canonical.as_bytes(), &worker.fingerprint);
         let body_user = request

@@ -79,6 +79,21 @@ impl Host for WasmHost {
             .flatten()
     }
 
+    fn response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.failed(abi::header(abi::RESPONSE_HEADERS, name))
+            .flatten()
+    }
+
+    fn response_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.failed(abi::buffer(abi::RESPONSE_BODY, start, len))
+            .flatten()
+    }
+
+    fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+        self.failed(abi::send_local_response(status, headers, body))
+            .is_some()
+    }
+
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
         self.failed(abi::shared_get(key)).unwrap_or((None, None))
     }

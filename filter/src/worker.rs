@@ -1,11 +1,15 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
 //! configuration, its shared-data keys, its signal and served-record queues, its copy of the
-//! routing table (in standalone mode, the one built from `direct_pods`), and its tally.
+//! routing table (in standalone mode, the one built from `direct_pods`), its tally and its
+//! embedding cache.
+
+use std::cell::RefCell;
 
 use prewarm_core::FingerprintConfig;
 
 use crate::config::{DirectMode, FilterConfig};
 use crate::direct_config::static_table;
+use crate::embed_cache::EmbeddingCache;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signal_queue::{ServedQueue, SignalQueue};
@@ -20,6 +24,8 @@ pub struct Worker {
     pub served: ServedQueue,
     pub table: TableCache,
     pub tally: Tally,
+    /// The embedding cache of this VM (`embedding_cache`; empty while off).
+    pub embeddings: RefCell<EmbeddingCache>,
 }
 
 impl Worker {
@@ -37,6 +43,10 @@ impl Worker {
             keys,
             table,
             tally: Tally::default(),
+            embeddings: RefCell::new(EmbeddingCache::new(
+                config.embedding_cache.max_bytes,
+                config.embedding_cache.ttl_ms,
+            )),
             config,
         }
     }

@@ -1,0 +1,121 @@
+//! The `embedding_cache` section of the filter's configuration: which models' `/v1/embeddings`
+//! responses the filter answers from its cache, for how long, and within how many bytes.
+
+use prewarm_core::wire::MAX_NAME_BYTES;
+use serde::Deserialize;
+
+use crate::config::range;
+
+/// Most models one configuration opts in.
+pub const MAX_CACHED_MODELS: usize = 1024;
+
+/// `embedding_cache`; off (no model) by default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingCacheConfig {
+    /// Models whose embeddings are cached (default none: the cache is off). Per-model opt-in:
+    /// only a model whose vectors are deterministic for a given input should be listed.
+    pub models: Vec<String>,
+    /// How long an entry answers requests after the pod computed it, ms (default 600,000).
+    pub ttl_ms: u64,
+    /// Bytes of entries one VM (one Envoy worker) holds at most; the least recently used are
+    /// evicted beyond (default 16 MiB: about 2,000 384-dimension float vectors).
+    pub max_bytes: usize,
+    /// Largest pod response the filter reads to store, bytes; larger responses pass and are
+    /// not stored (default 1 MiB).
+    pub max_response_bytes: usize,
+}
+
+impl Default for EmbeddingCacheConfig {
+    fn default() -> Self {
+        Self {
+            models: Vec::new(),
+            ttl_ms: 600_000,
+            max_bytes: 16 << 20,
+            max_response_bytes: 1 << 20,
+        }
+    }
+}
+
+impl EmbeddingCacheConfig {
+    /// Whether any model is cached.
+    pub fn enabled(&self) -> bool {
+        !self.models.is_empty()
+    }
+
+    /// Whether `model`'s embeddings are cached.
+    pub fn caches(&self, model: &str) -> bool {
+        self.models.iter().any(|m| m == model)
+    }
+
+    /// Every problem, as `embedding_cache.field: value: rule`.
+    pub fn validate(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.models.len() > MAX_CACHED_MODELS {
+            p.push(format!(
+                "embedding_cache.models: {} models: must be at most {MAX_CACHED_MODELS}",
+                self.models.len()
+            ));
+        }
+        for m in &self.models {
+            if m.is_empty() || m.len() > MAX_NAME_BYTES {
+                p.push(format!(
+                    "embedding_cache.models: {m:?}: must be 1 to {MAX_NAME_BYTES} bytes"
+                ));
+            }
+        }
+        range(
+            &mut p,
+            "embedding_cache.ttl_ms",
+            self.ttl_ms,
+            1000,
+            86_400_000,
+        );
+        range(
+            &mut p,
+            "embedding_cache.max_bytes",
+            self.max_bytes,
+            4096,
+            1 << 30,
+        );
+        range(
+            &mut p,
+            "embedding_cache.max_response_bytes",
+            self.max_response_bytes,
+            256,
+            self.max_bytes.max(256),
+        );
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_off_and_valid() {
+        let c = EmbeddingCacheConfig::default();
+        assert!(!c.enabled() && c.validate().is_empty());
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let c = EmbeddingCacheConfig {
+            models: vec![String::new(), "x".repeat(MAX_NAME_BYTES + 1)],
+            ttl_ms: 0,
+            max_bytes: 10,
+            max_response_bytes: 1 << 20,
+        };
+        let problems = c.validate().join("\n");
+        for field in [
+            "models: \"\"",
+            "models: \"xxx",
+            "ttl_ms",
+            "max_bytes",
+            "max_response_bytes",
+        ] {
+            assert!(problems.contains(field), "{field} in {problems}");
+        }
+    }
+}

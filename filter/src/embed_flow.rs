@@ -1,0 +1,128 @@
+//! The embedding cache on a request's path. At the end of an opted-in model's `/v1/embeddings`
+//! body, the filter keys each input (core's `embed_cache`); when this VM's cache holds every
+//! one, it answers the request itself (`x-prewarm-cache: hit`) and the pod is never called.
+//! Otherwise the request goes on unchanged and its response is *watched*, not held: each chunk
+//! is copied as it passes (up to `max_response_bytes`), and only after the last one reached the
+//! client is a `200` response split into entries and stored. A request the rule cannot key, a
+//! refused local reply, a non-200, an encoded, oversized or unparsable response: counted, the
+//! request and its response untouched.
+
+use prewarm_core::embed_cache::{hit_response, request_keys, split_response, EmbeddingKey};
+
+use crate::host::{Host, Metric};
+use crate::worker::Worker;
+
+/// What became of a request the cache looked at.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Answered from the cache: the request must not go on.
+    Answered,
+    /// Forwarded; its response is stored when it comes back.
+    Forward(Capture),
+    /// Forwarded; nothing to store.
+    Pass,
+}
+
+/// Looks `body` (a request for `model`) up in the worker's cache.
+pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body: &[u8]) -> Lookup {
+    let config = &worker.config.embedding_cache;
+    if !config.caches(model) {
+        return Lookup::Pass;
+    }
+    let Ok(request) = request_keys(body) else {
+        host.count(Metric::EmbeddingUncacheable, 1);
+        return Lookup::Pass;
+    };
+    let now = host.now_ms();
+    let found = worker.embeddings.borrow_mut().get_all(&request.keys, now);
+    let capture = Capture {
+        keys: request.keys,
+        body: Vec::new(),
+        reading: true,
+    };
+    let Some(entries) = found else {
+        host.count(Metric::EmbeddingMisses, 1);
+        return Lookup::Forward(capture);
+    };
+    let reply = hit_response(&request.model, &capture.keys, &entries, now / 1000);
+    let headers: [(&str, &[u8]); 2] = [
+        ("content-type", b"application/json"),
+        ("x-prewarm-cache", b"hit"),
+    ];
+    if host.send_response(200, &headers, &reply) {
+        host.count(Metric::EmbeddingHits, 1);
+        Lookup::Answered
+    } else {
+        host.count(Metric::EmbeddingReplyFailures, 1);
+        Lookup::Forward(capture)
+    }
+}
+
+/// A forwarded request's response being watched for the cache.
+#[derive(Debug)]
+pub struct Capture {
+    keys: Vec<EmbeddingKey>,
+    body: Vec<u8>,
+    reading: bool,
+}
+
+impl Capture {
+    fn give_up<H: Host + ?Sized>(&mut self, host: &H) {
+        if self.reading {
+            host.count(Metric::EmbeddingNotStored, 1);
+        }
+        self.reading = false;
+        self.body = Vec::new();
+    }
+
+    /// The response's headers: only an unencoded `200` is read.
+    pub fn on_headers<H: Host + ?Sized>(&mut self, host: &H) {
+        let ok = host.response_header(":status").as_deref() == Some(b"200");
+        let encoded = host
+            .response_header("content-encoding")
+            .is_some_and(|e| !e.eq_ignore_ascii_case(b"identity"));
+        if !ok || encoded {
+            self.give_up(host);
+        }
+    }
+
+    /// A chunk of `size` bytes of the response; at its end, the entries are stored.
+    pub fn on_body<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        size: usize,
+        end_of_stream: bool,
+    ) {
+        if !self.reading {
+            return;
+        }
+        let limit = worker.config.embedding_cache.max_response_bytes;
+        if self.body.len().saturating_add(size) > limit {
+            self.give_up(host);
+            return;
+        }
+        if size > 0 {
+            match host.response_body(0, size) {
+                Some(chunk) => self.body.extend_from_slice(&chunk),
+                None => return self.give_up(host),
+            }
+        }
+        if !end_of_stream {
+            return;
+        }
+        let Some(entries) = split_response(&self.body, self.keys.len()) else {
+            return self.give_up(host);
+        };
+        self.reading = false;
+        self.body = Vec::new();
+        let mut cache = worker.embeddings.borrow_mut();
+        let stored = cache.insert(&self.keys, entries, host.now_ms());
+        let bytes = cache.bytes() as u64;
+        drop(cache);
+        host.count(Metric::EmbeddingStored, stored.stored);
+        host.count(Metric::EmbeddingNotStored, stored.too_large);
+        host.count(Metric::EmbeddingEvicted, stored.evicted);
+        host.gauge(Metric::EmbeddingBytes, bytes);
+    }
+}

@@ -1,0 +1,219 @@
+//! The embedding cache through the request glue, against the host double: what a client gets
+//! on a hit, what is stored from a pod's response, and every way a request or response is left
+//! alone.
+
+use crate::config::{EmbeddingCacheConfig, FilterConfig};
+use crate::fake_host::FakeHost;
+use crate::host::Metric;
+use crate::request::{RequestFlow, Verdict};
+use crate::worker::Worker;
+
+fn worker() -> Worker {
+    Worker::new(FilterConfig {
+        embedding_cache: EmbeddingCacheConfig {
+            models: vec!["minilm".into()],
+            ..EmbeddingCacheConfig::default()
+        },
+        ..FilterConfig::default()
+    })
+}
+
+/// One request's body through the flow (headers, then the whole body); the flow and the
+/// verdict of its end.
+fn request(host: &FakeHost, worker: &Worker, body: &str) -> (RequestFlow, Verdict) {
+    let len = body.len().to_string();
+    host.set_request(
+        &[
+            (":method", b"POST"),
+            (":path", b"/v1/embeddings"),
+            ("content-length", len.as_bytes()),
+        ],
+        body.as_bytes(),
+    );
+    let mut flow = RequestFlow::default();
+    assert_eq!(flow.on_headers(host, worker, false), Verdict::Pause);
+    let end = flow.on_body(host, worker, body.len(), true);
+    (flow, end)
+}
+
+/// The pod's response to `flow`, in chunks of `chunk` bytes.
+fn respond(host: &FakeHost, worker: &Worker, flow: &mut RequestFlow, status: &str, body: &str) {
+    host.set_response_headers(&[(":status", status.as_bytes())]);
+    flow.on_response_headers(host);
+    let chunks: Vec<&[u8]> = body.as_bytes().chunks(7).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        host.set_response_chunk(chunk);
+        flow.on_response_body(host, worker, chunk.len(), i + 1 == chunks.len());
+    }
+}
+
+fn pod_response(vectors: &[&str]) -> String {
+    let data: Vec<String> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!(r#"{{"object":"embedding","index":{i},"embedding":{v}}}"#))
+        .collect();
+    format!(
+        r#"{{"id":"e1","object":"list","model":"minilm","data":[{}],"usage":{{"prompt_tokens":4,"total_tokens":4}}}}"#,
+        data.join(",")
+    )
+}
+
+const ONE: &str = r#"{"model":"minilm","input":"the same chunk"}"#;
+
+#[test]
+fn a_repeated_input_is_answered_with_the_pods_bytes_and_never_reaches_the_pod() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, end) = request(&host, &w, ONE);
+    assert_eq!(end, Verdict::Continue, "a miss goes to the pod");
+    respond(
+        &host,
+        &w,
+        &mut flow,
+        "200",
+        &pod_response(&["[0.25,-1e-7,3.0]"]),
+    );
+    assert_eq!(host.metric(Metric::EmbeddingStored), 1);
+
+    let (_, end) = request(&host, &w, ONE);
+    assert_eq!(end, Verdict::Pause, "answered by the filter");
+    let replies = host.local_replies.borrow();
+    let reply = replies.first().expect("a local reply");
+    assert_eq!(reply.status, 200);
+    assert!(reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == "x-prewarm-cache" && v == b"hit"));
+    let body = String::from_utf8(reply.body.clone()).unwrap_or_default();
+    assert!(body.contains(r#""embedding":[0.25,-1e-7,3.0]}"#), "{body}");
+    assert_eq!(host.metric(Metric::EmbeddingHits), 1);
+    assert_eq!(host.metric(Metric::EmbeddingMisses), 1);
+}
+
+#[test]
+fn a_batch_hits_only_when_every_input_was_seen() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, _) = request(&host, &w, r#"{"model":"minilm","input":["a","b"]}"#);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]", "[2]"]));
+    let (_, end) = request(&host, &w, r#"{"model":"minilm","input":["b","c"]}"#);
+    assert_eq!(end, Verdict::Continue, "c was never seen");
+    let (_, end) = request(&host, &w, r#"{"model":"minilm","input":["b","a"]}"#);
+    assert_eq!(end, Verdict::Pause);
+    let replies = host.local_replies.borrow();
+    let body = String::from_utf8(replies[0].body.clone()).unwrap_or_default();
+    let b = body.find(r#""index":0,"object":"embedding","embedding":[2]"#);
+    let a = body.find(r#""index":1,"object":"embedding","embedding":[1]"#);
+    assert!(b.is_some() && a.is_some(), "in the request's order: {body}");
+}
+
+#[test]
+fn a_model_not_opted_in_or_a_changed_parameter_is_never_answered() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]"]));
+    for other in [
+        r#"{"model":"other","input":"the same chunk"}"#,
+        r#"{"model":"minilm","input":"the same chunk","dimensions":64}"#,
+        r#"{"model":"minilm","input":"the same chunk","encoding_format":"base64"}"#,
+    ] {
+        let len = other.len().to_string();
+        host.set_request(
+            &[
+                (":method", b"POST"),
+                (":path", b"/v1/embeddings"),
+                ("content-length", len.as_bytes()),
+            ],
+            other.as_bytes(),
+        );
+        let mut flow = RequestFlow::default();
+        flow.on_headers(&host, &w, false);
+        assert_eq!(
+            flow.on_body(&host, &w, other.len(), true),
+            Verdict::Continue,
+            "{other}"
+        );
+    }
+    assert!(host.local_replies.borrow().is_empty());
+}
+
+#[test]
+fn failed_encoded_or_unparsable_responses_are_not_stored() {
+    let host = FakeHost::new();
+    let w = worker();
+    for (status, body) in [
+        ("500", pod_response(&["[1]"])),
+        ("200", r#"{"error":"overloaded"}"#.to_string()),
+        ("200", "not json".to_string()),
+        ("200", pod_response(&["[1]", "[2]"])),
+    ] {
+        let (mut flow, _) = request(&host, &w, ONE);
+        respond(&host, &w, &mut flow, status, &body);
+    }
+    let (mut flow, _) = request(&host, &w, ONE);
+    host.set_response_headers(&[(":status", b"200"), ("content-encoding", b"gzip")]);
+    flow.on_response_headers(&host);
+    host.set_response_chunk(pod_response(&["[1]"]).as_bytes());
+    flow.on_response_body(&host, &w, pod_response(&["[1]"]).len(), true);
+    assert_eq!(host.metric(Metric::EmbeddingStored), 0);
+    assert_eq!(host.metric(Metric::EmbeddingNotStored), 5);
+    assert_eq!(request(&host, &w, ONE).1, Verdict::Continue);
+}
+
+#[test]
+fn a_response_over_the_bound_is_passed_and_not_stored() {
+    let host = FakeHost::new();
+    let w = Worker::new(FilterConfig {
+        embedding_cache: EmbeddingCacheConfig {
+            models: vec!["minilm".into()],
+            max_response_bytes: 256,
+            ..EmbeddingCacheConfig::default()
+        },
+        ..FilterConfig::default()
+    });
+    let big = format!("[{}]", vec!["0.125"; 100].join(","));
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&[&big]));
+    assert_eq!(host.metric(Metric::EmbeddingStored), 0);
+    assert_eq!(host.metric(Metric::EmbeddingNotStored), 1);
+}
+
+#[test]
+fn malformed_or_unkeyable_bodies_go_to_the_pod_untouched() {
+    let host = FakeHost::new();
+    let w = worker();
+    for body in [
+        "{not json",
+        r#"{"model":"minilm"}"#,
+        r#"{"model":"minilm","input":[]}"#,
+        r#"{"model":"minilm","input":{"x":1}}"#,
+    ] {
+        let (_, end) = request(&host, &w, body);
+        assert_eq!(end, Verdict::Continue, "{body}");
+    }
+    assert!(host.local_replies.borrow().is_empty());
+    assert!(host.header("x-gateway-destination-endpoint").is_none());
+}
+
+#[test]
+fn a_refused_local_reply_forwards_the_request() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]"]));
+    host.refuse_local_replies(true);
+    assert_eq!(request(&host, &w, ONE).1, Verdict::Continue);
+    assert_eq!(host.metric(Metric::EmbeddingReplyFailures), 1);
+}
+
+#[test]
+fn an_entry_expires_after_its_ttl() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]"]));
+    host.set_now(host.now_ms_for_tests() + 600_000);
+    assert_eq!(request(&host, &w, ONE).1, Verdict::Continue);
+}
