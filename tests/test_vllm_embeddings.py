@@ -79,3 +79,32 @@ def test_vllm_vectors_match_a_transformers_reference(pooling_pod):
         assert cosine(got, want) >= 0.9999, text
     # and the vectors mean something: the two password questions are closer than the weather
     assert cosine(served[0], served[1]) > cosine(served[0], served[2]) + 0.3
+
+
+def test_the_filters_embedding_cache_returns_vllms_own_bytes(pooling_pod, tmp_path):
+    """The filter's embedding cache in front of the real vLLM pod (one Envoy worker, no gateway:
+    the cache is the proxy's own): a repeated input, in floats and in base64, is answered by the
+    filter with exactly the bytes vLLM sent for it, and vLLM sees no request for it."""
+    from harness.envoy import POOL_CLUSTER, Envoy
+
+    url, _ = pooling_pod
+    address = url.removeprefix("http://")
+    config = {"embedding_cache": {"models": [MODEL]}}
+    with Envoy(tmp_path / "envoy", pods=[address], filter_config=config, concurrency=1) as envoy:
+        upstream = f"cluster.{POOL_CLUSTER}.upstream_rq_total"
+        for extra in ({}, {"encoding_format": "base64"}):
+            body = {"model": MODEL, "input": TEXTS[:2], **extra}
+            status, headers, first = envoy.post("/v1/embeddings", body)
+            assert status == 200 and "x-prewarm-cache" not in headers, first[:300]
+            sent = envoy.stats(upstream.replace(".", "\\.") + "$").get(upstream, 0)
+            status, headers, second = envoy.post("/v1/embeddings", body)
+            assert status == 200 and headers.get("x-prewarm-cache") == "hit", second[:300]
+            assert envoy.stats(upstream.replace(".", "\\.") + "$").get(upstream, 0) == sent
+            got, want = json.loads(second), json.loads(first)
+            assert [d["embedding"] for d in got["data"]] == [d["embedding"] for d in want["data"]]
+            for d in want["data"]:
+                raw = json.dumps(d["embedding"], separators=(",", ":"))
+                assert raw in first.decode(), "vLLM writes compact JSON"
+                assert raw in second.decode(), "the hit carries vLLM's bytes"
+            assert got["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"]
+        assert envoy.wasm_failures() == {}
