@@ -18,6 +18,14 @@
 //! that carry most requests resident; a fixed replica count (the old `adapter_replicas`) instead
 //! put every adapter on the same number of pods, about twice the slots there were.
 //!
+//! The counts fit the slots where load allows: while a pool's counts sum to more than its
+//! pods' GPU slots, the largest count above its floor shrinks by one (ties: the colder
+//! adapter). A replica beyond the slots is not capacity: it evicts another adapter through the
+//! engine's LRU, and every request that then finds its adapter evicted waits for a load. The
+//! floor is the minimum (one replica, gold two) or the fewest replicas that keep each within
+//! [`LOAD_BOUND`] × a pod's share, `ceil(n × s / LOAD_BOUND)`, whichever is larger: fewer
+//! replicas would crowd the adapter's requests past the routing's load bound.
+//!
 //! With a gold pool, gold adapters are assigned first, and another tier's adapter may take a
 //! gold pod's slot that is still free after them — after its own pool's free slots within the
 //! bound, before oversubscribing its own pool — when that pod's assigned demand stays within
@@ -104,6 +112,25 @@ pub fn replica_sets(
     let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
     let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
     let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for gold_side in [true, false] {
+        let members: Vec<&AdapterDemand<'_>> = order
+            .iter()
+            .copied()
+            .filter(|d| in_gold_pool(d.tier) == gold_side)
+            .collect();
+        let Some(first) = members.first() else {
+            continue;
+        };
+        let pool = pool_of(first.tier);
+        let slots: usize = pods
+            .iter()
+            .filter(|p| pool.iter().any(|c| c.id == p.candidate.id))
+            .map(|p| p.slots)
+            .sum();
+        let total = if gold_side { gold_total } else { other_total };
+        counts.extend(fit_slots(&members, total, pool.len(), slots, min_replicas));
+    }
     let mut sets = BTreeMap::new();
     for d in order {
         let pool = pool_of(d.tier);
@@ -118,8 +145,7 @@ pub fn replica_sets(
         } else {
             other_total
         };
-        let share = if total > 0.0 { d.rate / total } else { 0.0 };
-        let count = replica_count(share, d.tier, pool.len(), min_replicas);
+        let count = counts.get(d.name).copied().unwrap_or(1);
         let (ranked, spill) = (ranked_ids(d.name, &pool), ranked_ids(d.name, &spill));
         // Each replica takes an equal part of the adapter's demand; a pod stays within
         // `LOAD_BOUND` × its pool's mean (a gold pod taking a spilled adapter: the fleet's).
@@ -166,6 +192,36 @@ pub fn replica_sets(
         );
     }
     sets
+}
+
+/// Each of `members`' replica count in a pool of `pool_size` pods with `slots` GPU slots in
+/// all and `total` demand, shrunk to fit the slots (module doc); `members` hottest first.
+fn fit_slots<'a>(
+    members: &[&AdapterDemand<'a>],
+    total: f64,
+    pool_size: usize,
+    slots: usize,
+    min_replicas: usize,
+) -> Vec<(&'a str, usize)> {
+    let mut counts: Vec<(&'a str, usize, usize)> = members
+        .iter()
+        .map(|d| {
+            let share = if total > 0.0 { d.rate / total } else { 0.0 };
+            let wanted = replica_count(share, d.tier, pool_size, min_replicas);
+            let by_load = replica_count(share / LOAD_BOUND, d.tier, pool_size, min_replicas);
+            (d.name, wanted, by_load)
+        })
+        .collect();
+    let mut sum: usize = counts.iter().map(|c| c.1).sum();
+    while sum > slots {
+        // the largest count above its floor; among equals the last, the coldest
+        let Some(c) = counts.iter_mut().filter(|c| c.1 > c.2).max_by_key(|c| c.1) else {
+            break;
+        };
+        c.1 -= 1;
+        sum -= 1;
+    }
+    counts.into_iter().map(|(n, c, _)| (n, c)).collect()
 }
 
 /// Candidates in rank order, and which of them a pass of the assignment may take.
@@ -316,8 +372,9 @@ mod tests {
         ];
         let fleet = pods(&["x", "y", "z"], 1);
         let sets = replica_sets(&demands, &fleet, &TierPools::default(), 1, &BTreeMap::new());
-        assert_eq!(sets["hot"].len(), 3, "ceil(3 × 8/11)");
-        // Every pod's one slot is the hot adapter's: the cold ones share slots by LRU.
+        // ceil(3 × 8/11) = 3 wanted, 6 replicas in 3 slots: the hot set gives up one, keeping
+        // the ceil(3 × 8/11 ÷ 1.25) = 2 the load bound needs; the cold ones share slots by LRU.
+        assert_eq!(sets["hot"].len(), 2);
         for cold in ["c1", "c2", "c3"] {
             assert_eq!(sets[cold].len(), 1);
         }
@@ -500,5 +557,56 @@ mod tests {
             );
         }
         assert!(sets["g1"].iter().all(|p| gold_pods.contains(&p.as_str())));
+    }
+
+    #[test]
+    fn the_sets_fit_the_slots_as_far_as_the_load_bound_allows() {
+        // 4 pods of 2 slots: a hot adapter wants all 4 pods and three cold ones one each, 7
+        // replicas in 8 slots; two more cold ones make 9: the hot set gives one up
+        let names = ["hot", "a", "b", "c", "d", "e"];
+        let demands: Vec<AdapterDemand<'_>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| AdapterDemand {
+                name,
+                tier: Tier::Bronze,
+                rate: if i == 0 { 90.0 } else { 2.0 },
+            })
+            .collect();
+        let fleet = pods(&EIGHT[..4], 2);
+        let sets = replica_sets(
+            &demands[..4],
+            &fleet,
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        );
+        assert_eq!(sets["hot"].len(), 4, "7 replicas fit 8 slots");
+        let sets = replica_sets(&demands, &fleet, &TierPools::default(), 1, &BTreeMap::new());
+        assert_eq!(
+            sets["hot"].len(),
+            3,
+            "9 would not: the largest set gives one up"
+        );
+        assert_eq!(sets.values().map(Vec::len).sum::<usize>(), 8);
+        // ten cold adapters and the hot one (90 of 100) on 8 slots: it gives up one of its 4
+        // pods, keeping the ceil(4 × 0.9 / 1.25) = 3 the load bound needs
+        let many: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        let mut crowded: Vec<AdapterDemand<'_>> = many
+            .iter()
+            .map(|name| AdapterDemand {
+                name,
+                tier: Tier::Bronze,
+                rate: 1.0,
+            })
+            .collect();
+        crowded.push(AdapterDemand {
+            name: "hot",
+            tier: Tier::Bronze,
+            rate: 90.0,
+        });
+        let sets = replica_sets(&crowded, &fleet, &TierPools::default(), 1, &BTreeMap::new());
+        assert_eq!(sets["hot"].len(), 3);
+        assert!(many.iter().all(|m| sets[m].len() == 1));
     }
 }
