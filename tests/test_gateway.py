@@ -587,3 +587,39 @@ def test_a_huge_metrics_reply_is_cut_off(tmp_path):
     finally:
         gw.proc.stop()
         pod.stop()
+
+
+def test_a_rollout_a_pod_refuses_rolls_back_by_itself(tmp_path):
+    """Issue 20, item 5: pod b serves LoRA ranks up to 8 (`--max-lora-rank 8`), so it refuses v2
+    (rank 16) while pod a takes it. The gateway finds the holders inconsistent, makes v1 current
+    again and re-loads it on both: a 409 naming pod b, both reports, a counted rollback, and
+    both pods serving v1 afterwards."""
+    pa, ua = lora_pod(tmp_path, "pod-a")
+    pb, ub = lora_pod(tmp_path, "pod-b", "--max-lora-rank", "8")
+    specs = [pod_spec("a", ua, max_loras=2, max_cpu_loras=2), pod_spec("b", ub, max_loras=2, max_cpu_loras=2)]
+    config = gateway_config(specs)
+    config["pods"]["adapter_replicas"] = 2
+    gw = start_gateway(tmp_path, config)
+    try:
+        wait_until(lambda: sorted(routed_ids(gw)) == ["a", "b"], timeout=20, what="pods routable")
+        v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
+        v2 = make_adapter(tmp_path / "v2", "chat", rank=16)
+        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v1), "version": "v1", "pinned": True})
+        assert r.status_code == 201, r.text
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v2), "version": "v2"})
+        assert r.status_code == 409, r.text
+        body = r.json()
+        assert body["rollout"]["consistent"] is False
+        assert "b=" in body["error"] and "rolled back to \"v1\"" in body["error"], body["error"]
+        undone = body["auto_rollback"]
+        assert undone["to"] == "v1" and undone["rollout"]["consistent"] is True, undone
+        assert undone["rollout"]["after"] == {"a": "v1", "b": "v1"}
+        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert gw.get("/admin/adapters/chat").json()["adapter"]["current"]["version"] == "v1"
+        metrics = gw.get("/metrics").text
+        assert 'prewarm_adapter_auto_rollbacks_total{reason="inconsistent"} 1' in metrics, metrics[-2000:]
+    finally:
+        gw.proc.stop()
+        pa.stop()
+        pb.stop()

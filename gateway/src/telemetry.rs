@@ -16,6 +16,7 @@
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
+//! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions) |
 
 use std::sync::atomic::AtomicU64;
 
@@ -45,6 +46,7 @@ pub struct Telemetry {
     pub snapshot_fallbacks: Family<Labels, Counter>,
     pub snapshots_written: Family<Labels, Counter>,
     pub pods: Family<Labels, Gauge>,
+    pub auto_rollbacks: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -79,6 +81,7 @@ impl Telemetry {
             snapshot_fallbacks: Family::default(),
             snapshots_written: Family::default(),
             pods: Family::default(),
+            auto_rollbacks: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -147,6 +150,11 @@ impl Telemetry {
             t.snapshots_written.clone(),
         );
         registry.register("prewarm_pods", "Pods by state", t.pods.clone());
+        registry.register(
+            "prewarm_adapter_auto_rollbacks",
+            "Adapter rollouts the gateway rolled back by itself, by reason",
+            t.auto_rollbacks.clone(),
+        );
         Self { registry, ..t }
     }
 

@@ -1,5 +1,11 @@
 //! Adapter endpoints: register (a new version of a known name is a rollout), rollback, list,
 //! detail, pin, unpin, remove, and the residency heatmap (adapters × pods).
+//!
+//! A rollout that leaves the pods holding the adapter on different versions (a pod refused or
+//! failed the new version's load) rolls back by itself: the previous version becomes current
+//! again and is re-loaded on every holder, the answer is a 409 naming the pods that failed, with
+//! both reports, and `prewarm_adapter_auto_rollbacks_total` counts it. An operator never has to
+//! notice a half-done rollout to undo it.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +23,7 @@ use super::AppState;
 use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
 use crate::service::adapters::DecisionOutcome;
 use crate::service::Gateway;
+use crate::telemetry::Telemetry;
 
 /// What a rollout (or rollback) found and did.
 #[derive(Debug, Serialize)]
@@ -45,13 +52,24 @@ fn versions_on_pods(gateway: &Gateway, name: &str) -> BTreeMap<String, String> {
 
 /// Re-loads the adapter's new current version on every pod that holds it.
 async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) -> RolloutReport {
+    let holders: Vec<String> = versions_on_pods(gateway, &registered.name)
+        .into_keys()
+        .collect();
+    roll_out_on(gateway, registered, holders).await
+}
+
+/// Loads the adapter's current version on `holders`.
+async fn roll_out_on(
+    gateway: &std::sync::Arc<Gateway>,
+    registered: &Registered,
+    holders: Vec<String>,
+) -> RolloutReport {
     let before = versions_on_pods(gateway, &registered.name);
-    let holders: Vec<String> = before.keys().cloned().collect();
     let actions = gateway.fleet(|f| f.reload_adapter(&registered.name, &holders));
     let outcomes = gateway.execute_all(actions).await;
     let after = versions_on_pods(gateway, &registered.name);
-    let consistent = before
-        .keys()
+    let consistent = holders
+        .iter()
         .all(|p| after.get(p) == Some(&registered.version));
     if !consistent {
         tracing::error!(adapter = %registered.name, ?after, "rollout left pods inconsistent");
@@ -61,6 +79,97 @@ async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) ->
         outcomes,
         after,
         consistent,
+    }
+}
+
+/// What the gateway did by itself after a rollout left the pods inconsistent.
+#[derive(Debug, Serialize)]
+pub struct AutoRollback {
+    /// The version made current again.
+    pub to: String,
+    pub reason: String,
+    /// The re-load of `to` on the holders (`None` when its files no longer match its manifest
+    /// and nothing was touched).
+    pub rollout: Option<RolloutReport>,
+}
+
+/// Undoes a rollout of `registered` that `report` found inconsistent: `previous` becomes
+/// current again and is re-loaded where the adapter is held.
+async fn roll_back_by_itself(
+    gateway: &std::sync::Arc<Gateway>,
+    registered: &Registered,
+    previous: &str,
+    report: &RolloutReport,
+) -> AutoRollback {
+    let odd: Vec<String> = report
+        .after
+        .iter()
+        .filter(|(_, v)| **v != registered.version)
+        .map(|(p, v)| format!("{p}={v}"))
+        .chain(
+            report
+                .before
+                .keys()
+                .filter(|p| !report.after.contains_key(*p))
+                .map(|p| format!("{p}=none")),
+        )
+        .collect();
+    let reason = format!(
+        "rollout of {:?} version {:?} left pods inconsistent ({}): rolled back to {previous:?}",
+        registered.name,
+        registered.version,
+        odd.join(", ")
+    );
+    tracing::warn!(adapter = %registered.name, %reason, "automatic rollback");
+    Telemetry::count(
+        &gateway.telemetry.auto_rollbacks,
+        &[("reason", "inconsistent")],
+    );
+    let name = registered.name.clone();
+    let target = gateway
+        .state()
+        .fleet
+        .registry()
+        .get(&name)
+        .and_then(|r| r.history.iter().find(|v| v.version == previous).cloned());
+    if let Some(version) = target {
+        let max_files = gateway.config.registry.max_manifest_files;
+        let n = name.clone();
+        let verified =
+            tokio::task::spawn_blocking(move || verify_for_load(&n, &version, max_files))
+                .await
+                .map_err(|_| ApiError::Internal)
+                .and_then(|r| r.map_err(ApiError::from));
+        if let Err(e) = verified {
+            return AutoRollback {
+                to: previous.to_string(),
+                reason: format!("{reason}; not re-loaded: {e}"),
+                rollout: None,
+            };
+        }
+    }
+    let back = gateway
+        .state()
+        .fleet
+        .registry_mut()
+        .rollback(&name, previous);
+    let rollout = match back {
+        // every pod that held it before the rollout, including one the failed load left without
+        Ok(back) => {
+            Some(roll_out_on(gateway, &back, report.before.keys().cloned().collect()).await)
+        }
+        Err(e) => {
+            return AutoRollback {
+                to: previous.to_string(),
+                reason: format!("{reason}; not re-loaded: {e}"),
+                rollout: None,
+            }
+        }
+    };
+    AutoRollback {
+        to: previous.to_string(),
+        reason,
+        rollout,
     }
 }
 
@@ -117,15 +226,21 @@ pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Re
         Some(_) => Some(roll_out(&gateway, &registered).await),
         None => None,
     };
+    let auto_rollback = match (&rollout, &registered.previous_version) {
+        (Some(report), Some(previous)) if !report.consistent => {
+            Some(roll_back_by_itself(&gateway, &registered, previous, report).await)
+        }
+        _ => None,
+    };
     let pins = if request.pinned == Some(true) {
         pin_where_placed(&gateway, &registered.name).await
     } else {
         Vec::new()
     };
-    let status = if rollout.is_some() {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
+    let status = match (&auto_rollback, &rollout) {
+        (Some(_), _) => StatusCode::CONFLICT,
+        (None, Some(_)) => StatusCode::OK,
+        (None, None) => StatusCode::CREATED,
     };
     let record = gateway
         .state()
@@ -133,11 +248,17 @@ pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Re
         .registry()
         .get(&registered.name)
         .cloned();
-    Ok((
-        status,
-        Json(json!({"registered": registered, "adapter": record, "rollout": rollout, "pin_outcomes": pins})),
-    )
-        .into_response())
+    let mut body = json!({
+        "registered": registered,
+        "adapter": record,
+        "rollout": rollout,
+        "pin_outcomes": pins,
+    });
+    if let Some(undone) = auto_rollback {
+        body["error"] = json!(undone.reason);
+        body["auto_rollback"] = json!(undone);
+    }
+    Ok((status, Json(body)).into_response())
 }
 
 #[derive(Deserialize)]
