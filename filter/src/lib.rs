@@ -26,6 +26,7 @@ pub mod routing;
 pub mod shared;
 pub mod shared_ring;
 pub mod signal_queue;
+pub mod success;
 pub mod tally;
 pub mod worker;
 

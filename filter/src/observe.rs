@@ -28,6 +28,15 @@ pub struct Observation<'a> {
     pub sketched: &'a str,
 }
 
+/// What one request caused.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The prefill signal of a completed streak.
+    pub prefill: Option<Signal>,
+    /// The hot prefix the request used (tallied as adopted), whose answer is worth watching.
+    pub adopted: Option<BlockHash>,
+}
+
 /// The prefill signal one request causes, if any; tallies the rest for the tick.
 pub fn observe<H: Host + ?Sized>(
     host: &H,
@@ -35,14 +44,16 @@ pub fn observe<H: Host + ?Sized>(
     keys: &Keys,
     tally: &Tally,
     seen: Observation<'_>,
-) -> Option<Signal> {
+) -> Observed {
     if !config.base_models.iter().any(|m| m == seen.model)
         && !tally.adapter_request(seen.model, seen.tenant)
     {
         host.count(Metric::TallyOverflow, 1);
     }
-    let user = seen.user?;
-    observe_user(host, config, keys, tally, user, &seen)
+    match seen.user {
+        Some(user) => observe_user(host, config, keys, tally, user, &seen).unwrap_or_default(),
+        None => Observed::default(),
+    }
 }
 
 /// Folds one tick's tally into shared data: adopted feedback (with its count) for each hot
@@ -65,6 +76,15 @@ pub fn fold_tally<H: Host + ?Sized>(
             }));
         }
     }
+    // successes were counted as adopted uses already: feedback only
+    for ((model, prefix), count) in tallied.succeeded {
+        signals.push(Signal::Feedback(FeedbackSignal {
+            model,
+            prefix,
+            outcome: FeedbackOutcome::Succeeded,
+            count,
+        }));
+    }
     for (adapter, t) in tallied.adapters {
         if let Some(pin) = count_adapter(host, config, keys, &adapter, &t, now) {
             signals.push(pin);
@@ -82,7 +102,7 @@ fn observe_user<H: Host + ?Sized>(
     tally: &Tally,
     user: &str,
     seen: &Observation<'_>,
-) -> Option<Signal> {
+) -> Option<Observed> {
     let owner = Keys::owner_hash(user);
     let key = keys.user(owner, config.user_slots);
     let sketch = Sketch::of(seen.sketched, config.sketch_size);
@@ -110,20 +130,30 @@ fn observe_user<H: Host + ?Sized>(
             endpoint: seen.endpoint,
             canonical: seen.canonical,
         };
-        return Some(Signal::Prefill(decision.into_signal(
+        let prefill = Signal::Prefill(decision.into_signal(
             origin,
             &config.fingerprint(),
             was_signalled,
             rate,
             &config.triggers,
-        )));
+        ));
+        return Some(Observed {
+            prefill: Some(prefill),
+            adopted: None,
+        });
     }
     let hot = state.streak > config.triggers.similar_prompts;
     let last = *state.common.last()?;
-    if hot && !tally.adopted(seen.model, last) {
+    if !hot {
+        return None;
+    }
+    if !tally.adopted(seen.model, last) {
         host.count(Metric::TallyOverflow, 1);
     }
-    None
+    Some(Observed {
+        prefill: None,
+        adopted: Some(last),
+    })
 }
 
 /// Counts `uses` of a hot pattern; returns whether it had been signalled before and its rate.

@@ -19,6 +19,7 @@ use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
+use crate::success::SuccessWatch;
 use crate::worker::Worker;
 
 /// What the filter tells the host to do with the request.
@@ -35,6 +36,8 @@ pub struct RequestFlow {
     inspecting: Option<Inspection>,
     /// The response, watched for the embedding cache.
     capture: Option<Capture>,
+    /// The response, watched for a successful answer to a hot prefix.
+    success: Option<SuccessWatch>,
 }
 
 #[derive(Debug)]
@@ -138,14 +141,18 @@ impl RequestFlow {
         self.finish(host, worker)
     }
 
-    /// The response's headers (only watched for the embedding cache).
+    /// The response's headers (watched for the embedding cache and success feedback).
     pub fn on_response_headers<H: Host + ?Sized>(&mut self, host: &H) {
         if let Some(capture) = self.capture.as_mut() {
             capture.on_headers(host);
         }
+        if let Some(watch) = self.success.as_mut() {
+            watch.on_headers(host);
+        }
     }
 
-    /// A chunk of the response body, `size` bytes (only watched for the embedding cache).
+    /// A chunk of the response body, `size` bytes (watched for the embedding cache and success
+    /// feedback).
     pub fn on_response_body<H: Host + ?Sized>(
         &mut self,
         host: &H,
@@ -156,8 +163,12 @@ impl RequestFlow {
         if let Some(capture) = self.capture.as_mut() {
             capture.on_body(host, worker, size, end_of_stream);
         }
+        if let Some(watch) = self.success.as_mut() {
+            watch.on_body(host, worker, size, end_of_stream);
+        }
         if end_of_stream {
             self.capture = None;
+            self.success = None;
         }
     }
 
@@ -211,7 +222,7 @@ impl RequestFlow {
         }
         let sketched =
             prewarm_core::tokens::truncate_to_tokens(&canonical, config.max_prefix_tokens);
-        let prefill = observe(
+        let observed = observe(
             host,
             config,
             &worker.keys,
@@ -226,7 +237,17 @@ impl RequestFlow {
                 sketched,
             },
         );
-        worker.queue.enqueue(host, prefill.into_iter().collect());
+        worker
+            .queue
+            .enqueue(host, observed.prefill.into_iter().collect());
+        // a request that used a hot prefix: its answer may be feedback (only chat and
+        // completions generate; an embedding has no finish reason)
+        if let Some(prefix) = observed.adopted {
+            if request.endpoint != Endpoint::Embeddings {
+                let asked = request.max_tokens.is_some();
+                self.success = Some(SuccessWatch::new(&request.model, prefix, asked));
+            }
+        }
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
             return;

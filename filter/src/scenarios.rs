@@ -742,3 +742,88 @@ fn an_adopted_table_seeds_the_index_with_its_placed_prefixes() {
     );
     assert_eq!(routed_to(&host), warmed.address);
 }
+
+/// Sends a request like [`send`] and answers it with `status` and `body` (in 5-byte chunks);
+/// returns nothing: what matters is what the tick folds.
+fn send_and_answer(host: &FakeHost, worker: &Worker, body: &[u8], status: &str, answer: &str) {
+    let len = body.len().to_string();
+    host.set_request(
+        &[
+            (":method", b"POST"),
+            (":path", b"/v1/chat/completions"),
+            ("content-length", len.as_bytes()),
+            ("x-prewarm-user", b"alice"),
+        ],
+        body,
+    );
+    let mut flow = RequestFlow::default();
+    flow.on_headers(host, worker, false);
+    flow.on_body(host, worker, body.len(), true);
+    host.set_response_headers(&[(":status", status.as_bytes())]);
+    flow.on_response_headers(host);
+    let chunks: Vec<&[u8]> = answer.as_bytes().chunks(5).collect();
+    for (i, c) in chunks.iter().enumerate() {
+        host.set_response_chunk(c);
+        flow.on_response_body(host, worker, c.len(), i + 1 == chunks.len());
+    }
+}
+
+fn succeeded(signals: &[Signal]) -> u32 {
+    signals
+        .iter()
+        .filter_map(|s| match s {
+            Signal::Feedback(f) if f.outcome == prewarm_core::wire::FeedbackOutcome::Succeeded => {
+                Some(f.count)
+            }
+            _ => None,
+        })
+        .sum()
+}
+
+#[test]
+fn a_successful_answer_to_a_hot_prefix_is_success_feedback_and_a_truncated_one_is_not() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        base_models: vec!["base".into()],
+        ..FilterConfig::default()
+    });
+    let t = template();
+    let stop = r#"{"choices":[{"index":0,"message":{"content":"ok"},"finish_reason":"stop"}]}"#;
+    let length = r#"{"choices":[{"index":0,"message":{"content":"o"},"finish_reason":"length"}]}"#;
+    // three prompts make the template hot; their answers are not feedback (not yet hot)
+    for q in ["one?", "two?", "three?"] {
+        send_and_answer(&host, &worker, &chat_body("base", &t, q), "200", stop);
+    }
+    RootTasks::default().fold_tally(&host, &worker);
+    assert_eq!(succeeded(&queued(&host)), 0);
+    // hot now: a stop is a success, a truncation without max_tokens, a 500 and no reason are not
+    send_and_answer(&host, &worker, &chat_body("base", &t, "four?"), "200", stop);
+    send_and_answer(
+        &host,
+        &worker,
+        &chat_body("base", &t, "five?"),
+        "200",
+        length,
+    );
+    send_and_answer(&host, &worker, &chat_body("base", &t, "six?"), "500", stop);
+    send_and_answer(
+        &host,
+        &worker,
+        &chat_body("base", &t, "seven?"),
+        "200",
+        "{}",
+    );
+    // a truncation the request asked for is what it wanted
+    let mut asked: serde_json::Value =
+        serde_json::from_slice(&chat_body("base", &t, "eight?")).unwrap();
+    asked["max_tokens"] = 1.into();
+    send_and_answer(
+        &host,
+        &worker,
+        &serde_json::to_vec(&asked).unwrap(),
+        "200",
+        length,
+    );
+    RootTasks::default().fold_tally(&host, &worker);
+    assert_eq!(succeeded(&queued(&host)), 2);
+}

@@ -1,5 +1,5 @@
-//! Per-VM tallies that keep shared-data writes off the request path: requests per adapter and
-//! adopted uses per hot prefix are counted locally and folded into shared data once per tick
+//! Per-VM tallies that keep shared-data writes off the request path: requests per adapter,
+//! adopted uses and successful answers per hot prefix are counted locally and folded into shared data once per tick
 //! (see `observe::fold_tally`). Bounded: beyond [`MAX_ENTRIES`] distinct keys a tick, new keys
 //! are not counted (`prewarm.tally.overflow`). VM-local, so a VM reload loses at most one tick.
 
@@ -22,6 +22,7 @@ pub struct AdapterTally {
 pub struct Tally {
     adapters: RefCell<HashMap<String, AdapterTally>>,
     adopted: RefCell<HashMap<(String, BlockHash), u32>>,
+    succeeded: RefCell<HashMap<(String, BlockHash), u32>>,
 }
 
 /// What was tallied since the last tick.
@@ -29,6 +30,8 @@ pub struct Tally {
 pub struct Tallied {
     pub adapters: HashMap<String, AdapterTally>,
     pub adopted: HashMap<(String, BlockHash), u32>,
+    /// Successful, untruncated answers to requests that used a hot prefix.
+    pub succeeded: HashMap<(String, BlockHash), u32>,
 }
 
 impl Tally {
@@ -54,17 +57,12 @@ impl Tally {
 
     /// Counts a request that used the hot prefix ending in `prefix`; false when full.
     pub fn adopted(&self, model: &str, prefix: BlockHash) -> bool {
-        let mut adopted = self.adopted.borrow_mut();
-        let key = (model.to_string(), prefix);
-        if let Some(n) = adopted.get_mut(&key) {
-            *n = n.saturating_add(1);
-            return true;
-        }
-        if adopted.len() >= MAX_ENTRIES {
-            return false;
-        }
-        adopted.insert(key, 1);
-        true
+        count_prefix(&self.adopted, model, prefix)
+    }
+
+    /// Counts a successful answer to a request that used `prefix`; false when full.
+    pub fn succeeded(&self, model: &str, prefix: BlockHash) -> bool {
+        count_prefix(&self.succeeded, model, prefix)
     }
 
     /// Everything tallied, leaving the tally empty.
@@ -72,8 +70,27 @@ impl Tally {
         Tallied {
             adapters: std::mem::take(&mut *self.adapters.borrow_mut()),
             adopted: std::mem::take(&mut *self.adopted.borrow_mut()),
+            succeeded: std::mem::take(&mut *self.succeeded.borrow_mut()),
         }
     }
+}
+
+fn count_prefix(
+    map: &RefCell<HashMap<(String, BlockHash), u32>>,
+    model: &str,
+    prefix: BlockHash,
+) -> bool {
+    let mut map = map.borrow_mut();
+    let key = (model.to_string(), prefix);
+    if let Some(n) = map.get_mut(&key) {
+        *n = n.saturating_add(1);
+        return true;
+    }
+    if map.len() >= MAX_ENTRIES {
+        return false;
+    }
+    map.insert(key, 1);
+    true
 }
 
 #[cfg(test)]
