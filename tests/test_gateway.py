@@ -477,41 +477,68 @@ def adapter_roots(pod_url: str) -> dict:
     return {c["id"]: c["root"] for c in cards if c.get("parent")}
 
 
-def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
-    pa, ua = lora_pod(tmp_path, "pod-a")
-    pb, ub = lora_pod(tmp_path, "pod-b")
-    specs = [pod_spec("a", ua, max_loras=2, max_cpu_loras=2), pod_spec("b", ub, max_loras=2, max_cpu_loras=2)]
-    config = gateway_config(specs)
-    config["pods"]["adapter_replicas"] = 2  # at least 2 replicas: on both pods
-    gw = start_gateway(tmp_path, config)
-    try:
-        wait_until(lambda: sorted(routed_ids(gw)) == ["a", "b"], timeout=20, what="pods routable")
-        v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
-        v2 = make_adapter(tmp_path / "v2", "chat", rank=16)
-        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v1), "version": "v1", "pinned": True})
+class ChatRollout:
+    """Two LoRA pods (`pod_b_flags` for pod b), a gateway placing every adapter on both, and
+    `chat` v1 (rank 8) registered and pinned everywhere; v2 (rank 16) ready to roll out."""
+
+    def __init__(self, tmp_path, *pod_b_flags: str):
+        self.pa = self.pb = self.gw = None
+        try:
+            self._start(tmp_path, pod_b_flags)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, tmp_path, pod_b_flags):
+        self.pa, self.ua = lora_pod(tmp_path, "pod-a")
+        self.pb, self.ub = lora_pod(tmp_path, "pod-b", *pod_b_flags)
+        specs = [pod_spec("a", self.ua, max_loras=2, max_cpu_loras=2),
+                 pod_spec("b", self.ub, max_loras=2, max_cpu_loras=2)]
+        config = gateway_config(specs)
+        config["pods"]["adapter_replicas"] = 2  # at least 2 replicas: on both pods
+        self.gw = start_gateway(tmp_path, config)
+        wait_until(lambda: sorted(routed_ids(self.gw)) == ["a", "b"], timeout=20, what="pods routable")
+        self.v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
+        self.v2 = make_adapter(tmp_path / "v2", "chat", rank=16)
+        r = self.gw.admin("POST", "/admin/adapters",
+                          json={"name": "chat", "path": str(self.v1), "version": "v1", "pinned": True})
         assert r.status_code == 201, r.text
         assert {o["pod"] for o in r.json()["pin_outcomes"] if o["action"] == "load"} == {"a", "b"}
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert self.roots() == (str(self.v1), str(self.v1))
+
+    def roots(self) -> tuple[str, str]:
+        return adapter_roots(self.ua)["chat"], adapter_roots(self.ub)["chat"]
+
+    def close(self):
+        if self.gw is not None:
+            self.gw.proc.stop()
+        for pod in (self.pa, self.pb):
+            if pod is not None:
+                pod.stop()
+
+
+def test_rollout_and_rollback_are_consistent_across_pods(tmp_path):
+    t = ChatRollout(tmp_path)
+    gw, v1, v2 = t.gw, t.v1, t.v2
+    try:
         r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v2), "version": "v2"})
         assert r.status_code == 200, r.text
         rollout = r.json()["rollout"]
         assert rollout["before"] == {"a": "v1", "b": "v1"} and rollout["after"] == {"a": "v2", "b": "v2"}
         assert rollout["consistent"] is True
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v2)
+        assert t.roots() == (str(v2), str(v2))
         assert r.json()["adapter"]["current"]["rank"] == 16
         r = gw.admin("POST", "/admin/adapters/chat/rollback", json={"version": "v1"})
         assert r.status_code == 200 and r.json()["rollout"]["after"] == {"a": "v1", "b": "v1"}, r.text
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert t.roots() == (str(v1), str(v1))
         # A version whose files changed after registration is refused before any pod is touched.
         (Path(v2) / "adapter_model.safetensors").write_bytes(b"tampered")
         r = gw.admin("POST", "/admin/adapters/chat/rollback", json={"version": "v2"})
         assert r.status_code == 409 and "adapter_model.safetensors" in r.json()["error"], r.text
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert t.roots() == (str(v1), str(v1))
         assert gw.get("/admin/adapters/chat").json()["adapter"]["current"]["version"] == "v1"
     finally:
-        gw.proc.stop()
-        pa.stop()
-        pb.stop()
+        t.close()
 
 
 # Misbehaving clients and pods (issue 17, item 13).
@@ -594,19 +621,9 @@ def test_a_rollout_a_pod_refuses_rolls_back_by_itself(tmp_path):
     (rank 16) while pod a takes it. The gateway finds the holders inconsistent, makes v1 current
     again and re-loads it on both: a 409 naming pod b, both reports, a counted rollback, and
     both pods serving v1 afterwards."""
-    pa, ua = lora_pod(tmp_path, "pod-a")
-    pb, ub = lora_pod(tmp_path, "pod-b", "--max-lora-rank", "8")
-    specs = [pod_spec("a", ua, max_loras=2, max_cpu_loras=2), pod_spec("b", ub, max_loras=2, max_cpu_loras=2)]
-    config = gateway_config(specs)
-    config["pods"]["adapter_replicas"] = 2
-    gw = start_gateway(tmp_path, config)
+    t = ChatRollout(tmp_path, "--max-lora-rank", "8")
+    gw, v2 = t.gw, t.v2
     try:
-        wait_until(lambda: sorted(routed_ids(gw)) == ["a", "b"], timeout=20, what="pods routable")
-        v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
-        v2 = make_adapter(tmp_path / "v2", "chat", rank=16)
-        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v1), "version": "v1", "pinned": True})
-        assert r.status_code == 201, r.text
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
         r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(v2), "version": "v2"})
         assert r.status_code == 409, r.text
         body = r.json()
@@ -615,11 +632,9 @@ def test_a_rollout_a_pod_refuses_rolls_back_by_itself(tmp_path):
         undone = body["auto_rollback"]
         assert undone["to"] == "v1" and undone["rollout"]["consistent"] is True, undone
         assert undone["rollout"]["after"] == {"a": "v1", "b": "v1"}
-        assert adapter_roots(ua)["chat"] == adapter_roots(ub)["chat"] == str(v1)
+        assert t.roots() == (str(t.v1), str(t.v1))
         assert gw.get("/admin/adapters/chat").json()["adapter"]["current"]["version"] == "v1"
         metrics = gw.get("/metrics").text
         assert 'prewarm_adapter_auto_rollbacks_total{reason="inconsistent"} 1' in metrics, metrics[-2000:]
     finally:
-        gw.proc.stop()
-        pa.stop()
-        pb.stop()
+        t.close()

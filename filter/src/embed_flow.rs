@@ -10,6 +10,7 @@
 use prewarm_core::embed_cache::{hit_response, request_keys, split_response, EmbeddingKey};
 
 use crate::host::{Host, Metric};
+use crate::response::readable_ok;
 use crate::worker::Worker;
 
 /// What became of a request the cache looked at.
@@ -77,11 +78,7 @@ impl Capture {
 
     /// The response's headers: only an unencoded `200` is read.
     pub fn on_headers<H: Host + ?Sized>(&mut self, host: &H) {
-        let ok = host.response_header(":status").as_deref() == Some(b"200");
-        let encoded = host
-            .response_header("content-encoding")
-            .is_some_and(|e| !e.eq_ignore_ascii_case(b"identity"));
-        if !ok || encoded {
+        if !readable_ok(host) {
             self.give_up(host);
         }
     }

@@ -21,6 +21,7 @@ pub mod host;
 pub mod observe;
 pub mod prefix_index;
 pub mod request;
+pub mod response;
 pub mod root;
 pub mod routing;
 pub mod shared;

@@ -9,6 +9,7 @@
 use prewarm_core::BlockHash;
 
 use crate::host::{Host, Metric};
+use crate::response::readable_ok;
 use crate::worker::Worker;
 
 /// Most response bytes read looking for the finish reason.
@@ -123,11 +124,7 @@ impl SuccessWatch {
     }
 
     pub fn on_headers<H: Host + ?Sized>(&mut self, host: &H) {
-        let ok = host.response_header(":status").as_deref() == Some(b"200");
-        let encoded = host
-            .response_header("content-encoding")
-            .is_some_and(|e| !e.eq_ignore_ascii_case(b"identity"));
-        self.watching = ok && !encoded;
+        self.watching = readable_ok(host);
     }
 
     /// A chunk of `size` bytes; at the end, a success is tallied.
