@@ -25,8 +25,8 @@ pub fn prefill_prompt(prefix_text: &str) -> String {
     prompt
 }
 
-/// The JSON body of a one-token completion of `prompt` for `model`.
-pub fn one_token_completion(model: &str, prompt: &str) -> Vec<u8> {
+/// A one-token completion of `prompt` for `model`, as JSON.
+pub fn one_token_completion_json(model: &str, prompt: &str) -> serde_json::Value {
     json!({
         "model": model,
         "prompt": prompt,
@@ -34,13 +34,23 @@ pub fn one_token_completion(model: &str, prompt: &str) -> Vec<u8> {
         "temperature": 0,
         "stream": false,
     })
-    .to_string()
-    .into_bytes()
+}
+
+/// The JSON body of a one-token completion of `prompt` for `model`.
+pub fn one_token_completion(model: &str, prompt: &str) -> Vec<u8> {
+    one_token_completion_json(model, prompt)
+        .to_string()
+        .into_bytes()
+}
+
+/// A prefill of `prefix_text` for `model`, as JSON (the gateway's engine clients send it).
+pub fn prefill_json(model: &str, prefix_text: &str) -> serde_json::Value {
+    one_token_completion_json(model, &prefill_prompt(prefix_text))
 }
 
 /// The body of a prefill of `prefix_text` for `model`.
 pub fn prefill_body(model: &str, prefix_text: &str) -> Vec<u8> {
-    one_token_completion(model, &prefill_prompt(prefix_text))
+    prefill_json(model, prefix_text).to_string().into_bytes()
 }
 
 /// The body of a touch of `adapter`.

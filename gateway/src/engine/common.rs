@@ -1,13 +1,13 @@
 //! Calls both dialects make the same way: a `max_tokens: 1` completion, `GET /health`,
 //! `GET /v1/models` and `GET /metrics`.
 
-use serde_json::json;
-
 use super::http::HttpPod;
 use super::metrics_text::{parse_pod_load, PodLoad};
 use super::models::{parse_models, ServedModels};
 use super::reply::{error_reply, AdapterReply};
-use super::{prefill_prompt, AdapterOutcome, EngineError};
+use prewarm_core::warm_call::{prefill_json, WARM_CALL_PATH};
+
+use super::{AdapterOutcome, EngineError};
 
 /// A rejected reply as an error naming the pod and URL.
 pub fn rejected(pod: &HttpPod, path: &str, status: u16, body: &[u8]) -> EngineError {
@@ -41,14 +41,8 @@ pub fn adapter_outcome(
 
 /// A completion of the prefix plus one token with `max_tokens: 1`: fills the prefix cache.
 pub async fn prefill(pod: &HttpPod, model: &str, prefix_text: &str) -> Result<(), EngineError> {
-    let path = "/v1/completions";
-    let body = json!({
-        "model": model,
-        "prompt": prefill_prompt(prefix_text),
-        "max_tokens": 1,
-        "temperature": 0,
-        "stream": false,
-    });
+    let path = WARM_CALL_PATH;
+    let body = prefill_json(model, prefix_text);
     let reply = pod.post_json(path, &body, true).await?;
     if reply.status == 200 {
         Ok(())
