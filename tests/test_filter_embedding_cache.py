@@ -9,8 +9,8 @@ the real gateway and a podsim embedding pod, on loopback.
   as the pod's answer, never stored; a cache smaller than the traffic evicts, with no error;
 - with the gateway stopped, hits and misses go on (the cache is the proxy's own).
 
-Envoy runs one worker here so that every request meets the same VM's cache; with more workers
-each keeps its own (docs/filter-config.md).
+Envoy runs one worker in most tests so that every request meets the same VM's cache; with two,
+what one worker stored answers the other through the proxy's shared level.
 """
 from __future__ import annotations
 
@@ -152,9 +152,10 @@ def test_hits_need_no_gateway(stack):
 
 
 def test_a_full_cache_evicts_the_least_recent_without_errors(tmp_path_factory):
-    # 384 floats are about 8 KiB of JSON: a 32 KiB cache holds three or four
+    # 384 floats are about 8 KiB of JSON: a 32 KiB cache holds three or four (no shared level,
+    # which would still answer what the worker's own cache evicted)
     s = make_stack(tmp_path_factory, "small", {"models": [BASE_MODEL], "max_bytes": 32 << 10,
-                                               "max_response_bytes": 16 << 10})
+                                               "max_response_bytes": 16 << 10, "shared_slots": 0})
     try:
         texts = [f"document number {i}" for i in range(12)]
         for t in texts:
@@ -166,6 +167,29 @@ def test_a_full_cache_evicts_the_least_recent_without_errors(tmp_path_factory):
         assert "x-prewarm-cache" not in headers, "the oldest was evicted"
         assert s.envoy.metric("prewarm.embeddings.evicted") >= 8
         assert 0 < s.envoy.metric("prewarm.embeddings.bytes") <= 32 << 10
+        assert s.envoy.wasm_failures() == {}
+    finally:
+        s.close()
+
+
+def test_with_two_workers_what_one_stored_answers_both(tmp_path_factory):
+    """Each request opens a new connection, so the kernel spreads them over Envoy's two workers:
+    after one miss every repeat is a hit, the other worker's through the shared level."""
+    s = Stack(tmp_path_factory.mktemp("two"), StackSpec(
+        pods=1, podsim_flags=["--time-scale", "50"], envoy_concurrency=2,
+        filter_config={"embedding_cache": {"models": [BASE_MODEL]}}))
+    s.start()
+    try:
+        body = {"model": BASE_MODEL, "input": "one chunk, two workers"}
+        status, headers, first = embed(s, body)
+        assert status == 200 and "x-prewarm-cache" not in headers
+        before = upstream_requests(s)
+        for _ in range(12):
+            status, headers, again = embed(s, body)
+            assert status == 200 and headers.get("x-prewarm-cache") == "hit"
+            assert json.loads(again)["data"][0]["embedding"] == json.loads(first)["data"][0]["embedding"]
+        assert upstream_requests(s) == before
+        assert s.envoy.metric("prewarm.embeddings.shared_hit") <= 1, "then in the worker's own cache"
         assert s.envoy.wasm_failures() == {}
     finally:
         s.close()

@@ -31,6 +31,14 @@ pub struct Stored {
     pub evicted: u64,
 }
 
+impl Stored {
+    fn add(&mut self, other: Stored) {
+        self.stored += other.stored;
+        self.too_large += other.too_large;
+        self.evicted += other.evicted;
+    }
+}
+
 impl EmbeddingCache {
     pub fn new(max_bytes: usize, ttl_ms: u64) -> Self {
         Self {
@@ -46,24 +54,27 @@ impl EmbeddingCache {
         self.bytes
     }
 
+    /// `key`'s entry when present and fresh at `now_ms` (it becomes the most recently used; an
+    /// expired one is dropped).
+    pub fn get(&mut self, key: &EmbeddingKey, now_ms: u64) -> Option<CachedEmbedding> {
+        match self.entries.get(key) {
+            Some(e) if e.expires_ms > now_ms => Some(e.value.clone()),
+            Some(_) => {
+                if let Some(old) = self.entries.pop(key) {
+                    self.bytes = self.bytes.saturating_sub(old.value.cost());
+                }
+                None
+            }
+            None => None,
+        }
+    }
+
     /// Every key's entry, when all are present and fresh at `now_ms` (the present ones become
     /// the most recently used either way; expired ones are dropped).
     pub fn get_all(&mut self, keys: &[EmbeddingKey], now_ms: u64) -> Option<Vec<CachedEmbedding>> {
-        let mut found = Vec::with_capacity(keys.len());
-        let mut complete = true;
-        for key in keys {
-            match self.entries.get(key) {
-                Some(e) if e.expires_ms > now_ms => found.push(e.value.clone()),
-                Some(_) => {
-                    if let Some(old) = self.entries.pop(key) {
-                        self.bytes = self.bytes.saturating_sub(old.value.cost());
-                    }
-                    complete = false;
-                }
-                None => complete = false,
-            }
-        }
-        complete.then_some(found)
+        let found: Vec<Option<CachedEmbedding>> =
+            keys.iter().map(|k| self.get(k, now_ms)).collect();
+        found.into_iter().collect()
     }
 
     /// Stores `entries` under `keys` (pairwise), computed at `now_ms`, evicting the least
@@ -74,30 +85,47 @@ impl EmbeddingCache {
         entries: Vec<CachedEmbedding>,
         now_ms: u64,
     ) -> Stored {
+        let expires_ms = now_ms.saturating_add(self.ttl_ms);
         let mut out = Stored::default();
         for (key, value) in keys.iter().zip(entries) {
-            let cost = value.cost();
-            if cost > self.max_bytes {
-                out.too_large += 1;
-                continue;
-            }
-            if let Some(old) = self.entries.pop(key) {
-                self.bytes = self.bytes.saturating_sub(old.value.cost());
-            }
-            while self.bytes + cost > self.max_bytes {
-                match self.entries.pop_lru() {
-                    Some((_, old)) => {
-                        self.bytes = self.bytes.saturating_sub(old.value.cost());
-                        out.evicted += 1;
-                    }
-                    None => break,
-                }
-            }
-            self.bytes += cost;
-            let expires_ms = now_ms.saturating_add(self.ttl_ms);
-            self.entries.put(*key, Entry { value, expires_ms });
-            out.stored += 1;
+            out.add(self.insert_until(*key, value, expires_ms));
         }
+        out
+    }
+
+    /// The expiry an entry computed at `now_ms` gets.
+    pub fn expiry(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_add(self.ttl_ms)
+    }
+
+    /// Stores one entry that expires at `expires_ms`.
+    pub fn insert_until(
+        &mut self,
+        key: EmbeddingKey,
+        value: CachedEmbedding,
+        expires_ms: u64,
+    ) -> Stored {
+        let mut out = Stored::default();
+        let cost = value.cost();
+        if cost > self.max_bytes {
+            out.too_large = 1;
+            return out;
+        }
+        if let Some(old) = self.entries.pop(&key) {
+            self.bytes = self.bytes.saturating_sub(old.value.cost());
+        }
+        while self.bytes + cost > self.max_bytes {
+            match self.entries.pop_lru() {
+                Some((_, old)) => {
+                    self.bytes = self.bytes.saturating_sub(old.value.cost());
+                    out.evicted += 1;
+                }
+                None => break,
+            }
+        }
+        self.bytes += cost;
+        self.entries.put(key, Entry { value, expires_ms });
+        out.stored = 1;
         out
     }
 

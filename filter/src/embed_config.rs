@@ -24,6 +24,12 @@ pub struct EmbeddingCacheConfig {
     /// Largest pod response the filter reads to store, bytes; larger responses pass and are
     /// not stored (default 1 MiB).
     pub max_response_bytes: usize,
+    /// Slots of the proxy's shared level (one shared-data key each, holding one entry; default
+    /// 1024; 0: each worker keeps only its own cache).
+    pub shared_slots: u32,
+    /// Largest entry put in the shared level, bytes (default 64 KiB: a 1,536-dimension float
+    /// vector as JSON with room).
+    pub max_shared_entry_bytes: usize,
 }
 
 impl Default for EmbeddingCacheConfig {
@@ -33,6 +39,8 @@ impl Default for EmbeddingCacheConfig {
             ttl_ms: 600_000,
             max_bytes: 16 << 20,
             max_response_bytes: 1 << 20,
+            shared_slots: 1024,
+            max_shared_entry_bytes: 64 << 10,
         }
     }
 }
@@ -80,6 +88,20 @@ impl EmbeddingCacheConfig {
         );
         range(
             &mut p,
+            "embedding_cache.shared_slots",
+            self.shared_slots,
+            0,
+            1 << 16,
+        );
+        range(
+            &mut p,
+            "embedding_cache.max_shared_entry_bytes",
+            self.max_shared_entry_bytes,
+            64,
+            4 << 20,
+        );
+        range(
+            &mut p,
             "embedding_cache.max_response_bytes",
             self.max_response_bytes,
             256,
@@ -106,6 +128,8 @@ mod tests {
             ttl_ms: 0,
             max_bytes: 10,
             max_response_bytes: 1 << 20,
+            shared_slots: 1024,
+            max_shared_entry_bytes: 64 << 10,
         };
         let problems = c.validate().join("\n");
         for field in [

@@ -1,13 +1,18 @@
 //! The embedding cache on a request's path. At the end of an opted-in model's `/v1/embeddings`
-//! body, the filter keys each input (core's `embed_cache`); when this VM's cache holds every
-//! one, it answers the request itself (`x-prewarm-cache: hit`) and the pod is never called.
+//! body, the filter keys each input (core's `embed_cache`); when this VM's cache — or, for the
+//! inputs it lacks, the proxy's shared level (`embed_shared`) — holds every one, it answers the
+//! request itself (`x-prewarm-cache: hit`) and the pod is never called.
 //! Otherwise the request goes on unchanged and its response is *watched*, not held: each chunk
 //! is copied as it passes (up to `max_response_bytes`), and only after the last one reached the
-//! client is a `200` response split into entries and stored. A request the rule cannot key, a
-//! refused local reply, a non-200, an encoded, oversized or unparsable response: counted, the
-//! request and its response untouched.
+//! client is a `200` response split into entries and stored, in this VM's cache and the shared
+//! level. A request the rule cannot key, a refused local reply, a non-200, an encoded,
+//! oversized or unparsable response: counted, the request and its response untouched.
 
-use prewarm_core::embed_cache::{hit_response, request_keys, split_response, EmbeddingKey};
+use prewarm_core::embed_cache::{
+    hit_response, request_keys, split_response, CachedEmbedding, EmbeddingKey,
+};
+
+use crate::embed_shared;
 
 use crate::host::{Host, Metric};
 use crate::response::readable_ok;
@@ -35,7 +40,7 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
         return Lookup::Pass;
     };
     let now = host.now_ms();
-    let found = worker.embeddings.borrow_mut().get_all(&request.keys, now);
+    let found = lookup(host, worker, &request.keys, now);
     let capture = Capture {
         keys: request.keys,
         body: Vec::new(),
@@ -57,6 +62,30 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
         host.count(Metric::EmbeddingReplyFailures, 1);
         Lookup::Forward(capture)
     }
+}
+
+/// Every key's entry from this VM's cache, else from the proxy's shared level (then kept in
+/// this VM's too); `None` at the first key neither holds.
+fn lookup<H: Host + ?Sized>(
+    host: &H,
+    worker: &Worker,
+    keys: &[EmbeddingKey],
+    now: u64,
+) -> Option<Vec<CachedEmbedding>> {
+    let slots = worker.config.embedding_cache.shared_slots;
+    let mut cache = worker.embeddings.borrow_mut();
+    let mut found = Vec::with_capacity(keys.len());
+    for key in keys {
+        if let Some(entry) = cache.get(key, now) {
+            found.push(entry);
+            continue;
+        }
+        let (entry, expires_ms) = embed_shared::get(host, &worker.keys, slots, key, now)?;
+        host.count(Metric::EmbeddingSharedHits, 1);
+        cache.insert_until(*key, entry.clone(), expires_ms);
+        found.push(entry);
+    }
+    Some(found)
 }
 
 /// A forwarded request's response being watched for the cache.
@@ -113,8 +142,15 @@ impl Capture {
         };
         self.reading = false;
         self.body = Vec::new();
+        let config = &worker.config.embedding_cache;
+        let shared = (config.shared_slots, config.max_shared_entry_bytes);
+        let now = host.now_ms();
         let mut cache = worker.embeddings.borrow_mut();
-        let stored = cache.insert(&self.keys, entries, host.now_ms());
+        let expires_ms = cache.expiry(now);
+        for (key, entry) in self.keys.iter().zip(&entries) {
+            embed_shared::put(host, &worker.keys, shared, key, entry, expires_ms);
+        }
+        let stored = cache.insert(&self.keys, entries, now);
         let bytes = cache.bytes() as u64;
         drop(cache);
         host.count(Metric::EmbeddingStored, stored.stored);

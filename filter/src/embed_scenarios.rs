@@ -217,3 +217,79 @@ fn an_entry_expires_after_its_ttl() {
     host.set_now(host.now_ms_for_tests() + 600_000);
     assert_eq!(request(&host, &w, ONE).1, Verdict::Continue);
 }
+
+/// Another Envoy worker: the same shared data, its own VM (and so its own cache).
+fn sibling(host: &FakeHost, config: EmbeddingCacheConfig) -> (FakeHost, Worker) {
+    let worker = Worker::new(FilterConfig {
+        embedding_cache: config,
+        ..FilterConfig::default()
+    });
+    (host.sibling(), worker)
+}
+
+fn cached(shared_slots: u32) -> EmbeddingCacheConfig {
+    EmbeddingCacheConfig {
+        models: vec!["minilm".into()],
+        shared_slots,
+        ..EmbeddingCacheConfig::default()
+    }
+}
+
+#[test]
+fn what_one_worker_stored_answers_the_other_workers_through_the_shared_level() {
+    let host = FakeHost::new();
+    let w = worker();
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[0.5,2]"]));
+    let (other, ow) = sibling(&host, cached(1024));
+    assert_eq!(
+        request(&other, &ow, ONE).1,
+        Verdict::Pause,
+        "a hit on the other worker"
+    );
+    let body = String::from_utf8(other.local_replies.borrow()[0].body.clone()).unwrap_or_default();
+    assert!(body.contains(r#""embedding":[0.5,2]}"#), "{body}");
+    assert_eq!(other.metric(Metric::EmbeddingSharedHits), 1);
+    // now in that worker's own cache: the next hit does not go to the shared level
+    assert_eq!(request(&other, &ow, ONE).1, Verdict::Pause);
+    assert_eq!(other.metric(Metric::EmbeddingSharedHits), 1);
+    // the shared entry keeps the expiry the pod's answer gave it
+    other.set_now(other.now_ms_for_tests() + 600_000);
+    assert_eq!(request(&other, &ow, ONE).1, Verdict::Continue);
+}
+
+#[test]
+fn without_shared_slots_each_worker_keeps_its_own() {
+    let host = FakeHost::new();
+    let w = Worker::new(FilterConfig {
+        embedding_cache: cached(0),
+        ..FilterConfig::default()
+    });
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]"]));
+    assert!(host.shared_keys().iter().all(|k| !k.contains("emb/")));
+    let (other, ow) = sibling(&host, cached(0));
+    assert_eq!(request(&other, &ow, ONE).1, Verdict::Continue);
+}
+
+#[test]
+fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
+    let host = FakeHost::new();
+    let w = Worker::new(FilterConfig {
+        embedding_cache: cached(1),
+        ..FilterConfig::default()
+    });
+    let (mut flow, _) = request(&host, &w, ONE);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]"]));
+    let two = r#"{"model":"minilm","input":"another chunk"}"#;
+    let (mut flow, _) = request(&host, &w, two);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[2]"]));
+    // one slot: the second entry replaced the first there
+    let (other, ow) = sibling(&host, cached(1));
+    assert_eq!(
+        request(&other, &ow, ONE).1,
+        Verdict::Continue,
+        "slot holds another key"
+    );
+    assert_eq!(request(&other, &ow, two).1, Verdict::Pause);
+}

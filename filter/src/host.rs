@@ -127,6 +127,7 @@ metrics! {
     DirectSkippedNoPod => "prewarm.direct.skipped_no_pod", false;
     EmbeddingHits => "prewarm.embeddings.hit", false;
     EmbeddingMisses => "prewarm.embeddings.miss", false;
+    EmbeddingSharedHits => "prewarm.embeddings.shared_hit", false;
     EmbeddingUncacheable => "prewarm.embeddings.uncacheable", false;
     EmbeddingStored => "prewarm.embeddings.stored", false;
     EmbeddingNotStored => "prewarm.embeddings.not_stored", false;

@@ -16,6 +16,7 @@ pub mod direct_config;
 pub mod embed_cache;
 pub mod embed_config;
 pub mod embed_flow;
+pub mod embed_shared;
 pub mod gateway_health;
 pub mod host;
 pub mod observe;

@@ -59,6 +59,11 @@ impl Keys {
         self.slot("adapter", adapter_hash, slots)
     }
 
+    /// An embedding-cache slot of the proxy's shared level.
+    pub fn embedding(&self, key_hash: u64, slots: u32) -> String {
+        self.slot("emb", key_hash, slots)
+    }
+
     /// A prefix-index slot (the slot is core's `prefix::slot_of`).
     pub fn prefix_slot(&self, slot: u32) -> String {
         format!("{}px/{slot}", self.prefix)
