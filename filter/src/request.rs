@@ -4,10 +4,13 @@
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
 //! nothing is sized from a client's header: a stalled request costs the VM no memory); then
-//! parse, fingerprint and sketch with core, observe, enqueue the signals, route, and continue.
-//! With `routing` off the headers are not held (only the body is buffered), so no Envoy
-//! setting beyond the defaults is needed. Anything unexpected: count it and let the request
-//! through untouched.
+//! parse, fingerprint and sketch with core, observe, enqueue the signals, route, and continue —
+//! unless an embeddings request for a cached model is answered from the embedding cache
+//! (`embed_flow`), the one case the filter ends a request itself. Responses are watched, never
+//! held or changed: for the embedding cache to store, and for success feedback (`success`).
+//! With `routing` off (and no embedding cache) the headers are not held (only the body is
+//! buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it
+//! and let the request through untouched.
 
 use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
