@@ -13,7 +13,6 @@ use prewarm_core::embed_cache::{
 };
 
 use crate::embed_shared;
-
 use crate::host::{Host, Metric};
 use crate::response::readable_ok;
 use crate::worker::Worker;
