@@ -140,5 +140,7 @@ def test_a_gold_pool_serves_gold_adapters_on_its_pods_only(tmp_path):
         assert seen["gold-lora"] <= gold and seen[BRONZE[0]] <= ids - gold, (seen, by_adapter)
         assert seen["gold-lora"] == gold, "the gold adapter's requests use both gold pods"
         assert seen["base"] == ids, "base-model requests still use every pod"
+        wait_until(lambda: "prewarm_gold_pool_pods 2\n" in stack.gateway.get("/metrics").text, 10,
+                   what="the gold pool's size in the gateway's metrics")
     finally:
         stack.close()

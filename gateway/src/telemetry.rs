@@ -16,6 +16,7 @@
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
+//! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions) |
 
 use std::sync::atomic::AtomicU64;
@@ -47,6 +48,7 @@ pub struct Telemetry {
     pub snapshots_written: Family<Labels, Counter>,
     pub pods: Family<Labels, Gauge>,
     pub auto_rollbacks: Family<Labels, Counter>,
+    pub gold_pool_pods: Gauge,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -82,6 +84,7 @@ impl Telemetry {
             snapshots_written: Family::default(),
             pods: Family::default(),
             auto_rollbacks: Family::default(),
+            gold_pool_pods: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -151,6 +154,11 @@ impl Telemetry {
         );
         registry.register("prewarm_pods", "Pods by state", t.pods.clone());
         registry.register(
+            "prewarm_gold_pool_pods",
+            "Pods in the gold tier pool (0: one pool for every tier)",
+            t.gold_pool_pods.clone(),
+        );
+        registry.register(
             "prewarm_adapter_auto_rollbacks",
             "Adapter rollouts the gateway rolled back by itself, by reason",
             t.auto_rollbacks.clone(),
@@ -209,6 +217,7 @@ mod tests {
             "prewarm_warmup_key_errors_total{pod=\"a\"} 1",
             "prewarm_warmup_duration_seconds_count 1",
             "prewarm_modelled_hit_ratio{pod=\"a\"} 0.5",
+            "prewarm_gold_pool_pods 0",
         ] {
             assert!(text.contains(name), "{name} not in\n{text}");
         }

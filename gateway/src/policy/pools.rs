@@ -77,6 +77,11 @@ impl TierPools {
         Self { gold }
     }
 
+    /// Pods in the gold pool (0: one pool).
+    pub fn gold_pods(&self) -> usize {
+        self.gold.len()
+    }
+
     /// Whether every pod serves every tier (no gold pool).
     pub fn is_one_pool(&self) -> bool {
         self.gold.is_empty()

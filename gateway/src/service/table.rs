@@ -58,6 +58,8 @@ impl Gateway {
         let published = {
             let mut state = self.state();
             state.fleet.rebuild_table(self.clock.now_ms());
+            let gold_pods = state.fleet.tier_pools().gold_pods();
+            self.telemetry.gold_pool_pods.set(gold_pods as i64);
             let table = state.fleet.table();
             if table.generation == self.published_table().generation && table.generation != 0 {
                 return;
