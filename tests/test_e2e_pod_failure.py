@@ -5,6 +5,13 @@ Clients see no error (the pod was not in the routing table yet, and Envoy's retr
 connect failure/reset covers the rest); the gateway notices, stops the warm-up, and when the pod
 returns plans it again and warms it before it enters the table, so its first requests for the
 prefixes it wins are cache hits.
+
+The client traffic keeps running while the pod is away, so the bounded-load rule moves some
+templates between the two old pods; a template the filters saw move twice counts as common
+(`prewarm_core::prefix::COMMON_MOVES`) and its requests are placed by their own continuation,
+which may land on the returned pod before anything warmed it there. Those first misses are the
+prefix rule's documented cost, not the re-warm's, so the hits asserted are those of the templates
+the returned pod's warm-up prefilled.
 """
 from __future__ import annotations
 
@@ -15,6 +22,13 @@ from harness.stack import TEMPLATE_BYTES, AdapterSpec, Stack, StackSpec, cached_
 from test_e2e_scaleup import TEMPLATES, establish_templates
 
 MAX_CLIENT_REQUESTS = 400
+
+
+def warmed_templates(stack: Stack, pod_id: str) -> set[int]:
+    """The templates (by index) the pod's current warm-up prefilled in its first tier."""
+    keys = set(stack.gateway.get(f"/admin/pods/{pod_id}/warmup").json()["first_tier_warmed"])
+    prompts = stack.gateway.get("/admin/prompts?k=100").json()["prompts"]
+    return {int(p["preview"].split()[0][1:]) for p in prompts if p["key"] in keys}
 
 
 def test_a_pod_killed_during_its_warmup_is_rewarmed_when_it_returns(tmp_path):
@@ -56,21 +70,27 @@ def test_a_pod_killed_during_its_warmup_is_rewarmed_when_it_returns(tmp_path):
         stack.restart_pod(new)
         status = wait_until(lambda: new.id in stack.routed_ids() and stack.warmup(new.id), 60,
                             what="the returned pod warmed and routable")
+        warmed = warmed_templates(stack, new.id)
         assert status["attempt"] > first["attempt"] or stack.pod_detail(new.id)["epoch"] >= 2, status
         assert status["first_tier"]["done"] == status["first_tier"]["total"] > 0, status
+        # the table places the prefixes warmed there on the returned pod (recomputed every
+        # keep-warm period) and the filters seed their index with them
+        wait_until(lambda: any(p["pod"] == new.id for p in stack.routing()["prefixes"]), 30,
+                   what="the table places prefixes on the returned pod")
         stack.wait_envoy_routes(new.address)
         stop.set()
         for t in threads:
             t.join(timeout=60)
 
         assert statuses and set(statuses) == {200}, [s for s in statuses if s != 200][:5]
-        moved = 0
+        assert 0 < len(warmed) == status["first_tier"]["done"], (warmed, status)
+        moved = []
         for i, model in TEMPLATES:
             pod, reply = stack.completion(question(i, 5000), model=model, user=f"after-{i}")
-            if pod is new:
-                moved += 1
+            if pod is new and i in warmed:
+                moved.append(i)
                 assert cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64, (i, reply["usage"])
-        assert 0 < moved <= status["first_tier"]["done"], (moved, status)
+        assert moved, f"none of the templates warmed on the returned pod ({warmed}) went there"
     finally:
         stop.set()
         stack.close()

@@ -88,7 +88,18 @@ pub async fn warmup_progress(
 ) -> Result<Response, ApiError> {
     let state = gateway.state();
     let pod = state.fleet.pod(&id).ok_or_else(|| unknown(&id))?;
-    Ok(Json(json!({"pod": id, "warmup": pod.warmup.status(gateway.now())})).into_response())
+    let warmed: Vec<String> = pod
+        .warmup
+        .first_tier_warmed()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    Ok(Json(json!({
+        "pod": id,
+        "warmup": pod.warmup.status(gateway.now()),
+        "first_tier_warmed": warmed,
+    }))
+    .into_response())
 }
 
 pub async fn plan(

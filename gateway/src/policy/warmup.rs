@@ -558,6 +558,18 @@ impl WarmupProgress {
         }
     }
 
+    /// The first tier's prefixes this attempt prefilled, in plan order.
+    pub fn first_tier_warmed(&self) -> Vec<PrefixKey> {
+        let items = self.items.get(FIRST).map(|v| &v[..]).unwrap_or(&[]);
+        self.plan
+            .first_tier
+            .iter()
+            .zip(items)
+            .filter(|(_, item)| item.state == ItemState::Done)
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
     /// Counts and phase at `now_ms`.
     pub fn status(&self, now_ms: u64) -> WarmupStatus {
         let count = |tier: usize| {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::busy::BusyShare;
 use crate::policy::lora::LoraSlots;
 use crate::policy::warmup::WarmupStatus;
-use crate::policy::{KvConfig, KvResidency, LoraConfig, LoraResidency, WarmupProgress};
+use crate::policy::{KvConfig, KvResidency, LoraConfig, LoraResidency, PrefixKey, WarmupProgress};
 
 /// Health as the health checks report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +79,14 @@ impl PodWarmup {
 
     pub fn status(&self, now_ms: u64) -> Option<WarmupStatus> {
         self.progress.as_ref().map(|p| p.status(now_ms))
+    }
+
+    /// The first tier's prefixes the current attempt prefilled (none before the first plan).
+    pub fn first_tier_warmed(&self) -> Vec<PrefixKey> {
+        self.progress
+            .as_ref()
+            .map(WarmupProgress::first_tier_warmed)
+            .unwrap_or_default()
     }
 
     /// The pod is down or gone: the progress is marked lost.

@@ -254,6 +254,11 @@ fn progress_walks_adapters_first_tier_then_second_tier_in_batches() {
     assert_eq!(w.phase(), WarmupPhase::Done);
     assert_eq!(w.next_actions(calm(), 2_300), vec![]);
 
+    assert_eq!(
+        w.first_tier_warmed(),
+        vec![keys[0], keys[2], keys[3], keys[4]],
+        "the first tier's prefilled keys, without the skipped one"
+    );
     let s = w.status(2_300);
     assert_eq!(s.first_tier_done_ms, Some(1_800));
     assert_eq!(
