@@ -13,6 +13,7 @@
 pub mod address;
 pub mod canonical;
 pub mod embed_cache;
+pub mod experiment;
 pub mod fingerprint;
 pub mod placement;
 pub mod prefix;

@@ -57,7 +57,7 @@ fn portable_ln(x: f64) -> f64 {
 }
 
 /// A uniform value in (0, 1) from a hash: the top 53 bits, centred in their interval.
-fn unit_interval(h: u64) -> f64 {
+pub(crate) fn unit_interval(h: u64) -> f64 {
     ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
 }
 

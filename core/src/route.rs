@@ -125,6 +125,8 @@ mod tests {
             block_tokens: 64,
             load_factor,
             prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
             pods,
         }
     }

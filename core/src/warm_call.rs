@@ -98,6 +98,8 @@ mod tests {
             block_tokens: 64,
             load_factor: None,
             prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
             pods,
         }
     }

@@ -11,6 +11,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::address::{is_pod_address, ADDRESS_RULE};
+use crate::experiment::Experiment;
 use crate::fingerprint::BlockHash;
 use crate::request::Endpoint;
 
@@ -414,6 +415,15 @@ pub struct RoutingTable {
     /// [`MAX_TABLE_PREFIXES`], each naming a pod of the table.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefixes: Vec<PlacedPrefix>,
+    /// Pods that are up but still in their warm-up: listed only while the experiment has an arm
+    /// that routes to cold pods (`ArmSettings::warmup` false), and routed to only by that arm.
+    /// A filter without experiments ignores them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warming: Vec<RoutedPod>,
+    /// The running experiment: the filters assign each request to one of its arms and route it
+    /// with that arm's settings (`experiment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<Experiment>,
 }
 
 /// A hot prefix the gateway warmed on a pod.
@@ -481,10 +491,26 @@ impl RoutingTable {
         {
             return Some(format!("prefixes[{i}].pod: not a pod of the table"));
         }
+        if self.warming.len() > MAX_TABLE_PODS {
+            return Some(format!(
+                "warming: {} pods: at most {MAX_TABLE_PODS}",
+                self.warming.len()
+            ));
+        }
+        if let Some(p) = self.experiment.as_ref().and_then(Experiment::problem) {
+            return Some(format!("experiment.{p}"));
+        }
+        let warming = self
+            .warming
+            .iter()
+            .enumerate()
+            .find_map(|(i, pod)| pod.problem(i))
+            .map(|p| p.replacen("pods[", "warming[", 1));
         self.pods
             .iter()
             .enumerate()
             .find_map(|(i, pod)| pod.problem(i))
+            .or(warming)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -652,6 +678,8 @@ mod tests {
             block_tokens: 64,
             load_factor: None,
             prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
             pods: vec![RoutedPod {
                 id: "pod-a".into(),
                 address: "127.0.0.1:8001".into(),
@@ -665,6 +693,30 @@ mod tests {
         let minimal = br#"{"version":"1.0","generation":1,"block_tokens":64,"pods":[{"id":"a","address":"h:1"}]}"#;
         let m = RoutingTable::decode(minimal).unwrap();
         assert_eq!(m.pods[0].weight, 1.0);
+    }
+
+    #[test]
+    fn an_experiment_and_warming_pods_round_trip_and_are_checked() {
+        let doc = br#"{"version":"1.0","generation":1,"block_tokens":64,
+            "pods":[{"id":"a","address":"h:1"}],"warming":[{"id":"b","address":"h:2"}],
+            "experiment":{"id":"e","arms":[{"name":"warm","weight":0.5},
+                {"name":"cold","weight":0.5,"settings":{"warmup":false}}]}}"#;
+        let t = RoutingTable::decode(doc).unwrap();
+        assert_eq!(t.warming[0].id, "b");
+        assert!(t
+            .experiment
+            .as_ref()
+            .is_some_and(|e| e.needs_warming_pods()));
+        assert_eq!(RoutingTable::decode(&t.encode()).unwrap(), t);
+
+        let mut bad = t.clone();
+        bad.experiment.as_mut().unwrap().arms[1].weight = 0.9;
+        let err = RoutingTable::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("experiment.arms: weights sum to"), "{err}");
+        let mut bad = t;
+        bad.warming[0].address = "not an address".into();
+        let err = RoutingTable::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("warming[0].address"), "{err}");
     }
 
     #[test]

@@ -47,6 +47,12 @@ extern "C" {
         out_data: *mut *mut u8,
         out_size: *mut usize,
     ) -> u32;
+    fn proxy_get_property(
+        path: *const u8,
+        path_size: usize,
+        out_data: *mut *mut u8,
+        out_size: *mut usize,
+    ) -> u32;
     fn proxy_get_header_map_value(
         map: u32,
         key: *const u8,
@@ -134,6 +140,21 @@ pub fn buffer(kind: u32, start: usize, max_size: usize) -> Result<Option<Vec<u8>
     let mut size = 0usize;
     // SAFETY: out-pointers to live locals.
     match unsafe { proxy_get_buffer_bytes(kind, start, max_size, &mut data, &mut size) } {
+        OK => Ok(owned(data, size)),
+        NOT_FOUND => Ok(None),
+        other => Err(HostStatus(other)),
+    }
+}
+
+/// A property's raw value (`path` components joined with NUL, as the ABI wants); `Ok(None)` when
+/// absent.
+pub fn property(path: &[&str]) -> Result<Option<Vec<u8>>, HostStatus> {
+    let joined = path.join("\0");
+    let mut data = null_mut();
+    let mut size = 0usize;
+    // SAFETY: the path is a live buffer; out-pointers to live locals.
+    let code = unsafe { proxy_get_property(joined.as_ptr(), joined.len(), &mut data, &mut size) };
+    match code {
         OK => Ok(owned(data, size)),
         NOT_FOUND => Ok(None),
         other => Err(HostStatus(other)),

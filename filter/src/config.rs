@@ -47,6 +47,9 @@ pub struct FilterConfig {
     pub max_body_bytes: usize,
     /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
     pub endpoint_header: String,
+    /// Header naming a request's experiment arm, `<experiment>/<arm>` (default `x-prewarm-arm`):
+    /// removed from every request, set on those the filter assigns to an arm.
+    pub arm_header: String,
     /// Header carrying the tenant, `null` for none (default `x-prewarm-tenant`). Trusted as
     /// is: name a header the mesh sets (and strips from clients), see docs/filter-config.md.
     pub tenant_header: Option<String>,
@@ -136,6 +139,7 @@ impl Default for FilterConfig {
             max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
+            arm_header: "x-prewarm-arm".into(),
             tenant_header: Some("x-prewarm-tenant".into()),
             user_header: Some("x-prewarm-user".into()),
             user_from_body: true,
@@ -361,6 +365,7 @@ impl FilterConfig {
             16,
         );
         header_name(&mut p, "endpoint_header", &self.endpoint_header);
+        header_name(&mut p, "arm_header", &self.arm_header);
         for (field, header) in [
             ("tenant_header", &self.tenant_header),
             ("user_header", &self.user_header),

@@ -45,6 +45,8 @@ pub fn static_table(config: &FilterConfig) -> RoutingTable {
         block_tokens: config.block_tokens,
         load_factor: None,
         prefixes: Vec::new(),
+        warming: Vec::new(),
+        experiment: None,
         pods: config
             .direct_pods
             .iter()

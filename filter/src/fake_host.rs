@@ -53,6 +53,8 @@ pub struct FakeHost {
     /// Responses the filter answered with itself: status, headers, body.
     pub local_replies: RefCell<Vec<LocalReply>>,
     pub logs: RefCell<Vec<String>>,
+    /// Stream properties by path joined with `.` (`connection.id`).
+    pub properties: RefCell<BTreeMap<String, Vec<u8>>>,
 }
 
 impl FakeHost {
@@ -166,6 +168,10 @@ impl Host for FakeHost {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.properties.borrow().get(&path.join(".")).cloned()
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) {

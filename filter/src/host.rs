@@ -22,6 +22,8 @@ pub enum Level {
 pub trait Host {
     /// A request header's raw value (any bytes; pseudo-headers like `:path` included).
     fn request_header(&self, name: &str) -> Option<Vec<u8>>;
+    /// A stream property's raw bytes (`["connection", "id"]`: the connection's id, 8 bytes).
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
     /// Sets a request header.
     fn set_request_header(&self, name: &str, value: &[u8]);
     /// Removes a request header.
@@ -114,6 +116,9 @@ metrics! {
     UnroutedBlockTokens => "prewarm.unrouted.block_tokens_mismatch", false;
     UnroutedNoBlock => "prewarm.unrouted.no_full_block", false;
     UnroutedNoPod => "prewarm.unrouted.no_pod", false;
+    UnroutedArmOff => "prewarm.unrouted.arm_off", false;
+    ArmAssigned => "prewarm.experiment.assigned", false;
+    ArmNoUnit => "prewarm.experiment.no_unit", false;
     CasGiveUps => "prewarm.shared_data.cas_give_ups", false;
     TallyOverflow => "prewarm.tally.overflow", false;
     HostErrors => "prewarm.host_errors", false;

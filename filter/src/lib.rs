@@ -17,6 +17,7 @@ pub mod embed_cache;
 pub mod embed_config;
 pub mod embed_flow;
 pub mod embed_shared;
+pub mod experiment;
 pub mod gateway_health;
 pub mod host;
 pub mod observe;
@@ -43,6 +44,8 @@ mod wasm_host;
 mod direct_scenarios;
 #[cfg(test)]
 mod embed_scenarios;
+#[cfg(test)]
+mod experiment_scenarios;
 #[cfg(test)]
 mod fake_host;
 #[cfg(test)]

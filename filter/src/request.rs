@@ -4,7 +4,8 @@
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
 //! nothing is sized from a client's header: a stalled request costs the VM no memory); then
-//! parse, fingerprint and sketch with core, observe, enqueue the signals, route, and continue —
+//! parse, fingerprint and sketch with core, observe, enqueue the signals, assign the request
+//! its experiment arm when the table runs one (`experiment`), route, and continue —
 //! unless an embeddings request for a cached model is answered from the embedding cache
 //! (`embed_flow`), the one case the filter ends a request itself. Responses are watched, never
 //! held or changed: for the embedding cache to store, and for success feedback (`success`).
@@ -12,12 +13,14 @@
 //! buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it
 //! and let the request through untouched.
 
+use prewarm_core::experiment::ArmRouting;
 use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::DirectMode;
 use crate::embed_flow::{self, Capture, Lookup};
+use crate::experiment;
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::prefix_index::SharedPrefixStore;
@@ -71,6 +74,8 @@ impl RequestFlow {
         host.remove_request_header(&config.endpoint_header);
         // only the filter's direct calls may name a pod for the direct cluster
         host.remove_request_header(&config.direct_host_header);
+        // only the filter assigns experiment arms
+        host.remove_request_header(&config.arm_header);
         host.count(Metric::RequestsSeen, 1);
         let is_post = host.request_header(":method").as_deref() == Some(b"POST");
         let endpoint = host
@@ -257,7 +262,20 @@ impl RequestFlow {
         }
         // a table another worker published since this worker's last tick routes this request
         worker.table.refresh(host, &worker.keys);
-        let table = worker.table.table();
+        let current = worker.table.table();
+        let arm = current
+            .as_deref()
+            .and_then(|t| t.experiment.as_ref())
+            .and_then(|e| experiment::assign(host, e, user, inspection.tenant.as_deref()));
+        if let Some(arm) = &arm {
+            host.set_request_header(&config.arm_header, arm.header.as_bytes());
+        }
+        let settings = arm.map(|a| a.settings).unwrap_or_default();
+        if settings.routing == ArmRouting::Off {
+            host.count(Metric::UnroutedArmOff, 1);
+            return;
+        }
+        let table = worker.table.view(settings.warmup);
         let keys = PromptKeys::of(&chain, &worker.fingerprint);
         let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
         let now = host.now_ms();

@@ -144,23 +144,52 @@ impl TableStamp {
     }
 }
 
-/// A worker's parsed copy of the shared routing table.
+/// A worker's parsed copy of the shared routing table, and its cold view when the table lists
+/// warming pods (an experiment arm without warm-up routes to them too).
 #[derive(Debug, Default)]
 pub struct TableCache {
-    current: RefCell<Option<(u64, Rc<RoutingTable>)>>,
+    current: RefCell<Option<Installed>>,
+}
+
+#[derive(Debug)]
+struct Installed {
+    generation: u64,
+    table: Rc<RoutingTable>,
+    /// The table with its warming pods among its pods; `None` when it lists none.
+    cold: Option<Rc<RoutingTable>>,
 }
 
 impl TableCache {
     pub fn table(&self) -> Option<Rc<RoutingTable>> {
-        self.current.borrow().as_ref().map(|(_, t)| t.clone())
+        self.current.borrow().as_ref().map(|i| i.table.clone())
+    }
+
+    /// The table an arm routes with: with `warmup`, the pods past their warm-up (the table);
+    /// without, the warming pods too.
+    pub fn view(&self, warmup: bool) -> Option<Rc<RoutingTable>> {
+        let current = self.current.borrow();
+        let installed = current.as_ref()?;
+        match (&installed.cold, warmup) {
+            (Some(cold), false) => Some(cold.clone()),
+            _ => Some(installed.table.clone()),
+        }
     }
 
     pub fn generation(&self) -> Option<u64> {
-        self.current.borrow().as_ref().map(|(g, _)| *g)
+        self.current.borrow().as_ref().map(|i| i.generation)
     }
 
     pub fn install(&self, generation: u64, table: RoutingTable) {
-        *self.current.borrow_mut() = Some((generation, Rc::new(table)));
+        let cold = (!table.warming.is_empty()).then(|| {
+            let mut cold = table.clone();
+            cold.pods.append(&mut cold.warming);
+            Rc::new(cold)
+        });
+        *self.current.borrow_mut() = Some(Installed {
+            generation,
+            table: Rc::new(table),
+            cold,
+        });
     }
 
     /// Reloads the table from shared data when another worker published a new generation.
@@ -214,6 +243,8 @@ mod tests {
             block_tokens: 64,
             load_factor: None,
             prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
             pods,
         }
     }

@@ -191,7 +191,7 @@ pub(crate) fn chat_like(model: &str, i: u64) -> Vec<u8> {
     .unwrap()
 }
 
-fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
+pub(crate) fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
     RoutingTable {
         version: "1.0".into(),
         generation: 7,
@@ -199,6 +199,8 @@ fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
         block_tokens: 64,
         load_factor: None,
         prefixes: Vec::new(),
+        warming: Vec::new(),
+        experiment: None,
         pods: pods
             .iter()
             .map(|(id, address, adapters)| RoutedPod {

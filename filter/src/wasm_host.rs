@@ -66,6 +66,10 @@ impl Host for WasmHost {
             .flatten()
     }
 
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.failed(abi::property(path)).flatten()
+    }
+
     fn set_request_header(&self, name: &str, value: &[u8]) {
         self.failed(abi::replace_header(abi::REQUEST_HEADERS, name, value));
     }

@@ -156,6 +156,7 @@ fn routing_table(c: &mut Criterion) {
                 adapters: adapters[i].iter().map(String::as_str).collect(),
                 resident: Vec::new(),
                 routable: !(flip && i == 0),
+                warming: false,
             })
             .collect()
     };
@@ -309,6 +310,7 @@ fn routing_table_at_scale(c: &mut Criterion) {
                 adapters: adapters[i].iter().map(String::as_str).collect(),
                 resident: Vec::new(),
                 routable: true,
+                warming: false,
             })
             .collect()
     };

@@ -18,9 +18,11 @@
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions) |
+//! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
 
 use std::sync::atomic::AtomicU64;
 
+use prewarm_core::experiment::Experiment;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -49,6 +51,7 @@ pub struct Telemetry {
     pub pods: Family<Labels, Gauge>,
     pub auto_rollbacks: Family<Labels, Counter>,
     pub gold_pool_pods: Gauge,
+    pub experiment_arm_weight: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -85,6 +88,7 @@ impl Telemetry {
             pods: Family::default(),
             auto_rollbacks: Family::default(),
             gold_pool_pods: Gauge::default(),
+            experiment_arm_weight: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -163,7 +167,25 @@ impl Telemetry {
             "Adapter rollouts the gateway rolled back by itself, by reason",
             t.auto_rollbacks.clone(),
         );
+        registry.register(
+            "prewarm_experiment_arm_weight",
+            "The running experiment's arms' shares of the units",
+            t.experiment_arm_weight.clone(),
+        );
         Self { registry, ..t }
+    }
+
+    /// Exports the arms of the running experiment (`None`: none runs), and only those.
+    pub fn set_experiment(&self, experiment: Option<&Experiment>) {
+        self.experiment_arm_weight.clear();
+        if let Some(e) = experiment {
+            for arm in &e.arms {
+                let pairs = [("experiment", e.id.as_str()), ("arm", arm.name.as_str())];
+                self.experiment_arm_weight
+                    .get_or_create(&labels(&pairs))
+                    .set(arm.weight);
+            }
+        }
     }
 
     /// Counts one event in a labelled counter family.

@@ -27,6 +27,8 @@ fn table(n: usize, load_factor: Option<f64>) -> RoutingTable {
         block_tokens: 64,
         load_factor,
         prefixes: Vec::new(),
+        warming: Vec::new(),
+        experiment: None,
         pods: (0..n)
             .map(|i| pod(&format!("pod-{i}"), Some(0.2)))
             .collect(),

@@ -21,6 +21,7 @@
 //! - `GET /admin/prompts?k=N`
 //! - `GET /admin/prompts/similar?text=T&k=N`, `GET /admin/prompts/groups?k=N` (with
 //!   `embeddings.model_dir`)
+//! - `GET /admin/experiments`, `GET /admin/experiments/{id}`
 //!
 //! Admin writes (bearer token `server.admin_token`, else 401):
 //! - `POST /admin/pods`, `DELETE /admin/pods/{id}`, `POST /admin/pods/{id}/warmup`
@@ -28,6 +29,8 @@
 //!   `POST /admin/adapters/{name}/rollback`, `POST /admin/adapters/{name}/pin`,
 //!   `POST /admin/adapters/{name}/unpin`, `DELETE /admin/adapters/{name}`
 //! - `POST /admin/prompts` (add a template), `DELETE /admin/prompts/{key}`
+//! - `POST /admin/experiments` (start one, or re-weight the running one),
+//!   `DELETE /admin/experiments/{id}` (end it)
 //! - `POST /admin/snapshot` (write a snapshot now)
 //!
 //! Bodies over `server.max_body_bytes` (`server.max_signal_body_bytes` for signals) get 413;
@@ -36,6 +39,7 @@
 mod adapters;
 pub mod auth;
 mod error;
+mod experiments;
 mod filter;
 mod input;
 mod pods;
@@ -101,6 +105,14 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route(
             "/admin/prompts/{key}",
             axum::routing::delete(prompts::remove),
+        )
+        .route(
+            "/admin/experiments",
+            get(experiments::list).post(experiments::start),
+        )
+        .route(
+            "/admin/experiments/{id}",
+            get(experiments::detail).delete(experiments::end),
         )
         .route("/admin/snapshot", post(probes::snapshot))
         .route_layer(from_fn_with_state(

@@ -42,6 +42,9 @@ pub struct GatewayConfig {
     pub routing: policy::RoutingConfig,
     /// `[embeddings]`: the local prompt embedder and index (off without `model_dir`).
     pub embeddings: crate::embeddings::EmbeddingsConfig,
+    /// `[experiment]`: an experiment that runs from start (docs/experiments.md); it replaces one
+    /// started through the admin API when the gateway restarts.
+    pub experiment: Option<prewarm_core::experiment::Experiment>,
 }
 
 /// `[server]`: listener, secrets, limits, shutdown.

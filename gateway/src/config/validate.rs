@@ -73,6 +73,9 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
     p.extend(config.lora.validate("lora."));
     p.extend(config.warmup.validate("warmup."));
     p.extend(config.routing.validate("routing."));
+    if let Some(problem) = config.experiment.as_ref().and_then(|e| e.problem()) {
+        p.push(format!("experiment.{problem}"));
+    }
     p
 }
 
@@ -174,6 +177,8 @@ mod tests {
         c.hotness.decay_factor = 1.5;
         c.pods.static_pods = vec![PodSpec::new("a", "h:1"), PodSpec::new("a", "h:2")];
         c.pods.gold_pool_share = 1.0;
+        c.experiment =
+            Some(serde_json::from_str(r#"{"id":"e","arms":[{"name":"a","weight":1}]}"#).unwrap());
         let problems = super::validate(&c);
         let fields: Vec<&str> = problems
             .iter()
@@ -186,7 +191,8 @@ mod tests {
                 "pods.static[1].id",
                 "pods.gold_pool_share",
                 "registry.max_manifest_files",
-                "hotness.decay_factor"
+                "hotness.decay_factor",
+                "experiment.arms"
             ],
             "{problems:?}"
         );

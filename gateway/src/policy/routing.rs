@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+use prewarm_core::experiment::Experiment;
 use prewarm_core::wire::{
     PlacedPrefix, RoutedPod, RoutingTable, MAX_RESIDENT_ADAPTERS, MAX_TABLE_PREFIXES, WIRE_VERSION,
 };
@@ -63,6 +64,9 @@ pub struct PodRoute<'a> {
     pub resident: Vec<&'a str>,
     /// Whether the pod may take traffic (warm-up first tier done or deadline passed, healthy).
     pub routable: bool,
+    /// Whether the pod is up and in its warm-up (listed apart for an experiment's arm without
+    /// warm-up).
+    pub warming: bool,
 }
 
 /// Builds [`RoutingTable`]s, keeping the last one and its generation.
@@ -85,6 +89,8 @@ impl RoutingTableBuilder {
                 block_tokens,
                 load_factor: config.load_factor,
                 prefixes: Vec::new(),
+                warming: Vec::new(),
+                experiment: None,
                 pods: Vec::new(),
             },
             config,
@@ -112,6 +118,19 @@ impl RoutingTableBuilder {
     /// are already sorted and free of duplicates (as `LoraResidency::served` yields them) are
     /// used as they are; a pod whose adapters did not change keeps its strings.
     pub fn build(&mut self, pods: &[PodRoute<'_>], now_ms: u64) -> bool {
+        let warming_changed = self.build_warming(pods);
+        let pods_changed = self.build_pods(pods);
+        if !(warming_changed || pods_changed) {
+            return false;
+        }
+        self.table.generation = self.table.generation.saturating_add(1);
+        self.table.generated_at_ms = now_ms;
+        self.built = true;
+        true
+    }
+
+    /// Sets the table's routable pods; returns whether they changed (always on the first build).
+    fn build_pods(&mut self, pods: &[PodRoute<'_>]) -> bool {
         let mut included: Vec<&PodRoute<'_>> = pods
             .iter()
             .filter(|p| p.routable && p.weight > 0.0 && p.weight.is_finite())
@@ -164,9 +183,54 @@ impl RoutingTableBuilder {
             });
         }
         self.table.pods = pods;
+        true
+    }
+
+    /// Sets the table's warming pods — up, not yet routable — while the experiment has an arm
+    /// that routes to them (none otherwise); returns whether they changed.
+    fn build_warming(&mut self, pods: &[PodRoute<'_>]) -> bool {
+        let wanted = self
+            .table
+            .experiment
+            .as_ref()
+            .is_some_and(Experiment::needs_warming_pods);
+        let mut warming: Vec<&PodRoute<'_>> = pods
+            .iter()
+            .filter(|p| wanted && p.warming && !p.routable && p.weight > 0.0)
+            .filter(|p| p.weight.is_finite())
+            .collect();
+        warming.sort_by(|a, b| a.id.cmp(b.id));
+        warming.dedup_by(|a, b| a.id == b.id);
+        let warming: Vec<RoutedPod> = warming
+            .into_iter()
+            .map(|p| RoutedPod {
+                id: p.id.to_string(),
+                address: p.address.to_string(),
+                weight: p.weight,
+                adapters: normalised(&p.adapters)
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect(),
+                resident: resident_of(p).iter().map(|a| a.to_string()).collect(),
+                load: self.rounded_load(p.load),
+            })
+            .collect();
+        if warming == self.table.warming {
+            return false;
+        }
+        self.table.warming = warming;
+        true
+    }
+
+    /// Sets the experiment the table carries; returns whether it changed (and the generation
+    /// with it). Its warming pods follow at the next [`Self::build`].
+    pub fn set_experiment(&mut self, experiment: Option<&Experiment>, now_ms: u64) -> bool {
+        if self.table.experiment.as_ref() == experiment {
+            return false;
+        }
+        self.table.experiment = experiment.cloned();
         self.table.generation = self.table.generation.saturating_add(1);
         self.table.generated_at_ms = now_ms;
-        self.built = true;
         true
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod actions;
 pub mod adapters;
+pub mod experiments;
 pub mod persist;
 pub mod planning;
 pub mod pods;

@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::Gateway;
+use crate::policy::fleet::RunningExperiment;
 use crate::state::snapshot_file::{self, Generation};
 use crate::state::{Snapshot, SnapshotToWrite};
 use crate::telemetry::Telemetry;
@@ -59,6 +60,7 @@ impl Gateway {
             adapters: 0,
             problems: loaded.problems,
         };
+        let mut experiment = None;
         if let Some(snapshot) = loaded.value {
             let mut state = self.state();
             let fleet = &mut state.fleet;
@@ -70,7 +72,9 @@ impl Gateway {
             restored.adapters = snapshot.registry.len();
             *fleet.registry_mut() = snapshot.registry;
             fleet.resume_generations(snapshot.table_generation);
+            experiment = snapshot.experiment;
         }
+        self.restore_experiment(experiment);
         tracing::info!(generation = ?restored.generation, prompts = restored.prompts, adapters = restored.adapters, "snapshot loaded");
         self.republish_table();
         self.set_ready();
@@ -86,6 +90,7 @@ impl Gateway {
             prompts: state.fleet.pool().export_shared(),
             registry: state.fleet.registry().clone(),
             table_generation: state.fleet.table().generation,
+            experiment: state.fleet.experiment().cloned(),
         }
     }
 
@@ -116,5 +121,23 @@ impl Gateway {
                 Err(e)
             }
         }
+    }
+}
+
+impl Gateway {
+    /// Puts back the experiment: the configuration's when it declares one (keeping the start of
+    /// the snapshot's when it has the same id), else the snapshot's.
+    fn restore_experiment(&self, from_snapshot: Option<RunningExperiment>) {
+        let running = match &self.config.experiment {
+            Some(declared) => Some(RunningExperiment {
+                started_ms: from_snapshot
+                    .filter(|r| r.definition.id == declared.id)
+                    .map_or_else(|| self.now(), |r| r.started_ms),
+                definition: declared.clone(),
+            }),
+            None => from_snapshot,
+        };
+        self.state().fleet.restore_experiment(running);
+        self.export_experiment();
     }
 }

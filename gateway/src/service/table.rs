@@ -26,6 +26,8 @@ impl PublishedTable {
             block_tokens: prewarm_core::FingerprintConfig::default().block_tokens,
             load_factor: None,
             prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
             pods: Vec::new(),
         })
     }

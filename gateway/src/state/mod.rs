@@ -1,11 +1,12 @@
 //! What survives a restart: the prompt pool (dynamic prefixes and operator templates), the adapter
-//! registry (with pins), and the routing table's last generation (so filters never see it go
+//! registry (with pins), the running experiment, and the routing table's last generation (so filters never see it go
 //! backwards). Written atomically with the previous generation kept ([`snapshot_file`]).
 
 pub mod snapshot_file;
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::fleet::RunningExperiment;
 use crate::policy::hotness::{PromptRecord, SharedRecord};
 use crate::registry::AdapterRegistry;
 
@@ -18,6 +19,9 @@ pub struct Snapshot {
     pub registry: AdapterRegistry,
     #[serde(default)]
     pub table_generation: u64,
+    /// The experiment running when it was written.
+    #[serde(default)]
+    pub experiment: Option<RunningExperiment>,
 }
 
 /// A snapshot as it is written: the same JSON as [`Snapshot`], its prompts sharing their texts
@@ -28,4 +32,5 @@ pub struct SnapshotToWrite {
     pub prompts: Vec<SharedRecord>,
     pub registry: AdapterRegistry,
     pub table_generation: u64,
+    pub experiment: Option<RunningExperiment>,
 }

@@ -20,6 +20,7 @@
 
 mod action;
 mod busy;
+mod experiment;
 mod keep_warm;
 mod placement;
 mod planning;
@@ -37,6 +38,7 @@ use prewarm_core::wire::{RoutingTable, ServedRecord};
 use prewarm_core::FingerprintConfig;
 
 pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
+pub use experiment::{ExperimentError, RunningExperiment};
 pub use placement::{
     listed_adapters, placed_pods_among, registry_tier, Placement, DEMAND_WINDOW_MS,
 };
@@ -123,6 +125,8 @@ pub struct Fleet {
     /// Every action returned with the time of the input that returned it, when journaling is
     /// on (to compare two drivers' decisions).
     journal: Option<Vec<(u64, Action)>>,
+    /// The running experiment, which the table carries to the filters.
+    experiment: Option<RunningExperiment>,
     /// The latest `now` an input brought.
     now_ms: u64,
 }
@@ -146,6 +150,7 @@ impl Fleet {
             placed_prefixes: Vec::new(),
             notes: Vec::new(),
             journal: None,
+            experiment: None,
             now_ms,
             config,
         }
@@ -366,14 +371,18 @@ impl Fleet {
                 adapters: listed_adapters(p, registry, &pools, placement),
                 resident: p.lora.resident().collect(),
                 routable: p.routable(now_ms),
+                warming: p.health == PodHealth::Up && p.warmup.progress.is_some(),
             })
             .collect();
         let first = self.routing.table().generated_at_ms == 0;
+        let experiment_changed = self
+            .routing
+            .set_experiment(self.experiment.as_ref().map(|r| &r.definition), now_ms);
         let pods_changed = self.routing.build(&routes, now_ms);
         let placed = std::mem::take(&mut self.placed_prefixes);
         let placed_changed = self.routing.place_prefixes(&placed, now_ms);
         self.placed_prefixes = placed;
-        pods_changed || placed_changed || first
+        experiment_changed || pods_changed || placed_changed || first
     }
 
     /// The once-a-[`TICK_MS`] work: the warm-ups' next steps; keep-warm when its period is

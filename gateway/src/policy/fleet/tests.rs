@@ -570,3 +570,65 @@ fn a_burst_of_a_new_bronze_adapter_does_not_take_a_gold_slot() {
         );
     }
 }
+
+fn experiment(id: &str, cold_weight: f64) -> prewarm_core::experiment::Experiment {
+    let json = serde_json::json!({"id": id, "arms": [
+        {"name": "warm", "weight": 1.0 - cold_weight},
+        {"name": "cold", "weight": cold_weight, "settings": {"warmup": false}},
+    ]});
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn the_table_carries_the_experiment_and_its_cold_arm_sees_a_warming_pod() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    let hot = (10..18).map(|s| prefill_signal("base", &text(s))).collect();
+    fleet.on_signals(batch(hot), 2_000);
+    let mut spec = PodSpec::new("new", "10.0.0.7:8000");
+    spec.max_loras = 2;
+    fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
+    fleet.on_health("new", true, None, 3_000);
+    fleet.start_warmup("new", 3_000);
+    fleet.tick(3_100);
+    let warming = |f: &Fleet| {
+        f.table()
+            .warming
+            .iter()
+            .map(|p| p.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(warming(&fleet).is_empty(), "no experiment: not listed");
+
+    let (running, new) = fleet
+        .start_experiment(experiment("e", 0.05), 3_200)
+        .unwrap();
+    assert!(new);
+    assert!(fleet.rebuild_table(3_200));
+    assert_eq!(fleet.table().experiment.as_ref(), Some(&running.definition));
+    assert_eq!(warming(&fleet), vec!["new"]);
+    assert!(
+        fleet.table().pods.iter().all(|p| p.id != "new"),
+        "the warm arm waits"
+    );
+
+    // re-weighting keeps the start; another experiment waits for this one to end
+    let (reweighted, new) = fleet
+        .start_experiment(experiment("e", 0.25), 9_000)
+        .unwrap();
+    assert!(!new);
+    assert_eq!(reweighted.started_ms, 3_200);
+    let other = fleet.start_experiment(experiment("f", 0.5), 9_000);
+    assert!(matches!(other, Err(ExperimentError::AnotherRunning { .. })));
+    let invalid = fleet.start_experiment(experiment("e", 1.5), 9_000);
+    assert!(matches!(invalid, Err(ExperimentError::Invalid(p)) if p.starts_with("arms[")));
+    assert!(fleet.end_experiment("f").is_err());
+    assert_eq!(
+        fleet.experiment().map(|r| r.definition.id.as_str()),
+        Some("e")
+    );
+
+    assert!(fleet.end_experiment("e").is_ok());
+    assert!(fleet.rebuild_table(9_100));
+    assert!(fleet.table().experiment.is_none() && warming(&fleet).is_empty());
+}

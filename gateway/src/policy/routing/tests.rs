@@ -11,6 +11,7 @@ fn pod<'a>(id: &'a str, adapters: Vec<&'a str>, routable: bool) -> PodRoute<'a> 
         adapters,
         resident: Vec::new(),
         routable,
+        warming: !routable,
     }
 }
 
@@ -178,4 +179,52 @@ fn placed_prefixes_change_the_generation_and_name_only_listed_pods() {
     assert!(b.table().prefixes.is_empty());
     // what the builder publishes, the filters accept
     assert!(prewarm_core::wire::RoutingTable::decode(&b.table().encode()).is_ok());
+}
+
+fn experiment(cold_arm: bool) -> prewarm_core::experiment::Experiment {
+    let json = serde_json::json!({"id": "e", "arms": [
+        {"name": "warm", "weight": 0.5},
+        {"name": "cold", "weight": 0.5, "settings": {"warmup": !cold_arm}},
+    ]});
+    serde_json::from_value(json).unwrap()
+}
+
+#[test]
+fn warming_pods_are_listed_apart_only_while_an_arm_routes_to_them() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    let pods = vec![pod("pod-a", vec![], true), pod("pod-b", vec!["x"], false)];
+    assert!(b.build(&pods, 1));
+    assert!(b.table().warming.is_empty(), "no experiment: not listed");
+
+    assert!(b.set_experiment(Some(&experiment(false)), 2));
+    assert!(!b.set_experiment(Some(&experiment(false)), 3), "unchanged");
+    assert!(
+        !b.build(&pods, 3),
+        "no arm without warm-up: still not listed"
+    );
+    assert!(b.set_experiment(Some(&experiment(true)), 4));
+    let before = b.table().generation;
+    assert!(b.build(&pods, 5));
+    let t = b.table();
+    assert_eq!(t.generation, before + 1);
+    let warming: Vec<&str> = t.warming.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(warming, vec!["pod-b"]);
+    assert_eq!(t.pods.len(), 1, "and never among the routable pods");
+    assert_eq!(
+        prewarm_core::wire::RoutingTable::decode(&t.encode()).as_ref(),
+        Ok(t)
+    );
+
+    // the pod finishes its warm-up: it moves to the pods
+    let done = vec![pod("pod-a", vec![], true), pod("pod-b", vec!["x"], true)];
+    assert!(b.build(&done, 6));
+    assert!(b.table().warming.is_empty());
+    assert_eq!(b.table().pods.len(), 2);
+
+    // the experiment ends: warming pods are no longer listed
+    assert!(b.build(&pods, 7));
+    assert_eq!(b.table().warming.len(), 1);
+    assert!(b.set_experiment(None, 8));
+    assert!(b.build(&pods, 9));
+    assert!(b.table().warming.is_empty() && b.table().experiment.is_none());
 }

@@ -1,0 +1,49 @@
+//! Starting and ending the experiment (`policy::fleet::experiment`): each change rebuilds and
+//! publishes the table at once, so the filters' next poll routes with it, and writes a
+//! snapshot, so it survives a restart.
+
+use prewarm_core::experiment::Experiment;
+
+use super::Gateway;
+use crate::policy::fleet::{ExperimentError, RunningExperiment};
+
+impl Gateway {
+    /// Starts `definition`, or changes the arms of the running experiment with its id; returns
+    /// it and whether it is new.
+    pub async fn start_experiment(
+        self: &std::sync::Arc<Self>,
+        definition: Experiment,
+    ) -> Result<(RunningExperiment, bool), ExperimentError> {
+        let now = self.now();
+        let started = self.fleet(|f| f.start_experiment(definition, now))?;
+        tracing::info!(experiment = %started.0.definition.id, new = started.1, "experiment started");
+        self.experiment_changed().await;
+        Ok(started)
+    }
+
+    /// Ends experiment `id`.
+    pub async fn end_experiment(
+        self: &std::sync::Arc<Self>,
+        id: &str,
+    ) -> Result<RunningExperiment, ExperimentError> {
+        let ended = self.fleet(|f| f.end_experiment(id))?;
+        tracing::info!(experiment = %id, "experiment ended");
+        self.experiment_changed().await;
+        Ok(ended)
+    }
+
+    async fn experiment_changed(self: &std::sync::Arc<Self>) {
+        self.republish_table();
+        self.export_experiment();
+        let g = self.clone();
+        // a failed write is logged and counted by `write_snapshot`; the periodic one retries
+        let _ = tokio::task::spawn_blocking(move || g.write_snapshot()).await;
+    }
+
+    /// Exports the running experiment's arms as metrics.
+    pub fn export_experiment(&self) {
+        let running = self.state().fleet.experiment().cloned();
+        self.telemetry
+            .set_experiment(running.as_ref().map(|r| &r.definition));
+    }
+}
