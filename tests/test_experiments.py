@@ -4,6 +4,7 @@ never chosen by the client's own header, each routed with its arm's settings."""
 from __future__ import annotations
 
 import signal
+from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
@@ -64,7 +65,8 @@ def test_the_experiment_api_names_bad_fields_runs_one_at_a_time_and_survives_a_r
         gw.proc.signal(signal.SIGTERM)
         wait_until(lambda: not gw.proc.alive(), timeout=20, what="gateway exit")
         gw = start_gateway(tmp_path, config, name="gw-2")
-        assert gw.get("/admin/experiments/e").json() == detail, "kept across the restart"
+        kept = gw.get("/admin/experiments/e").json()
+        assert (kept["definition"], kept["started_ms"]) == (detail["definition"], detail["started_ms"])
         assert gw.get("/v1/routing").json()["experiment"] == detail["definition"]
 
         assert gw.admin("DELETE", "/admin/experiments/f").status_code == 404
@@ -121,5 +123,56 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
         assert stack.envoy.metric("prewarm.unrouted.arm_off") - unrouted_before == off
         assert stack.envoy.metric("prewarm.experiment.assigned") >= 60
         assert stack.envoy.wasm_failures() == {}
+    finally:
+        stack.close()
+
+
+def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_path):
+    """Arm `prefix` (the filter's routing) against arm `other` (routing off: Envoy's balancer) on the
+    same traffic: each user holds one conversation of its own template, 3 turns. Prefix routing
+    keeps a conversation on one pod (one miss in 3), the balancer spreads it over the 3 pods
+    (about 2 misses in 3): the outcome records must show it, significantly."""
+    spec = StackSpec(pods=3, podsim_flags=["--time-scale", "1", "--prefill-overhead-ms", "2",
+                                           "--per-token-us", "150"])
+    stack = Stack(tmp_path, spec).start()
+    try:
+        r = stack.gateway.admin("POST", "/admin/experiments",
+                                json=experiment("ab", (0.5, 0.5), {"routing": "off"}))
+        assert r.status_code == 201, r.text
+        stack.wait_envoy_routes(*[p.address for p in stack.pods])
+        users, turns = 60, 3
+
+        def conversation(u: int) -> int:
+            for k in range(turns):
+                status, _, _ = stack.post("/v1/completions", {"model": BASE_MODEL, "max_tokens": 1,
+                                                              "prompt": question(1000 + u, k)},
+                                          user=f"user-{u}")
+                assert status == 200
+            return turns
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            sent = sum(pool.map(conversation, range(users)))
+        report = wait_until(
+            lambda: (d := stack.gateway.get("/admin/experiments/ab").json()["report"])
+            and sum(a["requests"] for a in d["arms"]) >= sent and d,
+            30, what="every outcome at the gateway")
+        prefix, off = report["arms"]
+        assert prefix["requests"] + off["requests"] == sent and min(prefix["requests"], off["requests"]) > 0
+        assert prefix["error_rate"] == off["error_rate"] == 0.0
+        assert prefix["with_usage"] == prefix["requests"], "podsim reports cached tokens"
+        assert prefix["cached_token_ratio"] > off["cached_token_ratio"], report["arms"]
+        c = report["comparisons"][0]
+        assert (c["arm"], c["reference"]) == ("other", "prefix")
+        assert c["significant"] and c["worse"] and not c["better"], c
+        assert c["welch"]["p"] < 0.01 and c["mann_whitney"]["p"] < 0.01, c
+        assert report["hours"] and sum(a["requests"] for a in report["hours"][-1]["arms"]) > 0
+        text = stack.gateway.get("/metrics").text
+        assert 'prewarm_experiment_p_value{experiment="ab",arm="other",test="welch"}' in text
+        assert 'prewarm_experiment_ttfb_seconds{experiment="ab",arm="prefix",quantile="0.95"}' in text
+        assert metric(stack.gateway, 'prewarm_outcomes_ingested_total{kind="accepted"}') >= sent
+        print(f"\nA/B prefix vs routing off over {sent} requests: ttfb p50 {prefix['ttfb_p50_ms']} vs "
+              f"{off['ttfb_p50_ms']} ms, p95 {prefix['ttfb_p95_ms']} vs {off['ttfb_p95_ms']} ms, cached "
+              f"{prefix['cached_token_ratio']:.2f} vs {off['cached_token_ratio']:.2f}, welch p "
+              f"{c['welch']['p']:.2e}, mann-whitney p {c['mann_whitney']['p']:.2e}")
     finally:
         stack.close()

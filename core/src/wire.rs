@@ -182,6 +182,68 @@ impl ServedRecord {
     }
 }
 
+/// One request's outcome as the client saw it at the proxy, for experiments' attribution
+/// (`docs/experiments.md#outcomes`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRecord {
+    /// The request's arm, `<experiment>/<arm>`; `None` outside an experiment (the period
+    /// before one is the baseline of difference-in-differences).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
+    /// The pod the filter sent it to (`None`: not routed by the filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// When its headers reached the filter, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// From its headers reaching the filter to the first response body byte (no body: the
+    /// response headers), ms.
+    pub ttfb_ms: u64,
+    /// The response status (Envoy's own for a local reply).
+    pub status: u16,
+    /// Whether the request asked to stream.
+    pub stream: bool,
+    /// `usage.prompt_tokens` of the response, when it carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`, when it carried one (vLLM with
+    /// `--enable-prompt-tokens-details`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+}
+
+/// Outcome records one batch carries at most; a filter drops (and counts) the rest.
+pub const MAX_OUTCOMES_PER_BATCH: usize = 1024;
+/// Longest time to first byte an outcome may report, ms (an hour).
+pub const MAX_OUTCOME_TTFB_MS: u64 = 3_600_000;
+
+impl OutcomeRecord {
+    /// What makes the record impossible, if anything: a status outside 100..=599, a time to
+    /// first byte above [`MAX_OUTCOME_TTFB_MS`], more cached than prompt tokens, a prompt above
+    /// 10 M tokens, an arm or pod name above the name cap.
+    pub fn problem(&self) -> Option<&'static str> {
+        if !(100..=599).contains(&self.status) {
+            return Some("status");
+        }
+        if self.ttfb_ms > MAX_OUTCOME_TTFB_MS {
+            return Some("ttfb_ms");
+        }
+        if self.prompt_tokens.is_some_and(|p| p > 10_000_000) {
+            return Some("prompt_tokens");
+        }
+        if let (Some(cached), prompt) = (self.cached_tokens, self.prompt_tokens) {
+            if prompt.is_none_or(|p| cached > p) {
+                return Some("cached_tokens");
+            }
+        }
+        if self.arm.as_ref().is_some_and(|a| a.len() > MAX_NAME_BYTES)
+            || self.pod.as_ref().is_some_and(|p| p.len() > MAX_NAME_BYTES)
+        {
+            return Some("name");
+        }
+        None
+    }
+}
+
 fn check_name(field: &str, i: usize, name: &str) -> Result<(), WireError> {
     check_named("signals", field, i, name)
 }
@@ -237,6 +299,13 @@ pub struct SignalBatch {
     /// Served records the sender had to drop since its last batch.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub served_dropped: u64,
+    /// Requests' outcomes since its last batch (at most [`MAX_OUTCOMES_PER_BATCH`]); the
+    /// gateway checks each ([`OutcomeRecord::problem`]) and drops, counted, the impossible ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outcomes: Vec<OutcomeRecord>,
+    /// Outcome records the sender had to drop since its last batch.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub outcomes_dropped: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -254,6 +323,8 @@ impl SignalBatch {
             signals,
             served: Vec::new(),
             served_dropped: 0,
+            outcomes: Vec::new(),
+            outcomes_dropped: 0,
         }
     }
 
@@ -274,15 +345,16 @@ impl SignalBatch {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Bytes an encoded batch from `source` takes beyond its signals and served records: the
-    /// envelope with the longest numbers and an empty `served` list. A batch's body is at most
-    /// this plus, per signal and per record, its encoded length + 1 (the comma), which is how a
-    /// sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
+    /// Bytes an encoded batch from `source` takes beyond its signals and records: the
+    /// envelope with the longest numbers and empty `served` and `outcomes` lists. A batch's
+    /// body is at most this plus, per signal and per record, its encoded length + 1 (the
+    /// comma), which is how a sender keeps batches under [`MAX_SIGNAL_BATCH_BYTES`].
     pub fn envelope_bytes(source: &str) -> usize {
         let mut empty = Self::new(source, u64::MAX, Vec::new());
         empty.dropped = u64::MAX;
         empty.served_dropped = u64::MAX;
-        empty.encode().len() + r#","served":[]"#.len()
+        empty.outcomes_dropped = u64::MAX;
+        empty.encode().len() + r#","served":[]"#.len() + r#","outcomes":[]"#.len()
     }
 }
 
@@ -649,6 +721,8 @@ mod tests {
         let chain = crate::BlockChain::of("m", &[b'x'; 5000], &crate::FingerprintConfig::default());
         let record = ServedRecord::of("pod-a", "m", &chain, 1300, &Default::default());
         b.served = vec![record.clone(), record];
+        b.outcomes_dropped = u64::MAX;
+        b.outcomes = vec![outcome(), outcome()];
         let signals: usize = b
             .signals
             .iter()
@@ -659,7 +733,12 @@ mod tests {
             .iter()
             .map(|r| serde_json::to_vec(r).unwrap().len() + 1)
             .sum();
-        let bound = SignalBatch::envelope_bytes("envoy-1") + signals + served;
+        let outcomes: usize = b
+            .outcomes
+            .iter()
+            .map(|r| serde_json::to_vec(r).unwrap().len() + 1)
+            .sum();
+        let bound = SignalBatch::envelope_bytes("envoy-1") + signals + served + outcomes;
         assert!(b.encode().len() <= bound);
         assert!(b.encode().len() + 40 > bound, "the bound is tight");
         // Without served records the envelope's `served` list is left out: still within.
@@ -667,6 +746,45 @@ mod tests {
         plain.dropped = u64::MAX;
         let signals_only = SignalBatch::envelope_bytes("envoy-1") + signals;
         assert!(plain.encode().len() <= signals_only);
+    }
+
+    fn outcome() -> OutcomeRecord {
+        OutcomeRecord {
+            arm: Some("exp/warm".into()),
+            pod: Some("pod-a".into()),
+            at_ms: u64::MAX,
+            ttfb_ms: 120,
+            status: 200,
+            stream: true,
+            prompt_tokens: Some(651),
+            cached_tokens: Some(640),
+        }
+    }
+
+    #[test]
+    fn impossible_outcomes_name_their_field() {
+        assert_eq!(outcome().problem(), None);
+        type Change = fn(&mut OutcomeRecord);
+        let cases: [(Change, &str); 7] = [
+            (|o| o.status = 99, "status"),
+            (|o| o.status = 600, "status"),
+            (|o| o.ttfb_ms = MAX_OUTCOME_TTFB_MS + 1, "ttfb_ms"),
+            (|o| o.cached_tokens = Some(652), "cached_tokens"),
+            (|o| o.prompt_tokens = None, "cached_tokens"),
+            (|o| o.prompt_tokens = Some(u64::MAX), "prompt_tokens"),
+            (|o| o.arm = Some("a".repeat(MAX_NAME_BYTES + 1)), "name"),
+        ];
+        for (change, field) in cases {
+            let mut o = outcome();
+            change(&mut o);
+            assert_eq!(o.problem(), Some(field));
+        }
+        let minimal = br#"{"version":"1.0","signals":[],"outcomes":[{"at_ms":1,"ttfb_ms":2,"status":503,"stream":false}]}"#;
+        let b = SignalBatch::decode(minimal).unwrap();
+        assert_eq!(
+            (b.outcomes[0].arm.as_ref(), b.outcomes[0].status),
+            (None, 503)
+        );
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub struct FilterConfig {
     /// Most served records (which pod each routed request went to, for the gateway's KV model)
     /// waiting in their shared queue; the oldest are dropped beyond (default 4096).
     pub max_pending_served: usize,
+    /// Whether the filter records each inference request's outcome (time to first byte,
+    /// status, usage) for experiments (default true; docs/experiments.md#outcomes).
+    pub outcomes: bool,
+    /// Outcome records waiting in their shared queue; the oldest are dropped beyond (default
+    /// 4096).
+    pub max_pending_outcomes: usize,
     /// Longest signal queued, bytes of JSON; longer ones are dropped (default 256 KiB: a
     /// prefill of the default 32768 prefix tokens, 128 KiB of text, fits with room for escapes).
     pub max_signal_bytes: usize,
@@ -136,6 +142,8 @@ impl Default for FilterConfig {
             max_batch_bytes: 1 << 20,
             max_pending_signals: 256,
             max_pending_served: 4096,
+            outcomes: true,
+            max_pending_outcomes: 4096,
             max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
@@ -308,6 +316,13 @@ impl FilterConfig {
             &mut p,
             "max_pending_served",
             self.max_pending_served,
+            1,
+            100_000,
+        );
+        range(
+            &mut p,
+            "max_pending_outcomes",
+            self.max_pending_outcomes,
             1,
             100_000,
         );

@@ -148,4 +148,11 @@ impl HttpContext for PrewarmRequest {
         }
         Action::Continue
     }
+
+    /// The stream is done (completed or reset): its outcome is recorded.
+    fn on_log(&mut self) {
+        if let Some((host, worker)) = &self.bound {
+            self.flow.on_log(host, worker);
+        }
+    }
 }

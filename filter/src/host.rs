@@ -102,6 +102,9 @@ metrics! {
     ServedEnqueued => "prewarm.served.enqueued", false;
     ServedSent => "prewarm.served.sent", false;
     ServedDropped => "prewarm.served.dropped", false;
+    OutcomesEnqueued => "prewarm.outcomes.enqueued", false;
+    OutcomesSent => "prewarm.outcomes.sent", false;
+    OutcomesDropped => "prewarm.outcomes.dropped", false;
     DispatchFailures => "prewarm.dispatch_failures", false;
     TableFetches => "prewarm.table.fetches", false;
     TableUpdates => "prewarm.table.updates", false;

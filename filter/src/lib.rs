@@ -20,7 +20,9 @@ pub mod embed_shared;
 pub mod experiment;
 pub mod gateway_health;
 pub mod host;
+pub mod json_scan;
 pub mod observe;
+pub mod outcome;
 pub mod prefix_index;
 pub mod request;
 pub mod response;
@@ -48,5 +50,7 @@ mod embed_scenarios;
 mod experiment_scenarios;
 #[cfg(test)]
 mod fake_host;
+#[cfg(test)]
+mod outcome_scenarios;
 #[cfg(test)]
 mod scenarios;

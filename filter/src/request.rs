@@ -23,6 +23,7 @@ use crate::embed_flow::{self, Capture, Lookup};
 use crate::experiment;
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
+use crate::outcome::OutcomeWatch;
 use crate::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
 use crate::success::SuccessWatch;
@@ -44,6 +45,8 @@ pub struct RequestFlow {
     capture: Option<Capture>,
     /// The response, watched for a successful answer to a hot prefix.
     success: Option<SuccessWatch>,
+    /// The response, watched for the request's outcome (`outcome`).
+    outcome: Option<OutcomeWatch>,
 }
 
 #[derive(Debug)]
@@ -53,6 +56,8 @@ struct Inspection {
     buffered: usize,
     tenant: Option<String>,
     user: Option<String>,
+    /// When the headers arrived.
+    started_ms: u64,
 }
 
 /// A name from a trusted header, when configured: empty or above core's name cap counts as
@@ -106,6 +111,7 @@ impl RequestFlow {
             buffered: 0,
             tenant: header_name(host, config.tenant_header.as_deref()),
             user: header_name(host, config.user_header.as_deref()),
+            started_ms: host.now_ms(),
         });
         // Routing must set a header, and the embedding cache may answer the request itself, so
         // the headers wait for the body (which needs Envoy's allow_on_headers_stop_iteration).
@@ -157,6 +163,9 @@ impl RequestFlow {
         if let Some(watch) = self.success.as_mut() {
             watch.on_headers(host);
         }
+        if let Some(watch) = self.outcome.as_mut() {
+            watch.on_headers(host);
+        }
     }
 
     /// A chunk of the response body, `size` bytes (watched for the embedding cache and success
@@ -174,9 +183,19 @@ impl RequestFlow {
         if let Some(watch) = self.success.as_mut() {
             watch.on_body(host, worker, size, end_of_stream);
         }
+        if let Some(watch) = self.outcome.as_mut() {
+            watch.on_body(host, size);
+        }
         if end_of_stream {
             self.capture = None;
             self.success = None;
+        }
+    }
+
+    /// The stream is done, however it ended: its outcome is enqueued.
+    pub fn on_log<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
+        if let Some(record) = self.outcome.take().and_then(OutcomeWatch::finish) {
+            worker.outcomes.enqueue(host, vec![record]);
         }
     }
 
@@ -256,6 +275,9 @@ impl RequestFlow {
                 self.success = Some(SuccessWatch::new(&request.model, prefix, asked));
             }
         }
+        if config.outcomes && request.endpoint != Endpoint::Embeddings {
+            self.outcome = Some(OutcomeWatch::new(inspection.started_ms, request.stream));
+        }
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
             return;
@@ -269,6 +291,9 @@ impl RequestFlow {
             .and_then(|e| experiment::assign(host, e, user, inspection.tenant.as_deref()));
         if let Some(arm) = &arm {
             host.set_request_header(&config.arm_header, arm.header.as_bytes());
+            if let Some(watch) = self.outcome.as_mut() {
+                watch.set_arm(arm.header.clone());
+            }
         }
         let settings = arm.map(|a| a.settings).unwrap_or_default();
         if settings.routing == ArmRouting::Off {
@@ -296,6 +321,9 @@ impl RequestFlow {
                 let value = route.header_value();
                 host.set_request_header(&config.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
+                if let Some(watch) = self.outcome.as_mut() {
+                    watch.set_pod(&route.primary.id);
+                }
                 if route.matched_blocks > 0 {
                     host.count(Metric::RoutedByPrefix, 1);
                 }

@@ -29,6 +29,7 @@ enum Call {
     Batch {
         signals: u64,
         served: u64,
+        outcomes: u64,
     },
     Table,
     /// A direct call to a pod.
@@ -146,18 +147,24 @@ impl RootTasks {
         let config = &worker.config;
         let pending = worker.queue.take(host);
         let served = worker.served.take(host);
+        let outcomes = worker.outcomes.take(host);
         self.send_direct(host, worker, &pending.records, now);
         if config.direct_calls == DirectMode::Always
-            || (pending.records.is_empty() && served.records.is_empty())
+            || (pending.records.is_empty()
+                && served.records.is_empty()
+                && outcomes.records.is_empty())
         {
             return;
         }
         let n = pending.records.len() as u64;
         let m = served.records.len() as u64;
+        let o = outcomes.records.len() as u64;
         let mut batch = SignalBatch::new(config.source.clone(), now, pending.records);
         batch.dropped = pending.dropped;
         batch.served = served.records;
         batch.served_dropped = served.dropped;
+        batch.outcomes = outcomes.records;
+        batch.outcomes_dropped = outcomes.dropped;
         let body = batch.encode();
         let mut headers = Self::gateway_headers(worker, "POST", "/v1/signals");
         headers.push(("content-type", "application/json"));
@@ -169,10 +176,12 @@ impl RootTasks {
             Call::Batch {
                 signals: n,
                 served: m,
+                outcomes: o,
             },
         ) {
             host.count(Metric::SignalsDropped, n);
             host.count(Metric::ServedDropped, m);
+            host.count(Metric::OutcomesDropped, o);
         }
     }
 
@@ -235,15 +244,21 @@ impl RootTasks {
             host.now_ms(),
         );
         match call {
-            Call::Batch { signals, served } => {
+            Call::Batch {
+                signals,
+                served,
+                outcomes,
+            } => {
                 if ok {
                     host.count(Metric::BatchesSent, 1);
                     host.count(Metric::SignalsSent, signals);
                     host.count(Metric::ServedSent, served);
+                    host.count(Metric::OutcomesSent, outcomes);
                 } else {
                     host.count(Metric::DispatchFailures, 1);
                     host.count(Metric::SignalsDropped, signals);
                     host.count(Metric::ServedDropped, served);
+                    host.count(Metric::OutcomesDropped, outcomes);
                     host.log(
                         Level::Debug,
                         &format!("prewarm: signal batch refused: {status:?}"),

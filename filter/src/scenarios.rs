@@ -443,7 +443,7 @@ fn table_is_polled_conditionally_and_published_to_other_workers() {
 }
 
 /// A root that polled the table `{p1 at 127.0.0.1:1}` and published it.
-fn with_one_pod_table(host: &FakeHost, worker: &Worker) -> RootTasks {
+pub(crate) fn with_one_pod_table(host: &FakeHost, worker: &Worker) -> RootTasks {
     let mut root = RootTasks::default();
     root.on_tick(host, worker);
     let get = host.take_calls().pop().unwrap();

@@ -73,6 +73,10 @@ impl Keys {
         format!("{}served", self.prefix)
     }
 
+    pub fn outcomes(&self) -> String {
+        format!("{}outcomes", self.prefix)
+    }
+
     pub fn signals(&self) -> String {
         format!("{}signals", self.prefix)
     }

@@ -1,6 +1,6 @@
 //! The queues every worker appends to and a root tick drains into one batch: pending signals,
-//! and served records (core's `ServedRecord`: which pod each routed request went to, for the
-//! gateway's KV model). Each is a [`SharedRing`] of slots, one encoded record (JSON) per slot.
+//! served records (core's `ServedRecord`: which pod each routed request went to, for the
+//! gateway's KV model) and outcome records (core's `OutcomeRecord`, for experiments). Each is a [`SharedRing`] of slots, one encoded record (JSON) per slot.
 //! Appending costs one 8-byte compare-and-swap and one write of that record, whatever the queue
 //! holds; a record longer than its cap is dropped (counted) so that a queue's memory is bounded
 //! by `slots × cap`. Beyond `slots` pending, the oldest are overwritten; the taker counts them
@@ -8,14 +8,18 @@
 //!
 //! A take is cut to fit a batch: at most `max_batch_signals` signals (and core's
 //! `MAX_SERVED_PER_BATCH` records), and at most `max_batch_bytes` for the whole encoded
-//! `SignalBatch`: core's envelope bound, then three quarters of the rest for signals (each with
-//! its comma) and a quarter for served records. `max_batch_bytes` is at most core's
+//! `SignalBatch`: core's envelope bound, then five eighths of the rest for signals (each with
+//! its comma), a quarter for served records and an eighth for outcome records (core's
+//! `MAX_OUTCOMES_PER_BATCH` of ~150 bytes fit in the default's). `max_batch_bytes` is at most core's
 //! `MAX_SIGNAL_BATCH_BYTES`, the gateway's default body limit, so a batch is never refused for
 //! its size.
 
 use std::marker::PhantomData;
 
-use prewarm_core::wire::{ServedRecord, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
+use prewarm_core::wire::{
+    OutcomeRecord, ServedRecord, Signal, SignalBatch, MAX_NAME_BYTES, MAX_OUTCOMES_PER_BATCH,
+    MAX_SERVED_PER_BATCH,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -52,6 +56,9 @@ pub type SignalQueue = RecordQueue<Signal>;
 /// The served records.
 pub type ServedQueue = RecordQueue<ServedRecord>;
 
+/// The outcome records.
+pub type OutcomeQueue = RecordQueue<OutcomeRecord>;
+
 /// What a batch may carry beside its envelope.
 fn records_budget(config: &FilterConfig) -> usize {
     config
@@ -66,7 +73,7 @@ impl SignalQueue {
             ring: SharedRing::new(&keys.signals(), config.max_pending_signals),
             max_record_bytes: config.max_signal_bytes,
             max_batch_records: config.max_batch_signals,
-            batch_budget: budget - budget / 4,
+            batch_budget: budget - budget / 4 - budget / 8,
             retries: config.cas_retries,
             enqueued: Metric::SignalsEnqueued,
             dropped: Metric::SignalsDropped,
@@ -88,6 +95,22 @@ impl ServedQueue {
             retries: config.cas_retries,
             enqueued: Metric::ServedEnqueued,
             dropped: Metric::ServedDropped,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl OutcomeQueue {
+    /// An outcome record is two names (each at most core's name cap) and six numbers.
+    pub fn outcomes(config: &FilterConfig, keys: &Keys) -> Self {
+        Self {
+            ring: SharedRing::new(&keys.outcomes(), config.max_pending_outcomes),
+            max_record_bytes: 2 * MAX_NAME_BYTES + 256,
+            max_batch_records: MAX_OUTCOMES_PER_BATCH,
+            batch_budget: records_budget(config) / 8,
+            retries: config.cas_retries,
+            enqueued: Metric::OutcomesEnqueued,
+            dropped: Metric::OutcomesDropped,
             kind: PhantomData,
         }
     }

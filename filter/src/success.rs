@@ -9,96 +9,12 @@
 use prewarm_core::BlockHash;
 
 use crate::host::{Host, Metric};
+use crate::json_scan::{FieldScanner, Kind};
 use crate::response::readable_ok;
 use crate::worker::Worker;
 
 /// Most response bytes read looking for the finish reason.
 pub const MAX_WATCHED_BYTES: usize = 4 << 20;
-
-const FIELD: &[u8] = b"\"finish_reason\"";
-/// Bytes kept between chunks: the field, its colon and spaces, and the longest reason read.
-const CARRY: usize = 96;
-
-/// The last non-null `finish_reason` in a body read in chunks.
-#[derive(Debug, Default)]
-pub struct FinishScanner {
-    carry: Vec<u8>,
-    last: Option<String>,
-}
-
-impl FinishScanner {
-    /// Feeds the next chunk.
-    pub fn feed(&mut self, chunk: &[u8]) {
-        let mut text = std::mem::take(&mut self.carry);
-        text.extend_from_slice(chunk);
-        let mut from = 0;
-        let mut incomplete_at = None;
-        while let Some(at) = find(text.get(from..).unwrap_or_default(), FIELD) {
-            let start = from + at;
-            match value_after(text.get(start + FIELD.len()..).unwrap_or_default()) {
-                Value::Reason(r) => self.last = Some(r),
-                Value::Null => {}
-                Value::Incomplete => {
-                    incomplete_at = Some(start);
-                    break;
-                }
-            }
-            from = start + FIELD.len();
-        }
-        let keep_from = incomplete_at.unwrap_or_else(|| text.len().saturating_sub(FIELD.len()));
-        self.carry = text.get(keep_from..).unwrap_or_default().to_vec();
-        if self.carry.len() > CARRY {
-            let cut = self.carry.len() - CARRY;
-            self.carry.drain(..cut);
-        }
-    }
-
-    /// The last non-null reason seen.
-    pub fn reason(&self) -> Option<&str> {
-        self.last.as_deref()
-    }
-}
-
-enum Value {
-    Reason(String),
-    Null,
-    Incomplete,
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The value after `"finish_reason"`: `: "reason"` or `: null`, with any spaces.
-fn value_after(rest: &[u8]) -> Value {
-    let mut i = 0;
-    let skip = |i: &mut usize| {
-        while rest.get(*i).is_some_and(|b| b.is_ascii_whitespace()) {
-            *i += 1;
-        }
-    };
-    skip(&mut i);
-    match rest.get(i) {
-        None => return Value::Incomplete,
-        Some(b':') => i += 1,
-        Some(_) => return Value::Null,
-    }
-    skip(&mut i);
-    match rest.get(i) {
-        None => Value::Incomplete,
-        Some(b'"') => {
-            let body = rest.get(i + 1..).unwrap_or_default();
-            match body.iter().take(64).position(|&b| b == b'"') {
-                Some(end) => Value::Reason(
-                    String::from_utf8_lossy(body.get(..end).unwrap_or_default()).into_owned(),
-                ),
-                None if body.len() < 64 => Value::Incomplete,
-                None => Value::Null,
-            }
-        }
-        Some(_) => Value::Null,
-    }
-}
 
 /// A routed request that used a hot prefix, its response being watched.
 #[derive(Debug)]
@@ -108,7 +24,7 @@ pub struct SuccessWatch {
     asked_max_tokens: bool,
     watching: bool,
     read: usize,
-    scanner: FinishScanner,
+    scanner: FieldScanner,
 }
 
 impl SuccessWatch {
@@ -119,7 +35,7 @@ impl SuccessWatch {
             asked_max_tokens,
             watching: true,
             read: 0,
-            scanner: FinishScanner::default(),
+            scanner: FieldScanner::new("finish_reason", Kind::Text),
         }
     }
 
@@ -156,7 +72,7 @@ impl SuccessWatch {
             return;
         }
         self.watching = false;
-        let success = match self.scanner.reason() {
+        let success = match self.scanner.last() {
             None => false,
             Some("length") => self.asked_max_tokens,
             Some(_) => true,
@@ -164,49 +80,5 @@ impl SuccessWatch {
         if success && !worker.tally.succeeded(&self.model, self.prefix) {
             host.count(Metric::TallyOverflow, 1);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reason_of(chunks: &[&str]) -> Option<String> {
-        let mut s = FinishScanner::default();
-        for c in chunks {
-            s.feed(c.as_bytes());
-        }
-        s.reason().map(str::to_string)
-    }
-
-    #[test]
-    fn the_last_non_null_reason_is_found_in_any_chunking() {
-        let json = r#"{"choices":[{"index":0,"text":"hi","finish_reason":"stop"}],"usage":{}}"#;
-        let sse =
-            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":null}]}\n\n\
-                   data: {\"choices\":[{\"delta\":{},\"finish_reason\" : \"length\"}]}\n\n\
-                   data: [DONE]\n\n";
-        for body in [json, sse] {
-            let want = reason_of(&[body]);
-            for size in 1..body.len() {
-                let chunks: Vec<&str> = body
-                    .as_bytes()
-                    .chunks(size)
-                    .map(|c| std::str::from_utf8(c).unwrap_or_default())
-                    .collect();
-                assert_eq!(reason_of(&chunks), want, "chunks of {size}");
-            }
-        }
-        assert_eq!(reason_of(&[json]).as_deref(), Some("stop"));
-        assert_eq!(reason_of(&[sse]).as_deref(), Some("length"));
-    }
-
-    #[test]
-    fn no_reason_or_only_nulls_is_none() {
-        assert_eq!(reason_of(&[r#"{"error":"x"}"#]), None);
-        assert_eq!(reason_of(&[r#"{"finish_reason":null}"#]), None);
-        assert_eq!(reason_of(&[r#"{"finish_reason":42}"#]), None);
-        let huge = format!(r#"{{"finish_reason":"{}"}}"#, "x".repeat(500));
-        assert_eq!(reason_of(&[&huge]), None, "not a reason an engine sends");
     }
 }

@@ -1,7 +1,7 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
 //! configuration, its shared-data keys, its signal and served-record queues, its copy of the
 //! routing table (in standalone mode, the one built from `direct_pods`), its tally and its
-//! embedding cache.
+//! embedding cache. Its queues: signals, served records and outcome records.
 
 use std::cell::RefCell;
 
@@ -12,7 +12,7 @@ use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
 use crate::routing::TableCache;
 use crate::shared::Keys;
-use crate::signal_queue::{ServedQueue, SignalQueue};
+use crate::signal_queue::{OutcomeQueue, ServedQueue, SignalQueue};
 use crate::tally::Tally;
 
 #[derive(Debug)]
@@ -22,6 +22,7 @@ pub struct Worker {
     pub keys: Keys,
     pub queue: SignalQueue,
     pub served: ServedQueue,
+    pub outcomes: OutcomeQueue,
     pub table: TableCache,
     pub tally: Tally,
     /// The embedding cache of this VM (`embedding_cache`; empty while off).
@@ -40,6 +41,7 @@ impl Worker {
             fingerprint: config.fingerprint(),
             queue: SignalQueue::new(&config, &keys),
             served: ServedQueue::served(&config, &keys),
+            outcomes: OutcomeQueue::outcomes(&config, &keys),
             keys,
             table,
             tally: Tally::default(),

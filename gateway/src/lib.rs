@@ -14,6 +14,7 @@
 //! - [`server`]: the `serve` lifecycle (bind, spawn, drain, final snapshot).
 
 pub mod api;
+pub mod attribution;
 pub mod config;
 pub mod dashboard;
 pub mod embeddings;

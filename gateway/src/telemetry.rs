@@ -19,9 +19,16 @@
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
+//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm` (outcome records since the start) |
+//! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
+//! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm` (5xx and 429 over requests) |
+//! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm` (cached over prompt tokens, of responses reporting both) |
+//! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `test` (welch / mann_whitney, against the first arm) |
+//! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
 
 use std::sync::atomic::AtomicU64;
 
+use crate::attribution::report::ExperimentReport;
 use prewarm_core::experiment::Experiment;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -52,6 +59,12 @@ pub struct Telemetry {
     pub auto_rollbacks: Family<Labels, Counter>,
     pub gold_pool_pods: Gauge,
     pub experiment_arm_weight: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_requests: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_ttfb: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_error_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_cached_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_p_value: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub outcomes: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -89,6 +102,12 @@ impl Telemetry {
             auto_rollbacks: Family::default(),
             gold_pool_pods: Gauge::default(),
             experiment_arm_weight: Family::default(),
+            experiment_requests: Family::default(),
+            experiment_ttfb: Family::default(),
+            experiment_error_ratio: Family::default(),
+            experiment_cached_ratio: Family::default(),
+            experiment_p_value: Family::default(),
+            outcomes: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -172,18 +191,86 @@ impl Telemetry {
             "The running experiment's arms' shares of the units",
             t.experiment_arm_weight.clone(),
         );
+        registry.register(
+            "prewarm_experiment_requests",
+            "Outcome records of each arm since the experiment started",
+            t.experiment_requests.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_ttfb_seconds",
+            "Time to first byte of each arm since the experiment started, by quantile",
+            t.experiment_ttfb.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_error_ratio",
+            "Share of each arm's requests answered 5xx or 429",
+            t.experiment_error_ratio.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_cached_token_ratio",
+            "Cached over prompt tokens of each arm's responses that report both",
+            t.experiment_cached_ratio.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_p_value",
+            "p-value of each arm against the first, by test",
+            t.experiment_p_value.clone(),
+        );
+        registry.register(
+            "prewarm_outcomes_ingested",
+            "Outcome records from filters by what became of them",
+            t.outcomes.clone(),
+        );
         Self { registry, ..t }
     }
 
-    /// Exports the arms of the running experiment (`None`: none runs), and only those.
-    pub fn set_experiment(&self, experiment: Option<&Experiment>) {
-        self.experiment_arm_weight.clear();
-        if let Some(e) = experiment {
-            for arm in &e.arms {
-                let pairs = [("experiment", e.id.as_str()), ("arm", arm.name.as_str())];
-                self.experiment_arm_weight
-                    .get_or_create(&labels(&pairs))
-                    .set(arm.weight);
+    /// Exports the arms of the running experiment and its report (`None`: none runs), and
+    /// only those.
+    pub fn set_experiment(&self, experiment: Option<(&Experiment, &ExperimentReport)>) {
+        let families = [
+            &self.experiment_arm_weight,
+            &self.experiment_requests,
+            &self.experiment_ttfb,
+            &self.experiment_error_ratio,
+            &self.experiment_cached_ratio,
+            &self.experiment_p_value,
+        ];
+        for f in families {
+            f.clear();
+        }
+        let Some((e, report)) = experiment else {
+            return;
+        };
+        let set = |family: &Family<Labels, Gauge<f64, AtomicU64>>, pairs: &[(&str, &str)], v| {
+            family.get_or_create(&labels(pairs)).set(v);
+        };
+        for (arm, summary) in e.arms.iter().zip(&report.arms) {
+            let pairs = [("experiment", e.id.as_str()), ("arm", arm.name.as_str())];
+            set(&self.experiment_arm_weight, &pairs, arm.weight);
+            set(&self.experiment_requests, &pairs, summary.requests as f64);
+            for (q, v) in [("0.5", summary.ttfb_p50_ms), ("0.95", summary.ttfb_p95_ms)] {
+                if let Some(ms) = v {
+                    let with_q = [pairs[0], pairs[1], ("quantile", q)];
+                    set(&self.experiment_ttfb, &with_q, ms / 1000.0);
+                }
+            }
+            if let Some(r) = summary.error_rate {
+                set(&self.experiment_error_ratio, &pairs, r);
+            }
+            if let Some(r) = summary.cached_token_ratio {
+                set(&self.experiment_cached_ratio, &pairs, r);
+            }
+        }
+        for c in &report.comparisons {
+            for (test, result) in [("welch", c.welch), ("mann_whitney", c.mann_whitney)] {
+                if let Some(r) = result {
+                    let pairs = [
+                        ("experiment", e.id.as_str()),
+                        ("arm", c.arm.as_str()),
+                        ("test", test),
+                    ];
+                    set(&self.experiment_p_value, &pairs, r.p);
+                }
             }
         }
     }

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input::json_body;
 use super::AppState;
-use crate::policy::fleet::{ExperimentError, RunningExperiment};
+use crate::policy::fleet::ExperimentError;
 
 impl From<ExperimentError> for ApiError {
     fn from(e: ExperimentError) -> Self {
@@ -43,12 +43,20 @@ pub async fn list(State(gateway): State<AppState>) -> Response {
     Json(json!({ "running": running })).into_response()
 }
 
-/// `GET /admin/experiments/{id}`.
+/// `GET /admin/experiments/{id}`: the experiment and its report.
 pub async fn detail(
     State(gateway): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(running(&gateway, &id)?).into_response())
+    let (running, report) = gateway
+        .experiment_report(&id, true)
+        .ok_or_else(|| ApiError::from(ExperimentError::NotRunning(id)))?;
+    Ok(Json(json!({
+        "definition": running.definition,
+        "started_ms": running.started_ms,
+        "report": report,
+    }))
+    .into_response())
 }
 
 /// `DELETE /admin/experiments/{id}`: ends it.
@@ -58,14 +66,4 @@ pub async fn end(
 ) -> Result<Response, ApiError> {
     let ended = gateway.end_experiment(&id).await?;
     Ok(Json(json!({ "ended": ended.definition.id })).into_response())
-}
-
-fn running(gateway: &AppState, id: &str) -> Result<RunningExperiment, ApiError> {
-    gateway
-        .state()
-        .fleet
-        .experiment()
-        .filter(|r| r.definition.id == id)
-        .cloned()
-        .ok_or_else(|| ExperimentError::NotRunning(id.to_string()).into())
 }

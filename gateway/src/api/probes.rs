@@ -23,6 +23,8 @@ pub async fn readyz(State(gateway): State<AppState>) -> Response {
 }
 
 pub async fn metrics(State(gateway): State<AppState>) -> Response {
+    // the running experiment's figures as of this scrape
+    gateway.export_experiment();
     (
         [(
             header::CONTENT_TYPE,

@@ -5,6 +5,7 @@
 use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
+use crate::attribution::report::{report, ExperimentReport};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
 
 impl Gateway {
@@ -40,10 +41,33 @@ impl Gateway {
         let _ = tokio::task::spawn_blocking(move || g.write_snapshot()).await;
     }
 
-    /// Exports the running experiment's arms as metrics.
+    /// The running experiment `id` and its report (with its hours when `with_hours`).
+    pub fn experiment_report(
+        &self,
+        id: &str,
+        with_hours: bool,
+    ) -> Option<(RunningExperiment, ExperimentReport)> {
+        let running = self
+            .state()
+            .fleet
+            .experiment()
+            .filter(|r| r.definition.id == id)
+            .cloned()?;
+        let now = self.now();
+        let ledger = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        let report = report(&ledger, &running, now, with_hours);
+        Some((running, report))
+    }
+
+    /// Exports the running experiment's arms and report as metrics.
     pub fn export_experiment(&self) {
-        let running = self.state().fleet.experiment().cloned();
+        let id = self
+            .state()
+            .fleet
+            .experiment()
+            .map(|r| r.definition.id.clone());
+        let current = id.and_then(|id| self.experiment_report(&id, false));
         self.telemetry
-            .set_experiment(running.as_ref().map(|r| &r.definition));
+            .set_experiment(current.as_ref().map(|(r, report)| (&r.definition, report)));
     }
 }

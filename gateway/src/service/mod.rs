@@ -31,6 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use crate::attribution::ledger::OutcomeLedger;
 use crate::config::GatewayConfig;
 use crate::embeddings::search::PromptSearch;
 use crate::engine::{HttpPod, RetryPolicy};
@@ -86,6 +87,8 @@ pub struct Gateway {
     me: Weak<Gateway>,
     /// The pool's prompt embeddings and index (`embeddings.model_dir` set), else `None`.
     pub embeddings: Option<Arc<PromptSearch>>,
+    /// The filters' outcome records, for experiments (its own lock: off the fleet's).
+    pub outcomes: Mutex<OutcomeLedger>,
 }
 
 impl Gateway {
@@ -111,6 +114,7 @@ impl Gateway {
                 pods: BTreeMap::new(),
             }),
             table: RwLock::new(Arc::new(PublishedTable::empty())),
+            outcomes: Mutex::new(OutcomeLedger::default()),
             ready: AtomicBool::new(false),
             client,
             shutdown,

@@ -1,7 +1,7 @@
 //! Ingesting a filter's [`SignalBatch`] into the fleet core (which applies it: served records,
 //! pool, warm sets, pins) and executing the adapter calls its pins need, in the background.
 
-use prewarm_core::wire::SignalBatch;
+use prewarm_core::wire::{OutcomeRecord, SignalBatch};
 use serde::Serialize;
 
 use super::Gateway;
@@ -28,7 +28,8 @@ impl Gateway {
     }
 
     /// Applies `batch`; returns what was accepted and the actions it needs.
-    pub fn apply_signals(&self, batch: SignalBatch) -> (SignalsAccepted, Vec<Action>) {
+    pub fn apply_signals(&self, mut batch: SignalBatch) -> (SignalsAccepted, Vec<Action>) {
+        self.ingest_outcomes(&std::mem::take(&mut batch.outcomes), batch.outcomes_dropped);
         let dropped = batch.dropped;
         let source_len = batch.signals.len();
         let (served, served_dropped) = (batch.served.len(), batch.served_dropped);
@@ -61,5 +62,20 @@ impl Gateway {
             reasons: report.reasons.iter().map(|r| r.to_string()).collect(),
         };
         (accepted, actions)
+    }
+
+    /// Adds a batch's outcome records to the ledger, counted by what became of them.
+    fn ingest_outcomes(&self, records: &[OutcomeRecord], dropped_by_filter: u64) {
+        let now = self.now();
+        let got = self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ingest(records, now);
+        let t = &self.telemetry.outcomes;
+        Telemetry::add(t, &[("kind", "accepted")], got.accepted);
+        Telemetry::add(t, &[("kind", "rejected")], got.rejected);
+        Telemetry::add(t, &[("kind", "dropped")], got.dropped);
+        Telemetry::add(t, &[("kind", "dropped_by_filter")], dropped_by_filter);
     }
 }

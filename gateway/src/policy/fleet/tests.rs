@@ -81,6 +81,8 @@ fn batch(signals: Vec<Signal>) -> SignalBatch {
         signals,
         served: Vec::new(),
         served_dropped: 0,
+        outcomes: Vec::new(),
+        outcomes_dropped: 0,
     }
 }
 

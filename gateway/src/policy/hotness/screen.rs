@@ -161,6 +161,8 @@ mod tests {
             dropped: 0,
             served: Vec::new(),
             served_dropped: 0,
+            outcomes: Vec::new(),
+            outcomes_dropped: 0,
             signals: vec![
                 Signal::Prefill(prefill("m", &text, good.clone())),
                 Signal::Prefill(prefill(&long, &text, good.clone())),

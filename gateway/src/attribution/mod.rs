@@ -1,0 +1,7 @@
+//! Attribution of experiments: the filters' outcome records (`OutcomeRecord`, one per request,
+//! measured at the proxy) summed in an [`ledger::OutcomeLedger`], and the per-arm report with
+//! its significance tests ([`report`], [`stats`]). See docs/experiments.md#outcomes.
+
+pub mod ledger;
+pub mod report;
+pub mod stats;

@@ -1,0 +1,260 @@
+//! An experiment's report: per arm (all of its time, and hour by hour) the requests, time to
+//! first byte p50/p95/mean, error rate and cached-token ratio; each arm against the first (the
+//! reference): the difference of mean time to first byte, Welch's t and Mann-Whitney U with
+//! their p-values, and the change of each against the period before the experiment.
+//!
+//! An arm differs *significantly* when both tests give p < [`SIGNIFICANCE`]: Welch's on the
+//! means, which a long tail moves, and Mann-Whitney's on the whole distribution, which it does
+//! not; requiring both keeps one heavy-tailed hour from deciding. Before the experiment the
+//! records carry no arm, so both arms' baseline is the same population and the
+//! difference-in-differences against it equals the difference of the arms; the report gives
+//! each arm's change against it so a shift of the whole fleet (a new model, a traffic change)
+//! shows as a change of both rather than of one.
+
+use serde::Serialize;
+
+use super::ledger::{Bucket, OutcomeLedger, HOUR_MS};
+use super::stats::{mann_whitney, quantile, welch, Test};
+use crate::policy::fleet::RunningExperiment;
+
+/// The p-value below which an arm differs significantly.
+pub const SIGNIFICANCE: f64 = 0.01;
+/// How far back the period before the experiment reaches, ms.
+pub const BEFORE_MS: u64 = 24 * HOUR_MS;
+
+/// One arm's outcomes over a period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmSummary {
+    pub arm: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub error_rate: Option<f64>,
+    pub ttfb_p50_ms: Option<f64>,
+    pub ttfb_p95_ms: Option<f64>,
+    pub ttfb_mean_ms: Option<f64>,
+    /// Cached over prompt tokens of the responses that reported both (`with_usage` of them).
+    pub cached_token_ratio: Option<f64>,
+    pub with_usage: u64,
+}
+
+impl ArmSummary {
+    fn of(arm: &str, b: &Bucket) -> Self {
+        let mut sorted = b.sample.clone();
+        sorted.sort_by(f64::total_cmp);
+        let ratio = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
+        Self {
+            arm: arm.to_string(),
+            requests: b.requests,
+            errors: b.errors,
+            error_rate: ratio(b.errors, b.requests),
+            ttfb_p50_ms: quantile(&sorted, 0.5),
+            ttfb_p95_ms: quantile(&sorted, 0.95),
+            ttfb_mean_ms: (b.ttfb.n > 0).then_some(b.ttfb.mean),
+            cached_token_ratio: ratio(b.cached_tokens, b.prompt_tokens),
+            with_usage: b.with_usage,
+        }
+    }
+}
+
+/// A test's result in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TestResult {
+    pub statistic: f64,
+    pub p: f64,
+}
+
+impl From<Test> for TestResult {
+    fn from(t: Test) -> Self {
+        Self {
+            statistic: t.statistic,
+            p: t.p,
+        }
+    }
+}
+
+/// An arm against the reference arm.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub arm: String,
+    pub reference: String,
+    /// The arm's mean time to first byte minus the reference's, ms.
+    pub ttfb_mean_diff_ms: Option<f64>,
+    /// The arm's and the reference's mean minus the period before the experiment's, ms.
+    pub arm_vs_before_ms: Option<f64>,
+    pub reference_vs_before_ms: Option<f64>,
+    pub welch: Option<TestResult>,
+    pub mann_whitney: Option<TestResult>,
+    /// Both tests below [`SIGNIFICANCE`].
+    pub significant: bool,
+    /// Significant, and the arm's time to first byte is the shorter.
+    pub better: bool,
+    /// Significant, and the arm's time to first byte is the longer.
+    pub worse: bool,
+}
+
+/// One hour's arms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HourReport {
+    pub hour_ms: u64,
+    pub arms: Vec<ArmSummary>,
+}
+
+/// The whole report of `GET /admin/experiments/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExperimentReport {
+    pub generated_ms: u64,
+    pub significance: f64,
+    /// Records without an arm in the [`BEFORE_MS`] before the start.
+    pub before: ArmSummary,
+    /// Each arm since the start.
+    pub arms: Vec<ArmSummary>,
+    pub comparisons: Vec<Comparison>,
+    pub hours: Vec<HourReport>,
+}
+
+/// The label of an arm's records.
+pub fn label(experiment: &RunningExperiment, arm: &str) -> String {
+    format!("{}/{arm}", experiment.definition.id)
+}
+
+/// The report of `experiment` from `ledger` at `now_ms`, with its hours when `with_hours`.
+pub fn report(
+    ledger: &OutcomeLedger,
+    experiment: &RunningExperiment,
+    now_ms: u64,
+    with_hours: bool,
+) -> ExperimentReport {
+    let start = experiment.started_ms;
+    let end = now_ms.saturating_add(1);
+    let labels: Vec<(String, String)> = experiment
+        .definition
+        .arms
+        .iter()
+        .map(|a| (a.name.clone(), label(experiment, &a.name)))
+        .collect();
+    let before = ledger.total("", start.saturating_sub(BEFORE_MS), start);
+    let totals: Vec<Bucket> = labels
+        .iter()
+        .map(|(_, l)| ledger.total(l, start, end))
+        .collect();
+    let mean = |b: &Bucket| (b.ttfb.n > 0).then_some(b.ttfb.mean);
+    let mut comparisons = Vec::new();
+    if let (Some((reference, _)), Some(ref_total)) = (labels.first(), totals.first()) {
+        for ((name, _), total) in labels.iter().zip(&totals).skip(1) {
+            let w = welch(&total.ttfb, &ref_total.ttfb);
+            let m = mann_whitney(&total.sample, &ref_total.sample);
+            let significant =
+                w.is_some_and(|t| t.p < SIGNIFICANCE) && m.is_some_and(|t| t.p < SIGNIFICANCE);
+            let diff = mean(total).zip(mean(ref_total)).map(|(a, r)| a - r);
+            comparisons.push(Comparison {
+                arm: name.clone(),
+                reference: reference.clone(),
+                ttfb_mean_diff_ms: diff,
+                arm_vs_before_ms: mean(total).zip(mean(&before)).map(|(a, b)| a - b),
+                reference_vs_before_ms: mean(ref_total).zip(mean(&before)).map(|(r, b)| r - b),
+                welch: w.map(TestResult::from),
+                mann_whitney: m.map(TestResult::from),
+                significant,
+                better: significant && diff.is_some_and(|d| d < 0.0),
+                worse: significant && diff.is_some_and(|d| d > 0.0),
+            });
+        }
+    }
+    let mut hours = Vec::new();
+    let mut hour = start / HOUR_MS * HOUR_MS;
+    while with_hours && hour < end {
+        let arms = labels
+            .iter()
+            .map(|(name, l)| ArmSummary::of(name, &ledger.total(l, hour, hour + HOUR_MS)))
+            .collect();
+        hours.push(HourReport {
+            hour_ms: hour,
+            arms,
+        });
+        hour += HOUR_MS;
+    }
+    ExperimentReport {
+        generated_ms: now_ms,
+        significance: SIGNIFICANCE,
+        before: ArmSummary::of("before", &before),
+        arms: labels
+            .iter()
+            .zip(&totals)
+            .map(|((name, _), b)| ArmSummary::of(name, b))
+            .collect(),
+        comparisons,
+        hours,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prewarm_core::wire::OutcomeRecord;
+
+    fn running() -> RunningExperiment {
+        let definition = serde_json::from_value(serde_json::json!({"id": "e", "arms": [
+            {"name": "warm", "weight": 0.5}, {"name": "cold", "weight": 0.5}]}))
+        .unwrap();
+        RunningExperiment {
+            definition,
+            started_ms: 10 * HOUR_MS,
+        }
+    }
+
+    fn records(arm: Option<&str>, at_ms: u64, base: u64, n: u64) -> Vec<OutcomeRecord> {
+        (0..n)
+            .map(|i| OutcomeRecord {
+                arm: arm.map(str::to_string),
+                pod: None,
+                at_ms: at_ms + i,
+                ttfb_ms: base + (i * 37) % 100,
+                status: if i % 50 == 0 { 503 } else { 200 },
+                stream: true,
+                prompt_tokens: Some(1000),
+                cached_tokens: Some(if base < 200 { 800 } else { 100 }),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_slower_arm_is_significantly_worse_and_an_equal_one_is_not() {
+        let e = running();
+        let mut ledger = OutcomeLedger::default();
+        let now = e.started_ms + 2 * HOUR_MS;
+        ledger.ingest(&records(None, e.started_ms - HOUR_MS, 150, 400), now);
+        ledger.ingest(&records(Some("e/warm"), e.started_ms + 10, 100, 400), now);
+        ledger.ingest(
+            &records(Some("e/cold"), e.started_ms + HOUR_MS, 300, 400),
+            now,
+        );
+        let r = report(&ledger, &e, now, true);
+        assert_eq!(r.arms[0].requests, 400);
+        assert_eq!(r.arms[0].error_rate, Some(8.0 / 400.0));
+        assert_eq!(r.arms[0].cached_token_ratio, Some(0.8));
+        assert_eq!(r.before.requests, 400);
+        let c = &r.comparisons[0];
+        assert_eq!((c.arm.as_str(), c.reference.as_str()), ("cold", "warm"));
+        assert!(c.significant && c.worse && !c.better, "{c:?}");
+        assert!((c.ttfb_mean_diff_ms.unwrap() - 200.0).abs() < 1e-9);
+        assert!((c.arm_vs_before_ms.unwrap() - 150.0).abs() < 1e-9);
+        assert_eq!(r.hours.len(), 3, "the start's hour, the next, and now's");
+        assert_eq!(r.hours[0].arms[0].requests, 400);
+        assert_eq!(r.hours[1].arms[1].requests, 400);
+
+        let mut same = OutcomeLedger::default();
+        same.ingest(&records(Some("e/warm"), e.started_ms, 100, 400), now);
+        same.ingest(&records(Some("e/cold"), e.started_ms, 100, 400), now);
+        let c = &report(&same, &e, now, false).comparisons[0];
+        assert!(!c.significant && !c.worse && !c.better, "{c:?}");
+    }
+
+    #[test]
+    fn an_arm_without_outcomes_reports_nothing_rather_than_zeros() {
+        let e = running();
+        let r = report(&OutcomeLedger::default(), &e, e.started_ms + 5, false);
+        assert_eq!(r.arms[1].ttfb_p95_ms, None);
+        assert_eq!(r.arms[1].error_rate, None);
+        assert!(r.comparisons[0].welch.is_none() && !r.comparisons[0].significant);
+    }
+}

@@ -1,0 +1,202 @@
+//! The statistics of attribution: exact moments of a sample (Welford's update, mergeable),
+//! Welch's t-test on two means (unequal variances), the Mann-Whitney U test on two samples
+//! (normal approximation with tie and continuity corrections: the samples here are hundreds to
+//! hundreds of thousands of requests) and sample quantiles. Distributions' CDFs are `statrs`'.
+
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// Count, mean and sum of squared deviations of a sample, updated one value at a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Moments {
+    pub n: u64,
+    pub mean: f64,
+    /// Sum of squared deviations from the mean.
+    m2: f64,
+}
+
+impl Moments {
+    pub fn push(&mut self, x: f64) {
+        self.n += 1;
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+    }
+
+    /// The moments of both samples together (Chan et al.'s parallel update).
+    pub fn merge(&mut self, other: &Moments) {
+        if other.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *other;
+            return;
+        }
+        let n = self.n + other.n;
+        let d = other.mean - self.mean;
+        self.mean += d * other.n as f64 / n as f64;
+        self.m2 += other.m2 + d * d * (self.n as f64 * other.n as f64) / n as f64;
+        self.n = n;
+    }
+
+    /// The unbiased sample variance (`None` below two values).
+    pub fn variance(&self) -> Option<f64> {
+        (self.n >= 2).then(|| self.m2 / (self.n - 1) as f64)
+    }
+}
+
+/// A two-sided test's statistic and p-value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Test {
+    pub statistic: f64,
+    pub p: f64,
+}
+
+/// Welch's t-test of `a`'s mean against `b`'s: `t = (ā − b̄) / √(s²ₐ/nₐ + s²ᵦ/nᵦ)` with the
+/// Welch–Satterthwaite degrees of freedom. `None` below two values a side, or when both
+/// samples are constant (no spread to test against).
+pub fn welch(a: &Moments, b: &Moments) -> Option<Test> {
+    let (va, vb) = (a.variance()?, b.variance()?);
+    let (sa, sb) = (va / a.n as f64, vb / b.n as f64);
+    let se2 = sa + sb;
+    if !(se2 > 0.0 && se2.is_finite()) {
+        return None;
+    }
+    let t = (a.mean - b.mean) / se2.sqrt();
+    let df = se2 * se2 / (sa * sa / (a.n - 1) as f64 + sb * sb / (b.n - 1) as f64);
+    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
+    Some(Test {
+        statistic: t,
+        p: (2.0 * (1.0 - dist.cdf(t.abs()))).clamp(0.0, 1.0),
+    })
+}
+
+/// The Mann-Whitney U test of `a` against `b`: `U` of `a` (the number of pairs in which `a`'s
+/// value is the larger, ties counting half), `z` from its normal approximation with the tie
+/// correction of the variance and a continuity correction of ½. `None` when a side is empty or
+/// every value is equal.
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> Option<Test> {
+    let (n1, n2) = (a.len() as f64, b.len() as f64);
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let mut all: Vec<(f64, bool)> = a
+        .iter()
+        .map(|x| (*x, true))
+        .chain(b.iter().map(|x| (*x, false)))
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len() as f64;
+    let (mut rank_sum_a, mut ties) = (0.0, 0.0);
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        while all.get(j + 1).is_some_and(|next| next.0 == all[i].0) {
+            j += 1;
+        }
+        // ranks i+1 ..= j+1 share their mean
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        let group = all.get(i..=j).unwrap_or_default();
+        rank_sum_a += rank * group.iter().filter(|v| v.1).count() as f64;
+        let t = group.len() as f64;
+        ties += t * t * t - t;
+        i = j + 1;
+    }
+    let u = rank_sum_a - n1 * (n1 + 1.0) / 2.0;
+    let mean = n1 * n2 / 2.0;
+    let var = n1 * n2 / 12.0 * ((n + 1.0) - ties / (n * (n - 1.0)));
+    if !(var > 0.0 && var.is_finite()) {
+        return None;
+    }
+    let diff = u - mean;
+    let corrected = (diff.abs() - 0.5).max(0.0);
+    let z = corrected / var.sqrt();
+    let normal = Normal::new(0.0, 1.0).ok()?;
+    Some(Test {
+        statistic: u,
+        p: (2.0 * (1.0 - normal.cdf(z))).clamp(0.0, 1.0),
+    })
+}
+
+/// The `q` quantile of `sorted` (ascending) by the nearest rank; `None` when empty.
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1).min(sorted.len() - 1))
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moments(xs: &[f64]) -> Moments {
+        let mut m = Moments::default();
+        for x in xs {
+            m.push(*x);
+        }
+        m
+    }
+
+    #[test]
+    fn moments_are_exact_and_merge_like_one_sample() {
+        let m = moments(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!((m.n, m.mean), (8, 5.0));
+        assert!((m.variance().unwrap() - 32.0 / 7.0).abs() < 1e-12);
+        let mut left = moments(&[2.0, 4.0, 4.0]);
+        left.merge(&moments(&[4.0, 5.0, 5.0, 7.0, 9.0]));
+        assert_eq!(left.n, 8);
+        assert!((left.mean - 5.0).abs() < 1e-12);
+        assert!((left.variance().unwrap() - 32.0 / 7.0).abs() < 1e-12);
+        assert_eq!(moments(&[1.0]).variance(), None);
+    }
+
+    /// With two values a side and equal variances Welch's df is 2, whose t CDF has a closed
+    /// form: p = 1 − |t| / √(2 + t²).
+    #[test]
+    fn welch_matches_the_closed_form_at_two_degrees_of_freedom() {
+        let test = welch(&moments(&[0.0, 2.0]), &moments(&[1.0, 3.0])).unwrap();
+        let t: f64 = -1.0 / 2f64.sqrt();
+        assert!((test.statistic - t).abs() < 1e-12);
+        let p = 1.0 - t.abs() / (2.0 + t * t).sqrt();
+        assert!((test.p - p).abs() < 1e-9, "{} vs {p}", test.p);
+    }
+
+    #[test]
+    fn welch_finds_a_shift_of_large_samples_and_not_an_equal_one() {
+        let a: Vec<f64> = (0..2000).map(|i| (i % 100) as f64).collect();
+        let shifted: Vec<f64> = a.iter().map(|x| x + 5.0).collect();
+        assert!(welch(&moments(&shifted), &moments(&a)).unwrap().p < 1e-6);
+        let same = welch(&moments(&a), &moments(&a)).unwrap();
+        assert_eq!((same.statistic, same.p), (0.0, 1.0));
+        assert_eq!(welch(&moments(&[1.0, 1.0]), &moments(&[1.0, 1.0])), None);
+    }
+
+    /// x = 1, 2, 3 against 4, 5, 6: U = 0, z = (4.5 − ½) / √5.25, p = 0.0809 (the asymptotic
+    /// p-value with continuity correction, as SciPy's `mannwhitneyu` gives it).
+    #[test]
+    fn mann_whitney_matches_the_textbook_case_and_handles_ties() {
+        let test = mann_whitney(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]).unwrap();
+        assert_eq!(test.statistic, 0.0);
+        assert!((test.p - 0.080_855_6).abs() < 1e-6, "{}", test.p);
+        let reversed = mann_whitney(&[4.0, 5.0, 6.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(reversed.statistic, 9.0);
+        assert!((reversed.p - test.p).abs() < 1e-12, "two-sided");
+        let tied = mann_whitney(&[1.0, 2.0, 2.0], &[2.0, 3.0]).unwrap();
+        assert_eq!(tied.statistic, 1.0, "a tie counts half");
+        assert_eq!(mann_whitney(&[1.0], &[1.0]), None, "no spread");
+        assert_eq!(mann_whitney(&[], &[1.0]), None);
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&xs, 0.5), Some(50.0));
+        assert_eq!(quantile(&xs, 0.95), Some(95.0));
+        assert_eq!(quantile(&xs, 0.0), Some(1.0));
+        assert_eq!(quantile(&xs, 1.0), Some(100.0));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}
