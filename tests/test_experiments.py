@@ -62,9 +62,24 @@ def test_the_experiment_api_names_bad_fields_runs_one_at_a_time_and_survives_a_r
         assert requests.post(f"{gw.url}/admin/experiments", json=experiment("g"), headers=read_only,
                              timeout=30).status_code == 401
 
+        # outcome records reach the report; impossible ones are dropped and counted
+        at = detail["started_ms"] + 1
+        outcomes = [{"arm": "e/prefix", "at_ms": at, "ttfb_ms": 40, "status": 200, "stream": False},
+                    {"arm": "e/prefix", "at_ms": at, "ttfb_ms": 60, "status": 503, "stream": True},
+                    {"arm": "e/other", "at_ms": at, "ttfb_ms": 5, "status": 42, "stream": False},
+                    {"arm": "e/other", "at_ms": at, "ttfb_ms": 5, "status": 200, "stream": False,
+                     "prompt_tokens": 10, "cached_tokens": 11}]
+        r = gw.signals({"version": "1.0", "signals": [], "outcomes": outcomes, "outcomes_dropped": 3})
+        assert r.status_code == 202, r.text
+        arms = gw.get("/admin/experiments/e").json()["report"]["arms"]
+        assert [(a["requests"], a["errors"]) for a in arms] == [(2, 1), (0, 0)], arms
+        assert metric(gw, 'prewarm_outcomes_ingested_total{kind="rejected"}') == 2
+        assert metric(gw, 'prewarm_outcomes_ingested_total{kind="dropped_by_filter"}') == 3
+
         gw.proc.signal(signal.SIGTERM)
         wait_until(lambda: not gw.proc.alive(), timeout=20, what="gateway exit")
         gw = start_gateway(tmp_path, config, name="gw-2")
+        assert gw.get("/admin/experiments/e").json()["report"]["arms"] == arms, "the evidence is kept"
         kept = gw.get("/admin/experiments/e").json()
         assert (kept["definition"], kept["started_ms"]) == (detail["definition"], detail["started_ms"])
         assert gw.get("/v1/routing").json()["experiment"] == detail["definition"]

@@ -2,11 +2,14 @@
 //! (`<experiment>/<arm>`, or none outside an experiment). Each bucket keeps exact counts and
 //! moments and a bounded uniform sample of the times to first byte (reservoir sampling,
 //! [`SAMPLE_CAP`] values), which the quantiles and the Mann-Whitney test read. Memory is bounded:
-//! [`HOURS_KEPT`] hours × [`MAX_LABELS`] labels × the sample.
+//! [`HOURS_KEPT`] hours × [`MAX_LABELS`] labels × the sample. The ledger goes into the
+//! snapshot, so a restart keeps an experiment's evidence; a restored one is cut to the same
+//! bounds ([`OutcomeLedger::bounded`]).
 
 use std::collections::BTreeMap;
 
 use prewarm_core::wire::OutcomeRecord;
+use serde::{Deserialize, Serialize};
 
 use super::stats::Moments;
 
@@ -26,7 +29,7 @@ pub fn is_error(status: u16) -> bool {
 }
 
 /// The outcomes of one label in one hour.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {
     pub requests: u64,
     pub errors: u64,
@@ -39,6 +42,7 @@ pub struct Bucket {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
     /// The reservoir's generator state.
+    #[serde(skip)]
     rng: u64,
 }
 
@@ -100,7 +104,7 @@ pub struct Ingested {
 }
 
 /// Buckets by hour start and label (`""` for no arm).
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeLedger {
     hours: BTreeMap<u64, BTreeMap<String, Bucket>>,
 }
@@ -138,6 +142,22 @@ impl OutcomeLedger {
             self.hours.pop_first();
         }
         done
+    }
+
+    /// The ledger within its bounds at `now_ms` (a restored snapshot's): hours kept, labels an
+    /// hour, sample size.
+    pub fn bounded(mut self, now_ms: u64) -> Self {
+        let oldest = (now_ms / HOUR_MS).saturating_sub(HOURS_KEPT - 1) * HOUR_MS;
+        self.hours.retain(|hour, _| *hour >= oldest);
+        for labels in self.hours.values_mut() {
+            while labels.len() > MAX_LABELS {
+                labels.pop_last();
+            }
+            for bucket in labels.values_mut() {
+                bucket.sample.truncate(SAMPLE_CAP);
+            }
+        }
+        self
     }
 
     /// The buckets of `label` from `from_ms` (inclusive) to `to_ms` (exclusive), hour by
@@ -259,5 +279,32 @@ mod tests {
             "{mean} vs {}",
             b.ttfb.mean
         );
+    }
+
+    #[test]
+    fn a_ledger_survives_its_json_and_a_restored_one_is_cut_to_the_bounds() {
+        let mut l = OutcomeLedger::default();
+        let now = 200 * HOUR_MS;
+        l.ingest(&[record(Some("e/a"), now - 5, 70, 200)], now);
+        let json = serde_json::to_string(&l).unwrap();
+        let back: OutcomeLedger = serde_json::from_str(&json).unwrap();
+        let b = back.total("e/a", 0, now + 1);
+        assert_eq!(
+            (b.requests, b.ttfb.mean, b.sample.clone()),
+            (1, 70.0, vec![70.0])
+        );
+
+        let mut big = back.clone();
+        let hour = 199 * HOUR_MS;
+        let labels = big.hours.get_mut(&hour).unwrap();
+        labels.get_mut("e/a").unwrap().sample = vec![1.0; SAMPLE_CAP * 2];
+        for i in 0..MAX_LABELS * 2 {
+            labels.insert(format!("z{i}"), Bucket::default());
+        }
+        big.hours.insert(HOUR_MS, BTreeMap::new());
+        let cut = big.bounded(now);
+        assert_eq!(cut.hours.len(), 1);
+        assert_eq!(cut.hours[&hour].len(), MAX_LABELS);
+        assert_eq!(cut.total("e/a", 0, now + 1).sample.len(), SAMPLE_CAP);
     }
 }

@@ -3,10 +3,11 @@
 //! (normal approximation with tie and continuity corrections: the samples here are hundreds to
 //! hundreds of thousands of requests) and sample quantiles. Distributions' CDFs are `statrs`'.
 
+use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// Count, mean and sum of squared deviations of a sample, updated one value at a time.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Moments {
     pub n: u64,
     pub mean: f64,

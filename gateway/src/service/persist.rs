@@ -73,6 +73,8 @@ impl Gateway {
             *fleet.registry_mut() = snapshot.registry;
             fleet.resume_generations(snapshot.table_generation);
             experiment = snapshot.experiment;
+            *self.outcomes.lock().unwrap_or_else(|p| p.into_inner()) =
+                snapshot.outcomes.bounded(self.now());
         }
         self.restore_experiment(experiment);
         tracing::info!(generation = ?restored.generation, prompts = restored.prompts, adapters = restored.adapters, "snapshot loaded");
@@ -91,6 +93,11 @@ impl Gateway {
             registry: state.fleet.registry().clone(),
             table_generation: state.fleet.table().generation,
             experiment: state.fleet.experiment().cloned(),
+            outcomes: self
+                .outcomes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 

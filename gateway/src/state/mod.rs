@@ -1,11 +1,12 @@
 //! What survives a restart: the prompt pool (dynamic prefixes and operator templates), the adapter
-//! registry (with pins), the running experiment, and the routing table's last generation (so filters never see it go
-//! backwards). Written atomically with the previous generation kept ([`snapshot_file`]).
+//! registry (with pins), the running experiment and its outcome ledger, and the routing table's
+//! last generation (so filters never see it go backwards). Written atomically with the previous generation kept ([`snapshot_file`]).
 
 pub mod snapshot_file;
 
 use serde::{Deserialize, Serialize};
 
+use crate::attribution::ledger::OutcomeLedger;
 use crate::policy::fleet::RunningExperiment;
 use crate::policy::hotness::{PromptRecord, SharedRecord};
 use crate::registry::AdapterRegistry;
@@ -22,6 +23,9 @@ pub struct Snapshot {
     /// The experiment running when it was written.
     #[serde(default)]
     pub experiment: Option<RunningExperiment>,
+    /// The filters' outcome records, summed (experiments' evidence).
+    #[serde(default)]
+    pub outcomes: OutcomeLedger,
 }
 
 /// A snapshot as it is written: the same JSON as [`Snapshot`], its prompts sharing their texts
@@ -33,4 +37,5 @@ pub struct SnapshotToWrite {
     pub registry: AdapterRegistry,
     pub table_generation: u64,
     pub experiment: Option<RunningExperiment>,
+    pub outcomes: OutcomeLedger,
 }
