@@ -4,6 +4,7 @@ never chosen by the client's own header, each routed with its arm's settings."""
 from __future__ import annotations
 
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
@@ -189,5 +190,56 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
               f"{off['ttfb_p50_ms']} ms, p95 {prefix['ttfb_p95_ms']} vs {off['ttfb_p95_ms']} ms, cached "
               f"{prefix['cached_token_ratio']:.2f} vs {off['cached_token_ratio']:.2f}, welch p "
               f"{c['welch']['p']:.2e}, mann-whitney p {c['mann_whitney']['p']:.2e}")
+    finally:
+        stack.close()
+
+
+def test_a_grey_release_that_is_worse_is_rolled_back_by_itself(tmp_path):
+    """A release whose first arm leaves routing to Envoy's balancer (so a conversation's turns
+    miss the cache on the pods it did not start on) starts at 50 % and must be rolled back to 0
+    on time to first byte, with an event, a metric and the reason; the time from the harm
+    starting (its first request) to the rollback is reported."""
+    spec = StackSpec(pods=3, podsim_flags=["--time-scale", "1", "--prefill-overhead-ms", "2",
+                                           "--per-token-us", "150"])
+    stack = Stack(tmp_path, spec).start()
+    try:
+        body = {"id": "gr", "release": {"steps": [0.5], "step_seconds": 3600, "min_requests": 20},
+                "arms": [{"name": "candidate", "weight": 0.5, "settings": {"routing": "off"}},
+                         {"name": "control", "weight": 0.5}]}
+        r = stack.gateway.admin("POST", "/admin/experiments", json=body)
+        assert r.status_code == 201, r.text
+        assert [a["weight"] for a in r.json()["definition"]["arms"]] == [0.5, 0.5]
+        stack.wait_envoy_routes(*[p.address for p in stack.pods])
+
+        def rolled_back():
+            return stack.gateway.get("/admin/experiments/gr").json()["release"].get("rolled_back")
+
+        def conversation(u: int) -> int:
+            sent = 0
+            for k in range(3):
+                if k == 0 and rolled_back():
+                    break
+                status, _, _ = stack.post("/v1/completions", {"model": BASE_MODEL, "max_tokens": 1,
+                                                              "prompt": question(2000 + u, k)},
+                                          user=f"user-{u}")
+                assert status == 200
+                sent += 1
+            return sent
+
+        harm_started = time.time() * 1000
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            sent = sum(pool.map(conversation, range(200)))
+        rollback = wait_until(rolled_back, 30, what="the release rolled back")
+        detail = stack.gateway.get("/admin/experiments/gr").json()
+        assert rollback["reason"] == "ttfb", rollback
+        assert [a["weight"] for a in detail["definition"]["arms"]] == [0.0, 1.0]
+        assert stack.gateway.get("/v1/routing").json()["experiment"]["arms"][0]["weight"] == 0.0
+        assert detail["events"][-1]["event"].startswith("rolled back (ttfb): arm control is faster")
+        assert metric(stack.gateway, 'prewarm_experiment_rollbacks_total{experiment="gr",arm="candidate",'
+                                     'reason="ttfb"}') == 1
+        assert metric(stack.gateway, 'prewarm_experiment_release_step{experiment="gr"}') == -1
+        arms = {a["arm"]: a["requests"] for a in detail["report"]["arms"]}
+        print(f"\nrolled back {rollback['at_ms'] - harm_started:.0f} ms after the harm started, "
+              f"after {sum(arms.values())} requests ({arms}); {sent} sent in all: {rollback['detail']}")
     finally:
         stack.close()

@@ -136,7 +136,7 @@ def test_every_shipped_manifest_validates():
     assert out.returncode == 0, out.stdout + out.stderr
     kinds = re.findall(r"^ok  \S+.*?: (\w+) ", out.stdout, re.MULTILINE)
     for kind in ["EnvoyFilter", "WasmPlugin", "AuthorizationPolicy", "DestinationRule", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget",
-                 "PersistentVolumeClaim", "Namespace", "ServiceAccount"]:
+                 "PersistentVolumeClaim", "Namespace", "ServiceAccount", "PrometheusRule"]:
         assert kind in kinds, f"{kind} not validated: {out.stdout}"
     assert "BAD" not in out.stdout
 
@@ -176,6 +176,10 @@ def _break(doc: dict, path: str, value):
         ("k8s/deployment.yaml", "spec.replicas", "one", "integer"),
         ("k8s/deployment.yaml", "spec.selector", None, "selector"),
         ("k8s/service.yaml", "spec.ports.0.port", "http", "integer"),
+        ("k8s/monitoring/prometheusrule.yaml", "spec.groups.0.rules.0.for", "5 minutes", "does not match"),
+        ("k8s/monitoring/prometheusrule.yaml", "spec.groups.0.rules.0.expr", None, "'expr' is a required"),
+        ("k8s/monitoring/prometheusrule.yaml", "spec.groups.0.rules.0.severity", "x", "severity"),
+        ("k8s/monitoring/prometheusrule.yaml", "spec.groups.0.rules.0.record", "r", "valid under each of"),
     ],
 )
 def test_the_validator_refuses_broken_manifests(schemas, path, key, value, expected):
@@ -197,6 +201,22 @@ def test_the_validator_cli_exits_1_on_a_broken_file(tmp_path):
     assert "spec.phase: 'LAST' is not one of" in out.stdout
 
 
+def test_the_alerts_use_only_metrics_the_gateway_exports():
+    """Every `prewarm_*` series an alert reads is in the gateway's metric table
+    (gateway/src/telemetry.rs), counters with their `_total`."""
+    table = (REPO / "gateway" / "src" / "telemetry.rs").read_text()
+    exported = set()
+    for name, kind in re.findall(r"^//! \| `(prewarm_\w+?)(?:_total)?` \| (\w+) \|", table, re.MULTILINE):
+        exported.add(name + "_total" if kind == "counter" else name)
+        if kind == "histogram":
+            exported |= {name + "_bucket", name + "_sum", name + "_count"}
+    rules = load(K8S / "monitoring" / "prometheusrule.yaml")["spec"]["groups"][0]["rules"]
+    used = {m for r in rules for m in re.findall(r"\bprewarm_\w+", r["expr"])}
+    assert used and used <= exported, used - exported
+    alerts = {r["alert"] for r in rules}
+    assert {"PrewarmExperimentFirstArmSlower", "PrewarmExperimentArmErrors", "PrewarmReleaseRolledBack"} <= alerts
+
+
 def test_every_k8s_file_is_in_a_kustomization():
     referenced = set()
     for k in K8S.rglob("kustomization.yaml"):
@@ -211,7 +231,7 @@ def test_every_k8s_file_is_in_a_kustomization():
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the kustomizations for comparison")
-@pytest.mark.parametrize("directory", ["envoy/k8s", "envoy/k8s/inference"])
+@pytest.mark.parametrize("directory", ["envoy/k8s", "envoy/k8s/inference", "envoy/k8s/monitoring"])
 def test_the_validator_renders_kustomizations_as_kubectl_does(schemas, directory):
     v, _ = schemas
     ours = [obj for _, obj in v.render_kustomization(REPO / directory / "kustomization.yaml")]

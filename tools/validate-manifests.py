@@ -14,6 +14,8 @@
 - Kustomizations (`kustomization.yaml`) are rendered first: `resources` and
   `configMapGenerator` with `files` (and their labels and annotations); the rendered objects are
   validated. tests/test_manifests.py compares the rendering with `kubectl kustomize`.
+- PrometheusRules (`monitoring.coreos.com/v1`) against `tools/schemas/prometheusrule.schema.json`,
+  written from the Prometheus Operator's API reference (its CRDs are not available here).
 - A strategic-merge patch (a file named `*-patch.yaml`, no `kind`) is applied to a skeleton
   Deployment and the result validated.
 
@@ -290,11 +292,32 @@ def default_objects() -> list[Obj]:
     return out
 
 
+# --- Prometheus Operator: PrometheusRule ----------------------------------------------------
+
+PROMETHEUS_RULE_SCHEMA = ROOT / "tools" / "schemas" / "prometheusrule.schema.json"
+
+
+def prometheus_rule_problems(obj: dict) -> list[str]:
+    """A PrometheusRule against tools/schemas/prometheusrule.schema.json (no CRD of the
+    operator is available here: the schema is written from its API reference)."""
+    import json
+
+    schema = json.loads(PROMETHEUS_RULE_SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    out = []
+    for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path)):
+        at = ".".join(str(p) for p in e.absolute_path) or "(root)"
+        out.append(f"{at}: {e.message}")
+    return out
+
+
 def problems_of(obj: dict, istio: dict) -> list[str]:
     if not isinstance(obj, dict) or "kind" not in obj or "apiVersion" not in obj:
         return ["not a Kubernetes object (no apiVersion/kind)"]
     if obj["apiVersion"].split("/")[0].endswith(".istio.io"):
         return istio_problems(obj, istio)
+    if obj["apiVersion"].split("/")[0] == "monitoring.coreos.com":
+        return prometheus_rule_problems(obj)
     return k8s_problems(obj)
 
 

@@ -88,12 +88,88 @@ pub struct Arm {
     pub settings: ArmSettings,
 }
 
-/// An experiment: its id and arms.
+/// An experiment: its id and arms, and how the first arm is released when it is a grey release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Experiment {
     pub id: String,
     pub arms: Vec<Arm>,
+    /// A grey release of the first arm: the gateway drives the arms' weights (filters only read
+    /// them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<Release>,
+}
+
+/// A grey release: the first arm's weight goes through `steps`, each held at least
+/// `step_seconds` and until the arm has `min_requests` outcomes in it, while it is not
+/// significantly worse than the others; the gateway rolls it back to 0 when it is
+/// (docs/experiments.md#grey-release).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Release {
+    #[serde(default = "default_steps")]
+    pub steps: Vec<f64>,
+    #[serde(default = "default_step_seconds")]
+    pub step_seconds: u64,
+    #[serde(default = "default_min_requests")]
+    pub min_requests: u64,
+}
+
+fn default_steps() -> Vec<f64> {
+    vec![0.01, 0.05, 0.25, 0.5]
+}
+
+fn default_step_seconds() -> u64 {
+    600
+}
+
+fn default_min_requests() -> u64 {
+    200
+}
+
+impl Default for Release {
+    fn default() -> Self {
+        Self {
+            steps: default_steps(),
+            step_seconds: default_step_seconds(),
+            min_requests: default_min_requests(),
+        }
+    }
+}
+
+impl Release {
+    fn problem(&self) -> Option<String> {
+        if !(1..=16).contains(&self.steps.len()) {
+            return Some(format!(
+                "release.steps: {} steps: must be 1 to 16",
+                self.steps.len()
+            ));
+        }
+        let increasing = self.steps.windows(2).all(|w| matches!(w, [a, b] if a < b));
+        let in_range = self
+            .steps
+            .iter()
+            .all(|s| s.is_finite() && *s > 0.0 && *s <= 1.0);
+        if !(increasing && in_range) {
+            return Some(format!(
+                "release.steps: {:?}: must increase within (0, 1]",
+                self.steps
+            ));
+        }
+        if !(1..=86_400).contains(&self.step_seconds) {
+            return Some(format!(
+                "release.step_seconds: {}: must be 1 to 86400",
+                self.step_seconds
+            ));
+        }
+        if !(1..=10_000_000).contains(&self.min_requests) {
+            return Some(format!(
+                "release.min_requests: {}: must be 1 to 10000000",
+                self.min_requests
+            ));
+        }
+        None
+    }
 }
 
 /// Whether `name` is a valid experiment id or arm name: 1 to [`MAX_EXPERIMENT_NAME`] bytes of
@@ -145,7 +221,26 @@ impl Experiment {
         if (sum - 1.0).abs() > WEIGHT_SUM_TOLERANCE {
             return Some(format!("arms: weights sum to {sum}: must sum to 1"));
         }
-        None
+        self.release.as_ref().and_then(Release::problem)
+    }
+
+    /// The weights with the first arm at `first` and the others sharing the rest in proportion
+    /// to their weights (equally when they have none).
+    pub fn with_first_weight(&self, first: f64) -> Experiment {
+        let first = first.clamp(0.0, 1.0);
+        let others: f64 = self.arms.iter().skip(1).map(|a| a.weight).sum();
+        let n = self.arms.len().saturating_sub(1).max(1) as f64;
+        let mut out = self.clone();
+        for (i, arm) in out.arms.iter_mut().enumerate() {
+            arm.weight = if i == 0 {
+                first
+            } else if others > 0.0 {
+                (1.0 - first) * arm.weight / others
+            } else {
+                (1.0 - first) / n
+            };
+        }
+        out
     }
 
     /// The index of `unit`'s arm (module doc). Weights are assumed valid ([`Self::problem`]);

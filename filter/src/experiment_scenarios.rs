@@ -27,6 +27,7 @@ fn experiment(cold: ArmSettings) -> Experiment {
                 settings: cold,
             },
         ],
+        release: None,
     }
 }
 

@@ -68,6 +68,7 @@ fn experiment_worker() -> Worker {
                 settings: ArmSettings::default(),
             },
         ],
+        release: None,
     });
     worker.table.install(7, t);
     worker

@@ -23,13 +23,16 @@
 //! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
 //! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm` (5xx and 429 over requests) |
 //! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm` (cached over prompt tokens, of responses reporting both) |
+//! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm` (the arm's mean time to first byte minus the first arm's) |
 //! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `test` (welch / mann_whitney, against the first arm) |
+//! | `prewarm_experiment_release_step` | gauge | `experiment` (the grey release's step; -1: rolled back) |
+//! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors) |
 //! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
 
 use std::sync::atomic::AtomicU64;
 
 use crate::attribution::report::ExperimentReport;
-use prewarm_core::experiment::Experiment;
+use crate::policy::fleet::RunningExperiment;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -64,7 +67,10 @@ pub struct Telemetry {
     pub experiment_error_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_cached_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_p_value: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_ttfb_diff: Family<Labels, Gauge<f64, AtomicU64>>,
     pub outcomes: Family<Labels, Counter>,
+    pub experiment_release_step: Family<Labels, Gauge>,
+    pub experiment_rollbacks: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -107,7 +113,10 @@ impl Telemetry {
             experiment_error_ratio: Family::default(),
             experiment_cached_ratio: Family::default(),
             experiment_p_value: Family::default(),
+            experiment_ttfb_diff: Family::default(),
             outcomes: Family::default(),
+            experiment_release_step: Family::default(),
+            experiment_rollbacks: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -212,9 +221,24 @@ impl Telemetry {
             t.experiment_cached_ratio.clone(),
         );
         registry.register(
+            "prewarm_experiment_ttfb_mean_diff_seconds",
+            "Each arm's mean time to first byte minus the first arm's",
+            t.experiment_ttfb_diff.clone(),
+        );
+        registry.register(
             "prewarm_experiment_p_value",
             "p-value of each arm against the first, by test",
             t.experiment_p_value.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_release_step",
+            "The running grey release's step (-1: rolled back)",
+            t.experiment_release_step.clone(),
+        );
+        registry.register(
+            "prewarm_experiment_rollbacks",
+            "Grey releases the gateway rolled back, by reason",
+            t.experiment_rollbacks.clone(),
         );
         registry.register(
             "prewarm_outcomes_ingested",
@@ -226,7 +250,7 @@ impl Telemetry {
 
     /// Exports the arms of the running experiment and its report (`None`: none runs), and
     /// only those.
-    pub fn set_experiment(&self, experiment: Option<(&Experiment, &ExperimentReport)>) {
+    pub fn set_experiment(&self, experiment: Option<(&RunningExperiment, &ExperimentReport)>) {
         let families = [
             &self.experiment_arm_weight,
             &self.experiment_requests,
@@ -234,13 +258,25 @@ impl Telemetry {
             &self.experiment_error_ratio,
             &self.experiment_cached_ratio,
             &self.experiment_p_value,
+            &self.experiment_ttfb_diff,
         ];
         for f in families {
             f.clear();
         }
-        let Some((e, report)) = experiment else {
+        self.experiment_release_step.clear();
+        let Some((running, report)) = experiment else {
             return;
         };
+        let e = &running.definition;
+        if let Some(state) = &running.release {
+            let step = match state.rolled_back {
+                Some(_) => -1,
+                None => i64::try_from(state.step).unwrap_or(i64::MAX),
+            };
+            self.experiment_release_step
+                .get_or_create(&labels(&[("experiment", e.id.as_str())]))
+                .set(step);
+        }
         let set = |family: &Family<Labels, Gauge<f64, AtomicU64>>, pairs: &[(&str, &str)], v| {
             family.get_or_create(&labels(pairs)).set(v);
         };
@@ -262,6 +298,10 @@ impl Telemetry {
             }
         }
         for c in &report.comparisons {
+            if let Some(diff) = c.ttfb_mean_diff_ms {
+                let pairs = [("experiment", e.id.as_str()), ("arm", c.arm.as_str())];
+                set(&self.experiment_ttfb_diff, &pairs, diff / 1000.0);
+            }
             for (test, result) in [("welch", c.welch), ("mann_whitney", c.mann_whitney)] {
                 if let Some(r) = result {
                     let pairs = [

@@ -16,6 +16,7 @@ fn experiment(weights: &[f64]) -> Experiment {
                 settings: ArmSettings::default(),
             })
             .collect(),
+        release: None,
     }
 }
 
@@ -175,4 +176,52 @@ proptest! {
         let sd = (n * first * (1.0 - first)).sqrt() / n;
         prop_assert!((got[0] - first).abs() <= 4.5 * sd + 1e-9, "{} vs {}", got[0], first);
     }
+}
+
+#[test]
+fn a_release_is_checked_and_its_defaults_are_the_documented_ramp() {
+    let json = r#"{"id":"e","arms":[{"name":"new","weight":0.01},{"name":"old","weight":0.99}],
+        "release":{}}"#;
+    let e: Experiment = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        e.release.as_ref().unwrap().steps,
+        vec![0.01, 0.05, 0.25, 0.5]
+    );
+    assert_eq!(e.problem(), None);
+    for (release, field) in [
+        (r#"{"steps":[]}"#, "release.steps: 0 steps"),
+        (r#"{"steps":[0.5,0.25]}"#, "release.steps: [0.5, 0.25]"),
+        (r#"{"steps":[0.0,0.5]}"#, "release.steps"),
+        (r#"{"steps":[0.5,1.5]}"#, "release.steps"),
+        (r#"{"step_seconds":0}"#, "release.step_seconds"),
+        (r#"{"min_requests":0}"#, "release.min_requests"),
+    ] {
+        let json = format!(
+            r#"{{"id":"e","arms":[{{"name":"a","weight":0.5}},{{"name":"b","weight":0.5}}],"release":{release}}}"#
+        );
+        let e: Experiment = serde_json::from_str(&json).unwrap();
+        let problem = e.problem().unwrap_or_default();
+        assert!(problem.starts_with(field), "{field}: {problem}");
+    }
+    let unknown = r#"{"id":"e","arms":[],"release":{"speed":2}}"#;
+    assert!(serde_json::from_str::<Experiment>(unknown).is_err());
+}
+
+#[test]
+fn the_first_arms_weight_moves_and_the_others_keep_their_proportions() {
+    let e = experiment(&[0.2, 0.2, 0.6]);
+    let w: Vec<f64> = e
+        .with_first_weight(0.6)
+        .arms
+        .iter()
+        .map(|a| a.weight)
+        .collect();
+    assert!((w[0] - 0.6).abs() < 1e-12 && (w[1] - 0.1).abs() < 1e-12 && (w[2] - 0.3).abs() < 1e-12);
+    assert_eq!(e.with_first_weight(0.6).problem(), None);
+    let rolled_back = experiment(&[1.0, 0.0]).with_first_weight(0.0);
+    assert_eq!(
+        rolled_back.arms[1].weight, 1.0,
+        "the others share it equally"
+    );
+    assert_eq!(rolled_back.problem(), None);
 }

@@ -51,12 +51,14 @@ pub async fn detail(
     let (running, report) = gateway
         .experiment_report(&id, true)
         .ok_or_else(|| ApiError::from(ExperimentError::NotRunning(id)))?;
-    Ok(Json(json!({
-        "definition": running.definition,
-        "started_ms": running.started_ms,
-        "report": report,
-    }))
-    .into_response())
+    let mut body = serde_json::to_value(&running).map_err(|_| ApiError::Internal)?;
+    if let Some(fields) = body.as_object_mut() {
+        fields.insert(
+            "report".into(),
+            serde_json::to_value(&report).map_err(|_| ApiError::Internal)?,
+        );
+    }
+    Ok(Json(body).into_response())
 }
 
 /// `DELETE /admin/experiments/{id}`: ends it.

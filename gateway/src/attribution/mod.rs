@@ -3,5 +3,6 @@
 //! its significance tests ([`report`], [`stats`]). See docs/experiments.md#outcomes.
 
 pub mod ledger;
+pub mod release;
 pub mod report;
 pub mod stats;

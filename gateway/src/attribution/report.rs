@@ -199,6 +199,8 @@ mod tests {
         RunningExperiment {
             definition,
             started_ms: 10 * HOUR_MS,
+            release: None,
+            events: Vec::new(),
         }
     }
 

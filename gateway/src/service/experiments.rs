@@ -5,8 +5,10 @@
 use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
-use crate::attribution::report::{report, ExperimentReport};
+use crate::attribution::release::{decide, Decision, Rollback};
+use crate::attribution::report::{label, report, ExperimentReport};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
+use crate::telemetry::Telemetry;
 
 impl Gateway {
     /// Starts `definition`, or changes the arms of the running experiment with its id; returns
@@ -59,15 +61,73 @@ impl Gateway {
         Some((running, report))
     }
 
-    /// Exports the running experiment's arms and report as metrics.
-    pub fn export_experiment(&self) {
+    /// The running experiment and its report without hours.
+    fn current_report(&self) -> Option<(RunningExperiment, ExperimentReport)> {
         let id = self
             .state()
             .fleet
             .experiment()
-            .map(|r| r.definition.id.clone());
-        let current = id.and_then(|id| self.experiment_report(&id, false));
+            .map(|r| r.definition.id.clone())?;
+        self.experiment_report(&id, false)
+    }
+
+    /// Exports the running experiment's arms and report as metrics.
+    pub fn export_experiment(&self) {
+        let current = self.current_report();
         self.telemetry
-            .set_experiment(current.as_ref().map(|(r, report)| (&r.definition, report)));
+            .set_experiment(current.as_ref().map(|(r, report)| (r, report)));
+    }
+
+    /// One check of the running experiment's grey release (`attribution::release`): advances
+    /// it, rolls it back (with an event, a metric and a log line naming the reason) or holds.
+    pub async fn check_release(self: &std::sync::Arc<Self>) {
+        let Some((running, report)) = self.current_report() else {
+            return;
+        };
+        let (Some(release), Some(state), Some(first)) = (
+            &running.definition.release,
+            &running.release,
+            running.definition.arms.first(),
+        ) else {
+            return;
+        };
+        let now = self.now();
+        let in_step = self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .total(
+                &label(&running, &first.name),
+                state.step_started_ms,
+                now + 1,
+            )
+            .requests;
+        let id = running.definition.id.as_str();
+        match decide(release, state, &report, in_step, now) {
+            Decision::Hold => return,
+            Decision::Advance(step) => {
+                let weight = self.fleet(|f| f.advance_release(step, now));
+                tracing::info!(experiment = %id, step, ?weight, "release advanced");
+            }
+            Decision::RollBack(reason, detail) => {
+                let rollback = Rollback {
+                    reason,
+                    at_ms: now,
+                    detail: detail.clone(),
+                };
+                let arm = self.fleet(|f| f.roll_back_release(rollback));
+                let arm = arm.unwrap_or_default();
+                tracing::warn!(experiment = %id, %arm, reason = reason.as_str(), %detail, "release rolled back");
+                Telemetry::count(
+                    &self.telemetry.experiment_rollbacks,
+                    &[
+                        ("experiment", id),
+                        ("arm", &arm),
+                        ("reason", reason.as_str()),
+                    ],
+                );
+            }
+        }
+        self.experiment_changed().await;
     }
 }

@@ -132,19 +132,24 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// Puts back the experiment: the configuration's when it declares one (keeping the start of
-    /// the snapshot's when it has the same id), else the snapshot's.
+    /// Puts back the experiment: the snapshot's, as it was (its weights, release and events),
+    /// unless the configuration declares another id, which then starts afresh.
     fn restore_experiment(&self, from_snapshot: Option<RunningExperiment>) {
-        let running = match &self.config.experiment {
-            Some(declared) => Some(RunningExperiment {
-                started_ms: from_snapshot
-                    .filter(|r| r.definition.id == declared.id)
-                    .map_or_else(|| self.now(), |r| r.started_ms),
-                definition: declared.clone(),
-            }),
-            None => from_snapshot,
-        };
-        self.state().fleet.restore_experiment(running);
+        let mut state = self.state();
+        let fleet = &mut state.fleet;
+        match &self.config.experiment {
+            Some(declared)
+                if from_snapshot.as_ref().map(|r| &r.definition.id) != Some(&declared.id) =>
+            {
+                fleet.restore_experiment(None);
+                // validated with the configuration: it starts
+                if let Err(e) = fleet.start_experiment(declared.clone(), self.now()) {
+                    tracing::error!(error = %e, "the declared experiment did not start");
+                }
+            }
+            _ => fleet.restore_experiment(from_snapshot),
+        }
+        drop(state);
         self.export_experiment();
     }
 }

@@ -44,6 +44,7 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![
         tokio::spawn(health_loop(gateway.clone())),
         tokio::spawn(fleet_loop(gateway.clone())),
+        tokio::spawn(release_loop(gateway.clone())),
     ];
     if gateway.config.pods.dns.is_some() {
         tasks.push(tokio::spawn(dns_loop(gateway.clone())));
@@ -235,6 +236,18 @@ async fn fleet_loop(gateway: Arc<Gateway>) {
         }
     }
     running.abort_all();
+}
+
+/// How often a grey release is checked, ms.
+pub const RELEASE_CHECK_MS: u64 = 1_000;
+
+async fn release_loop(gateway: Arc<Gateway>) {
+    loop {
+        gateway.check_release().await;
+        if !pause(&gateway, Duration::from_millis(RELEASE_CHECK_MS)).await {
+            break;
+        }
+    }
 }
 
 async fn dns_loop(gateway: Arc<Gateway>) {

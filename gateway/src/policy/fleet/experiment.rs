@@ -1,18 +1,45 @@
 //! The running experiment: its definition (`prewarm_core::experiment`), which the routing table
-//! carries to the filters, and when it started. One at a time: arms of two experiments on the
-//! same traffic would confound each other's outcomes.
+//! carries to the filters, when it started, and where its grey release is
+//! (`attribution::release`). One at a time: arms of two experiments on the same traffic would
+//! confound each other's outcomes.
 
 use prewarm_core::experiment::Experiment;
 use serde::{Deserialize, Serialize};
 
 use super::Fleet;
+use crate::attribution::release::{ReleaseState, Rollback};
 
-/// An experiment and its start.
+/// Events an experiment keeps (the oldest are dropped).
+pub const MAX_EVENTS: usize = 64;
+
+/// An experiment, its start and its release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunningExperiment {
+    /// The live definition: with a release, the weights are the release's current step.
     pub definition: Experiment,
     /// Gateway clock when it started, ms since the Unix epoch (kept when its weights change).
     pub started_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<ReleaseState>,
+    /// What happened to it: started, re-weighted, steps, rollbacks.
+    #[serde(default)]
+    pub events: Vec<ExperimentEvent>,
+}
+
+/// One event of an experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentEvent {
+    pub at_ms: u64,
+    pub event: String,
+}
+
+impl RunningExperiment {
+    fn note(&mut self, at_ms: u64, event: String) {
+        if self.events.len() >= MAX_EVENTS {
+            self.events.remove(0);
+        }
+        self.events.push(ExperimentEvent { at_ms, event });
+    }
 }
 
 /// Why an experiment could not start or end.
@@ -33,8 +60,9 @@ impl Fleet {
     }
 
     /// Starts `definition` at `now_ms`, or changes the running one's arms when it has the same
-    /// id (its start is kept). Returns the running experiment and whether it is new; the next
-    /// table carries it.
+    /// id (its start is kept). With a release, the first arm starts at the release's first step
+    /// (a re-post restarts the release). Returns the running experiment and whether it is new;
+    /// the next table carries it.
     pub fn start_experiment(
         &mut self,
         definition: Experiment,
@@ -53,10 +81,33 @@ impl Fleet {
             }
             None => None,
         };
-        let running = RunningExperiment {
+        let events = match &self.experiment {
+            Some(r) if started_ms.is_some() => r.events.clone(),
+            _ => Vec::new(),
+        };
+        let first_step = definition.release.as_ref().and_then(|r| r.steps.first());
+        let release = first_step.map(|_| ReleaseState {
+            step: 0,
+            step_started_ms: now_ms,
+            rolled_back: None,
+        });
+        let definition = match first_step {
+            Some(w) => definition.with_first_weight(*w),
+            None => definition,
+        };
+        let mut running = RunningExperiment {
             definition,
             started_ms: started_ms.unwrap_or(now_ms),
+            release,
+            events,
         };
+        let weights: Vec<f64> = running.definition.arms.iter().map(|a| a.weight).collect();
+        let what = if started_ms.is_some() {
+            "re-weighted"
+        } else {
+            "started"
+        };
+        running.note(now_ms, format!("{what}: weights {weights:?}"));
         self.experiment = Some(running.clone());
         Ok((running, started_ms.is_none()))
     }
@@ -70,6 +121,39 @@ impl Fleet {
                 Err(ExperimentError::NotRunning(id.to_string()))
             }
         }
+    }
+
+    /// Moves the running release to `step` (its first arm's weight with it).
+    pub fn advance_release(&mut self, step: usize, now_ms: u64) -> Option<f64> {
+        let running = self.experiment.as_mut()?;
+        let release = running.definition.release.clone()?;
+        let weight = *release.steps.get(step)?;
+        let state = running.release.as_mut()?;
+        state.step = step;
+        state.step_started_ms = now_ms;
+        running.definition = running.definition.with_first_weight(weight);
+        running.note(
+            now_ms,
+            format!("release step {step}: first arm at {weight}"),
+        );
+        Some(weight)
+    }
+
+    /// Rolls the running release back: its first arm's weight goes to 0.
+    pub fn roll_back_release(&mut self, rollback: Rollback) -> Option<String> {
+        let running = self.experiment.as_mut()?;
+        let state = running.release.as_mut()?;
+        let arm = running.definition.arms.first()?.name.clone();
+        let event = format!(
+            "rolled back ({}): {}",
+            rollback.reason.as_str(),
+            rollback.detail
+        );
+        let at = rollback.at_ms;
+        state.rolled_back = Some(rollback);
+        running.definition = running.definition.with_first_weight(0.0);
+        running.note(at, event);
+        Some(arm)
     }
 
     /// Puts back an experiment from a snapshot or the configuration, as it was.

@@ -634,3 +634,67 @@ fn the_table_carries_the_experiment_and_its_cold_arm_sees_a_warming_pod() {
     assert!(fleet.rebuild_table(9_100));
     assert!(fleet.table().experiment.is_none() && warming(&fleet).is_empty());
 }
+
+#[test]
+fn a_release_starts_at_its_first_step_climbs_and_rolls_back_to_zero() {
+    use crate::attribution::release::{Rollback, RollbackReason};
+    let mut fleet = fleet_of(&gateway_config(), 1);
+    let mut e = experiment("r", 0.5);
+    e.release = Some(Default::default());
+    let (running, _) = fleet.start_experiment(e.clone(), 1_000).unwrap();
+    let weights = |f: &Fleet| {
+        f.experiment()
+            .unwrap()
+            .definition
+            .arms
+            .iter()
+            .map(|a| (a.weight * 1e9).round() / 1e9)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(weights(&fleet), vec![0.01, 0.99]);
+    assert_eq!(running.release.as_ref().unwrap().step, 0);
+    assert_eq!(fleet.advance_release(2, 5_000), Some(0.25));
+    assert_eq!(weights(&fleet), vec![0.25, 0.75]);
+    assert_eq!(
+        fleet
+            .experiment()
+            .unwrap()
+            .release
+            .as_ref()
+            .unwrap()
+            .step_started_ms,
+        5_000
+    );
+    let rollback = Rollback {
+        reason: RollbackReason::Errors,
+        at_ms: 6_000,
+        detail: "3 errors".into(),
+    };
+    assert_eq!(fleet.roll_back_release(rollback).as_deref(), Some("warm"));
+    assert_eq!(weights(&fleet), vec![0.0, 1.0]);
+    assert!(fleet.rebuild_table(6_000));
+    assert_eq!(
+        fleet.table().experiment.as_ref().unwrap().arms[0].weight,
+        0.0
+    );
+    let events: Vec<&str> = fleet
+        .experiment()
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event.as_str())
+        .collect();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(events[2].starts_with("rolled back (errors): 3 errors"));
+    // posting it again restarts the release
+    fleet.start_experiment(e, 7_000).unwrap();
+    assert_eq!(weights(&fleet), vec![0.01, 0.99]);
+    assert!(fleet
+        .experiment()
+        .unwrap()
+        .release
+        .as_ref()
+        .unwrap()
+        .rolled_back
+        .is_none());
+}

@@ -1,0 +1,263 @@
+//! Grey release of an experiment's first arm (`prewarm_core::experiment::Release`): its weight
+//! climbs the release's steps while it is not significantly worse than the other arms, and goes
+//! back to 0 by itself when it is. One decision per check, from the report:
+//!
+//! - **roll back for time to first byte** when another arm is significantly better than the
+//!   first (both tests at p < 0.01, `report::Comparison::better`);
+//! - **roll back for errors** when the first arm's error rate (5xx and 429) over at least
+//!   `min_requests` requests exceeds [`ERROR_RATE_LIMIT`] — known as soon as its errors alone
+//!   exceed that share of `min_requests`, whatever the requests still to come;
+//! - **advance** to the next step once the current one has lasted `step_seconds` and the first
+//!   arm has `min_requests` outcomes in it; hold at the last step (making it the default is the
+//!   operator's call).
+//!
+//! The third criterion, a warm-up p95 above 300 ms per key, is not an arm's: warm-ups are
+//! the fleet's and shared by every arm, so it cannot tell one arm from another.
+
+use serde::{Deserialize, Serialize};
+
+use super::report::ExperimentReport;
+use prewarm_core::experiment::Release;
+
+/// The error rate above which the first arm is rolled back.
+pub const ERROR_RATE_LIMIT: f64 = 0.005;
+
+/// Why a release was rolled back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RollbackReason {
+    /// Another arm's time to first byte is significantly shorter.
+    Ttfb,
+    /// The first arm's error rate is above [`ERROR_RATE_LIMIT`].
+    Errors,
+}
+
+impl RollbackReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ttfb => "ttfb",
+            Self::Errors => "errors",
+        }
+    }
+}
+
+/// Where a release is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseState {
+    /// Index of the current step in the release's steps.
+    pub step: usize,
+    pub step_started_ms: u64,
+    /// Set once it was rolled back (the first arm's weight is 0 from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<Rollback>,
+}
+
+/// A rollback: why, when, and the figures that decided it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollback {
+    pub reason: RollbackReason,
+    pub at_ms: u64,
+    pub detail: String,
+}
+
+/// What a check decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Hold,
+    /// To this step.
+    Advance(usize),
+    RollBack(RollbackReason, String),
+}
+
+/// The decision for `release` in `state`, from `report` (since the start) and the first arm's
+/// outcomes in the current step, at `now_ms`.
+pub fn decide(
+    release: &Release,
+    state: &ReleaseState,
+    report: &ExperimentReport,
+    in_step_requests: u64,
+    now_ms: u64,
+) -> Decision {
+    if state.rolled_back.is_some() {
+        return Decision::Hold;
+    }
+    let Some(first) = report.arms.first() else {
+        return Decision::Hold;
+    };
+    let allowed = ERROR_RATE_LIMIT * first.requests.max(release.min_requests) as f64;
+    if first.errors as f64 > allowed {
+        return Decision::RollBack(
+            RollbackReason::Errors,
+            format!(
+                "{} errors in {} requests: above {} % of at least {}",
+                first.errors,
+                first.requests,
+                ERROR_RATE_LIMIT * 100.0,
+                release.min_requests
+            ),
+        );
+    }
+    if let Some(c) = report.comparisons.iter().find(|c| c.better) {
+        let p = |t: Option<super::report::TestResult>| t.map_or(f64::NAN, |t| t.p);
+        return Decision::RollBack(
+            RollbackReason::Ttfb,
+            format!(
+                "arm {} is faster by {:.1} ms on the mean (welch p {:.2e}, mann-whitney p {:.2e})",
+                c.arm,
+                -c.ttfb_mean_diff_ms.unwrap_or(f64::NAN),
+                p(c.welch),
+                p(c.mann_whitney)
+            ),
+        );
+    }
+    let lasted = now_ms.saturating_sub(state.step_started_ms) >= release.step_seconds * 1000;
+    let next = state.step + 1;
+    if lasted && in_step_requests >= release.min_requests && next < release.steps.len() {
+        return Decision::Advance(next);
+    }
+    Decision::Hold
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::report::{ArmSummary, Comparison, TestResult};
+
+    fn arm(name: &str, requests: u64, errors: u64) -> ArmSummary {
+        ArmSummary {
+            arm: name.into(),
+            requests,
+            errors,
+            error_rate: None,
+            ttfb_p50_ms: None,
+            ttfb_p95_ms: None,
+            ttfb_mean_ms: None,
+            cached_token_ratio: None,
+            with_usage: 0,
+        }
+    }
+
+    fn report(first: ArmSummary, better: bool) -> ExperimentReport {
+        ExperimentReport {
+            generated_ms: 0,
+            significance: 0.01,
+            before: arm("before", 0, 0),
+            arms: vec![first, arm("old", 1000, 0)],
+            comparisons: vec![Comparison {
+                arm: "old".into(),
+                reference: "new".into(),
+                ttfb_mean_diff_ms: Some(if better { -40.0 } else { 1.0 }),
+                arm_vs_before_ms: None,
+                reference_vs_before_ms: None,
+                welch: Some(TestResult {
+                    statistic: 5.0,
+                    p: if better { 1e-5 } else { 0.4 },
+                }),
+                mann_whitney: None,
+                significant: better,
+                better,
+                worse: false,
+            }],
+            hours: Vec::new(),
+        }
+    }
+
+    fn release() -> Release {
+        Release {
+            steps: vec![0.01, 0.05, 0.25, 0.5],
+            step_seconds: 60,
+            min_requests: 200,
+        }
+    }
+
+    fn at(step: usize) -> ReleaseState {
+        ReleaseState {
+            step,
+            step_started_ms: 1_000,
+            rolled_back: None,
+        }
+    }
+
+    #[test]
+    fn a_step_advances_only_once_it_lasted_and_saw_enough_requests() {
+        let r = report(arm("new", 300, 0), false);
+        assert_eq!(decide(&release(), &at(0), &r, 300, 60_999), Decision::Hold);
+        assert_eq!(decide(&release(), &at(0), &r, 199, 61_000), Decision::Hold);
+        assert_eq!(
+            decide(&release(), &at(0), &r, 200, 61_000),
+            Decision::Advance(1)
+        );
+        assert_eq!(
+            decide(&release(), &at(3), &r, 5_000, 999_999),
+            Decision::Hold,
+            "the last step holds"
+        );
+    }
+
+    #[test]
+    fn another_arm_significantly_faster_rolls_the_release_back() {
+        let r = report(arm("new", 300, 0), true);
+        match decide(&release(), &at(1), &r, 10, 2_000) {
+            Decision::RollBack(RollbackReason::Ttfb, detail) => {
+                assert!(detail.contains("old is faster by 40.0 ms"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_roll_back_as_soon_as_the_limit_is_certain() {
+        // 0.5 % of 200 is 1 error: a second one already decides
+        assert_eq!(
+            decide(
+                &release(),
+                &at(0),
+                &report(arm("new", 20, 1), false),
+                20,
+                2_000
+            ),
+            Decision::Hold
+        );
+        assert!(matches!(
+            decide(
+                &release(),
+                &at(0),
+                &report(arm("new", 20, 2), false),
+                20,
+                2_000
+            ),
+            Decision::RollBack(RollbackReason::Errors, _)
+        ));
+        // past min_requests the rate itself counts: 5 in 1000 is the limit, 6 is over
+        let at_limit = report(arm("new", 1000, 5), false);
+        assert_eq!(
+            decide(&release(), &at(3), &at_limit, 0, 2_000),
+            Decision::Hold
+        );
+        assert!(matches!(
+            decide(
+                &release(),
+                &at(3),
+                &report(arm("new", 1000, 6), false),
+                0,
+                2_000
+            ),
+            Decision::RollBack(RollbackReason::Errors, _)
+        ));
+    }
+
+    #[test]
+    fn a_rolled_back_release_stays_back() {
+        let mut state = at(2);
+        state.rolled_back = Some(Rollback {
+            reason: RollbackReason::Errors,
+            at_ms: 5,
+            detail: String::new(),
+        });
+        let r = report(arm("new", 300, 100), true);
+        assert_eq!(
+            decide(&release(), &state, &r, 1_000, 999_999),
+            Decision::Hold
+        );
+    }
+}
