@@ -186,3 +186,41 @@ fn without_a_user_the_tenant_then_the_connection_is_the_unit() {
     );
     assert_eq!(host.metric(Metric::ArmNoUnit), 1);
 }
+
+#[test]
+fn an_arm_without_warmup_keeps_its_prompts_from_the_gateways_warm_ups() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let cold = ArmSettings {
+        warmup: false,
+        ..ArmSettings::default()
+    };
+    let e = experiment(cold);
+    worker.table.install(7, experiment_table(e.clone()));
+    let user_of = |arm: &str| {
+        (0..100)
+            .map(|u| format!("user-{u}"))
+            .find(|u| e.header_value(e.arm_of(u.as_bytes())).as_deref() == Some(arm))
+            .unwrap()
+    };
+    let signals_of = |user: &str| {
+        // three similar prompts make a prefill signal (the filter's default streak)
+        for q in 0..3 {
+            let body = chat_body("m", &template(), &format!("question {q}"));
+            send(
+                &host,
+                &worker,
+                "/v1/chat/completions",
+                &[("x-prewarm-user", user.as_bytes())],
+                &body,
+            );
+        }
+        worker.queue.take(&host).records.len()
+    };
+    assert_eq!(signals_of(&user_of("exp/other")), 0, "withheld");
+    assert!(host.metric(Metric::ArmSignalsWithheld) >= 1);
+    assert!(
+        signals_of(&user_of("exp/warm")) >= 1,
+        "the warm arm's go out"
+    );
+}

@@ -122,6 +122,7 @@ metrics! {
     UnroutedArmOff => "prewarm.unrouted.arm_off", false;
     ArmAssigned => "prewarm.experiment.assigned", false;
     ArmNoUnit => "prewarm.experiment.no_unit", false;
+    ArmSignalsWithheld => "prewarm.experiment.signals_withheld", false;
     CasGiveUps => "prewarm.shared_data.cas_give_ups", false;
     TallyOverflow => "prewarm.tally.overflow", false;
     HostErrors => "prewarm.host_errors", false;

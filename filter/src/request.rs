@@ -229,6 +229,26 @@ impl RequestFlow {
         Verdict::Continue
     }
 
+    /// The request's experiment arm, with the arm header set, when the filter routes and the
+    /// table (refreshed first: a table another worker published since this worker's last tick
+    /// routes this request) runs an experiment.
+    fn assign_arm<H: Host + ?Sized>(
+        &self,
+        host: &H,
+        worker: &Worker,
+        user: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Option<experiment::ArmChoice> {
+        if !worker.config.routing {
+            return None;
+        }
+        worker.table.refresh(host, &worker.keys);
+        let table = worker.table.table()?;
+        let arm = experiment::assign(host, table.experiment.as_ref()?, user, tenant)?;
+        host.set_request_header(&worker.config.arm_header, arm.header.as_bytes());
+        Some(arm)
+    }
+
     fn route<H: Host + ?Sized>(
         &mut self,
         host: &H,
@@ -247,6 +267,9 @@ impl RequestFlow {
         if user.is_none() {
             host.count(Metric::NoUser, 1);
         }
+        // the arm first: an arm without warm-up keeps its prompts from the gateway's warm-ups
+        let arm = self.assign_arm(host, worker, user, inspection.tenant.as_deref());
+        let settings = arm.as_ref().map(|a| a.settings).unwrap_or_default();
         let sketched =
             prewarm_core::tokens::truncate_to_tokens(&canonical, config.max_prefix_tokens);
         let observed = observe(
@@ -264,9 +287,13 @@ impl RequestFlow {
                 sketched,
             },
         );
-        worker
-            .queue
-            .enqueue(host, observed.prefill.into_iter().collect());
+        if settings.warmup {
+            worker
+                .queue
+                .enqueue(host, observed.prefill.into_iter().collect());
+        } else if observed.prefill.is_some() {
+            host.count(Metric::ArmSignalsWithheld, 1);
+        }
         // a request that used a hot prefix: its answer may be feedback (only chat and
         // completions generate; an embedding has no finish reason)
         if let Some(prefix) = observed.adopted {
@@ -276,26 +303,16 @@ impl RequestFlow {
             }
         }
         if config.outcomes && request.endpoint != Endpoint::Embeddings {
-            self.outcome = Some(OutcomeWatch::new(inspection.started_ms, request.stream));
+            let mut watch = OutcomeWatch::new(inspection.started_ms, request.stream);
+            if let Some(arm) = &arm {
+                watch.set_arm(arm.header.clone());
+            }
+            self.outcome = Some(watch);
         }
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
             return;
         }
-        // a table another worker published since this worker's last tick routes this request
-        worker.table.refresh(host, &worker.keys);
-        let current = worker.table.table();
-        let arm = current
-            .as_deref()
-            .and_then(|t| t.experiment.as_ref())
-            .and_then(|e| experiment::assign(host, e, user, inspection.tenant.as_deref()));
-        if let Some(arm) = &arm {
-            host.set_request_header(&config.arm_header, arm.header.as_bytes());
-            if let Some(watch) = self.outcome.as_mut() {
-                watch.set_arm(arm.header.clone());
-            }
-        }
-        let settings = arm.map(|a| a.settings).unwrap_or_default();
         if settings.routing == ArmRouting::Off {
             host.count(Metric::UnroutedArmOff, 1);
             return;

@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use prewarm_core::wire::OutcomeRecord;
 use serde::{Deserialize, Serialize};
 
+use super::report::new_pods_label;
 use super::stats::Moments;
 
 /// Hours of buckets kept (older ones are dropped).
 pub const HOURS_KEPT: u64 = 48;
-/// Distinct labels an hour holds (an experiment has at most 8 arms, plus records without one);
-/// records of further labels are dropped, counted.
-pub const MAX_LABELS: usize = 16;
+/// Distinct labels an hour holds (an experiment has at most 8 arms, each also on its new pods,
+/// plus records without one); records of further labels are dropped, counted.
+pub const MAX_LABELS: usize = 24;
 /// Times to first byte a bucket samples.
 pub const SAMPLE_CAP: usize = 4096;
 /// One hour, ms.
@@ -110,8 +111,14 @@ pub struct OutcomeLedger {
 }
 
 impl OutcomeLedger {
-    /// Adds `records` received at `now_ms`.
-    pub fn ingest(&mut self, records: &[OutcomeRecord], now_ms: u64) -> Ingested {
+    /// Adds `records` received at `now_ms`; a record with an arm served by a pod for which
+    /// `new_pod` holds also counts under its arm's new-pods label (`report::new_pods_label`).
+    pub fn ingest(
+        &mut self,
+        records: &[OutcomeRecord],
+        now_ms: u64,
+        new_pod: impl Fn(&str) -> bool,
+    ) -> Ingested {
         let mut done = Ingested::default();
         let oldest = (now_ms / HOUR_MS).saturating_sub(HOURS_KEPT - 1) * HOUR_MS;
         for r in records {
@@ -133,6 +140,13 @@ impl OutcomeLedger {
             }
             labels.entry(label.to_string()).or_default().add(r);
             done.accepted += 1;
+            if let (Some(arm), Some(pod)) = (&r.arm, &r.pod) {
+                let cohort = new_pods_label(arm);
+                let room = labels.contains_key(&cohort) || labels.len() < MAX_LABELS;
+                if new_pod(pod) && room {
+                    labels.entry(cohort).or_default().add(r);
+                }
+            }
         }
         while self
             .hours
@@ -210,15 +224,26 @@ mod tests {
                 record(Some("e/a"), now - 1, 100, 200),
                 record(Some("e/a"), now - 2, 300, 503),
                 record(None, now - HOUR_MS, 50, 200),
+                OutcomeRecord {
+                    pod: Some("p-new".into()),
+                    ..record(Some("e/a"), now - 3, 20, 200)
+                },
             ],
             now,
+            |pod| pod == "p-new",
         );
-        assert_eq!(got.accepted, 3);
+        assert_eq!(got.accepted, 4);
+        let on_new = l.total("e/a@new", 0, now + 1);
+        assert_eq!(
+            (on_new.requests, on_new.ttfb.mean),
+            (1, 20.0),
+            "also on the new pods"
+        );
         let a = l.total("e/a", 0, now + 1);
-        assert_eq!((a.requests, a.errors, a.ttfb.mean), (2, 1, 200.0));
+        assert_eq!((a.requests, a.errors, a.ttfb.mean), (3, 1, 140.0));
         assert_eq!(
             (a.with_usage, a.prompt_tokens, a.cached_tokens),
-            (2, 200, 80)
+            (3, 300, 120)
         );
         let hours: Vec<u64> = l.hours_of("", 0, now).map(|(h, _)| h).collect();
         assert_eq!(hours, vec![9 * HOUR_MS]);
@@ -241,6 +266,7 @@ mod tests {
                 record(None, now, 10, 200),
             ],
             now,
+            |_| true,
         );
         assert_eq!(
             got,
@@ -261,14 +287,14 @@ mod tests {
             let records: Vec<OutcomeRecord> = (0..(MAX_LABELS + 3))
                 .map(|i| record(Some(&format!("e/{i}")), now, 5, 200))
                 .collect();
-            let got = l.ingest(&records, now);
+            let got = l.ingest(&records, now, |_| false);
             assert_eq!(got.dropped, 3);
         }
         assert_eq!(l.hours.len() as u64, HOURS_KEPT);
         let many: Vec<OutcomeRecord> = (0..(SAMPLE_CAP as u64 * 3))
             .map(|i| record(Some("e/0"), now, i, 200))
             .collect();
-        l.ingest(&many, now);
+        l.ingest(&many, now, |_| false);
         let b = l.total("e/0", now, now + 1);
         assert_eq!(b.sample.len(), SAMPLE_CAP);
         assert_eq!(b.requests, SAMPLE_CAP as u64 * 3 + 1);
@@ -285,7 +311,7 @@ mod tests {
     fn a_ledger_survives_its_json_and_a_restored_one_is_cut_to_the_bounds() {
         let mut l = OutcomeLedger::default();
         let now = 200 * HOUR_MS;
-        l.ingest(&[record(Some("e/a"), now - 5, 70, 200)], now);
+        l.ingest(&[record(Some("e/a"), now - 5, 70, 200)], now, |_| false);
         let json = serde_json::to_string(&l).unwrap();
         let back: OutcomeLedger = serde_json::from_str(&json).unwrap();
         let b = back.total("e/a", 0, now + 1);

@@ -158,6 +158,11 @@ mod tests {
                 better,
                 worse: false,
             }],
+            new_pods: crate::attribution::report::NewPods {
+                pods: Vec::new(),
+                arms: Vec::new(),
+                comparisons: Vec::new(),
+            },
             hours: Vec::new(),
         }
     }

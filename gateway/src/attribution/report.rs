@@ -1,7 +1,9 @@
 //! An experiment's report: per arm (all of its time, and hour by hour) the requests, time to
 //! first byte p50/p95/mean, error rate and cached-token ratio; each arm against the first (the
 //! reference): the difference of mean time to first byte, Welch's t and Mann-Whitney U with
-//! their p-values, and the change of each against the period before the experiment.
+//! their p-values, and the change of each against the period before the experiment. The same
+//! for the requests served by pods that joined after the start (`new_pods`), where a warm-up
+//! setting shows.
 //!
 //! An arm differs *significantly* when both tests give p < [`SIGNIFICANCE`]: Welch's on the
 //! means, which a long tail moves, and Mann-Whitney's on the whole distribution, which it does
@@ -109,7 +111,17 @@ pub struct ExperimentReport {
     /// Each arm since the start.
     pub arms: Vec<ArmSummary>,
     pub comparisons: Vec<Comparison>,
+    /// The same on the pods that joined after the start: where warm-up acts.
+    pub new_pods: NewPods,
     pub hours: Vec<HourReport>,
+}
+
+/// The arms' outcomes on the pods that (re)joined after the experiment started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NewPods {
+    pub pods: Vec<String>,
+    pub arms: Vec<ArmSummary>,
+    pub comparisons: Vec<Comparison>,
 }
 
 /// The label of an arm's records.
@@ -117,22 +129,22 @@ pub fn label(experiment: &RunningExperiment, arm: &str) -> String {
     format!("{}/{arm}", experiment.definition.id)
 }
 
-/// The report of `experiment` from `ledger` at `now_ms`, with its hours when `with_hours`.
-pub fn report(
+/// The label of an arm's records on pods that joined after the experiment started.
+pub fn new_pods_label(arm_label: &str) -> String {
+    format!("{arm_label}{NEW_PODS}")
+}
+
+/// The suffix of the new pods' labels.
+pub const NEW_PODS: &str = "@new";
+
+/// The arms and comparisons of the records under `labels` (name, label) since `start`.
+fn cohort(
     ledger: &OutcomeLedger,
-    experiment: &RunningExperiment,
-    now_ms: u64,
-    with_hours: bool,
-) -> ExperimentReport {
-    let start = experiment.started_ms;
-    let end = now_ms.saturating_add(1);
-    let labels: Vec<(String, String)> = experiment
-        .definition
-        .arms
-        .iter()
-        .map(|a| (a.name.clone(), label(experiment, &a.name)))
-        .collect();
-    let before = ledger.total("", start.saturating_sub(BEFORE_MS), start);
+    labels: &[(String, String)],
+    before: &Bucket,
+    start: u64,
+    end: u64,
+) -> (Vec<ArmSummary>, Vec<Comparison>) {
     let totals: Vec<Bucket> = labels
         .iter()
         .map(|(_, l)| ledger.total(l, start, end))
@@ -150,8 +162,8 @@ pub fn report(
                 arm: name.clone(),
                 reference: reference.clone(),
                 ttfb_mean_diff_ms: diff,
-                arm_vs_before_ms: mean(total).zip(mean(&before)).map(|(a, b)| a - b),
-                reference_vs_before_ms: mean(ref_total).zip(mean(&before)).map(|(r, b)| r - b),
+                arm_vs_before_ms: mean(total).zip(mean(before)).map(|(a, b)| a - b),
+                reference_vs_before_ms: mean(ref_total).zip(mean(before)).map(|(r, b)| r - b),
                 welch: w.map(TestResult::from),
                 mann_whitney: m.map(TestResult::from),
                 significant,
@@ -160,6 +172,36 @@ pub fn report(
             });
         }
     }
+    let arms = labels
+        .iter()
+        .zip(&totals)
+        .map(|((name, _), b)| ArmSummary::of(name, b))
+        .collect();
+    (arms, comparisons)
+}
+
+/// The report of `experiment` from `ledger` at `now_ms`, with its hours when `with_hours`.
+pub fn report(
+    ledger: &OutcomeLedger,
+    experiment: &RunningExperiment,
+    now_ms: u64,
+    with_hours: bool,
+) -> ExperimentReport {
+    let start = experiment.started_ms;
+    let end = now_ms.saturating_add(1);
+    let labels: Vec<(String, String)> = experiment
+        .definition
+        .arms
+        .iter()
+        .map(|a| (a.name.clone(), label(experiment, &a.name)))
+        .collect();
+    let new_labels: Vec<(String, String)> = labels
+        .iter()
+        .map(|(name, l)| (name.clone(), new_pods_label(l)))
+        .collect();
+    let before = ledger.total("", start.saturating_sub(BEFORE_MS), start);
+    let (arms, comparisons) = cohort(ledger, &labels, &before, start, end);
+    let (new_arms, new_comparisons) = cohort(ledger, &new_labels, &before, start, end);
     let mut hours = Vec::new();
     let mut hour = start / HOUR_MS * HOUR_MS;
     while with_hours && hour < end {
@@ -177,12 +219,13 @@ pub fn report(
         generated_ms: now_ms,
         significance: SIGNIFICANCE,
         before: ArmSummary::of("before", &before),
-        arms: labels
-            .iter()
-            .zip(&totals)
-            .map(|((name, _), b)| ArmSummary::of(name, b))
-            .collect(),
+        arms,
         comparisons,
+        new_pods: NewPods {
+            pods: experiment.joined_pods.clone(),
+            arms: new_arms,
+            comparisons: new_comparisons,
+        },
         hours,
     }
 }
@@ -201,6 +244,7 @@ mod tests {
             started_ms: 10 * HOUR_MS,
             release: None,
             events: Vec::new(),
+            joined_pods: Vec::new(),
         }
     }
 
@@ -208,7 +252,7 @@ mod tests {
         (0..n)
             .map(|i| OutcomeRecord {
                 arm: arm.map(str::to_string),
-                pod: None,
+                pod: Some("p-new".into()),
                 at_ms: at_ms + i,
                 ttfb_ms: base + (i * 37) % 100,
                 status: if i % 50 == 0 { 503 } else { 200 },
@@ -224,11 +268,20 @@ mod tests {
         let e = running();
         let mut ledger = OutcomeLedger::default();
         let now = e.started_ms + 2 * HOUR_MS;
-        ledger.ingest(&records(None, e.started_ms - HOUR_MS, 150, 400), now);
-        ledger.ingest(&records(Some("e/warm"), e.started_ms + 10, 100, 400), now);
+        ledger.ingest(
+            &records(None, e.started_ms - HOUR_MS, 150, 400),
+            now,
+            |_| false,
+        );
+        ledger.ingest(
+            &records(Some("e/warm"), e.started_ms + 10, 100, 400),
+            now,
+            |_| true,
+        );
         ledger.ingest(
             &records(Some("e/cold"), e.started_ms + HOUR_MS, 300, 400),
             now,
+            |p| p == "p-new",
         );
         let r = report(&ledger, &e, now, true);
         assert_eq!(r.arms[0].requests, 400);
@@ -243,10 +296,21 @@ mod tests {
         assert_eq!(r.hours.len(), 3, "the start's hour, the next, and now's");
         assert_eq!(r.hours[0].arms[0].requests, 400);
         assert_eq!(r.hours[1].arms[1].requests, 400);
+        // the same records were all served by a new pod
+        assert_eq!(r.new_pods.arms[1].requests, 400);
+        assert!(r.new_pods.comparisons[0].worse);
 
         let mut same = OutcomeLedger::default();
-        same.ingest(&records(Some("e/warm"), e.started_ms, 100, 400), now);
-        same.ingest(&records(Some("e/cold"), e.started_ms, 100, 400), now);
+        same.ingest(
+            &records(Some("e/warm"), e.started_ms, 100, 400),
+            now,
+            |_| false,
+        );
+        same.ingest(
+            &records(Some("e/cold"), e.started_ms, 100, 400),
+            now,
+            |_| false,
+        );
         let c = &report(&same, &e, now, false).comparisons[0];
         assert!(!c.significant && !c.worse && !c.better, "{c:?}");
     }

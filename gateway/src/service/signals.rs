@@ -67,11 +67,17 @@ impl Gateway {
     /// Adds a batch's outcome records to the ledger, counted by what became of them.
     fn ingest_outcomes(&self, records: &[OutcomeRecord], dropped_by_filter: u64) {
         let now = self.now();
+        let joined: Vec<String> = self
+            .state()
+            .fleet
+            .experiment()
+            .map(|r| r.joined_pods.clone())
+            .unwrap_or_default();
         let got = self
             .outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .ingest(records, now);
+            .ingest(records, now, |pod| joined.iter().any(|p| p == pod));
         let t = &self.telemetry.outcomes;
         Telemetry::add(t, &[("kind", "accepted")], got.accepted);
         Telemetry::add(t, &[("kind", "rejected")], got.rejected);

@@ -183,6 +183,10 @@ async fn health_loop(gateway: Arc<Gateway>) {
     let mut round: u64 = 0;
     loop {
         gateway.health_round(round.is_multiple_of(5)).await;
+        if round == 0 {
+            // the pods found up in the first round were there before: they are not new
+            gateway.fleet(|f| f.settle());
+        }
         round = round.wrapping_add(1);
         if !pause(&gateway, interval).await {
             return;

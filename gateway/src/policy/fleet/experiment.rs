@@ -24,7 +24,14 @@ pub struct RunningExperiment {
     /// What happened to it: started, re-weighted, steps, rollbacks.
     #[serde(default)]
     pub events: Vec<ExperimentEvent>,
+    /// Pods that (re)joined since it started (at most [`MAX_JOINED_PODS`]), whose outcomes the
+    /// report also gives apart.
+    #[serde(default)]
+    pub joined_pods: Vec<String>,
 }
+
+/// Joined pods an experiment remembers.
+pub const MAX_JOINED_PODS: usize = 256;
 
 /// One event of an experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,9 +88,9 @@ impl Fleet {
             }
             None => None,
         };
-        let events = match &self.experiment {
-            Some(r) if started_ms.is_some() => r.events.clone(),
-            _ => Vec::new(),
+        let (events, joined_pods) = match &self.experiment {
+            Some(r) if started_ms.is_some() => (r.events.clone(), r.joined_pods.clone()),
+            _ => (Vec::new(), Vec::new()),
         };
         let first_step = definition.release.as_ref().and_then(|r| r.steps.first());
         let release = first_step.map(|_| ReleaseState {
@@ -100,6 +107,7 @@ impl Fleet {
             started_ms: started_ms.unwrap_or(now_ms),
             release,
             events,
+            joined_pods,
         };
         let weights: Vec<f64> = running.definition.arms.iter().map(|a| a.weight).collect();
         let what = if started_ms.is_some() {
@@ -154,6 +162,24 @@ impl Fleet {
         running.definition = running.definition.with_first_weight(0.0);
         running.note(at, event);
         Some(arm)
+    }
+
+    /// Notes that pod `id` (re)joined, for the report's new pods: only once the fleet settled
+    /// (the pods found up when the gateway starts are not new).
+    pub(super) fn note_joined(&mut self, id: &str) {
+        if !self.settled {
+            return;
+        }
+        if let Some(r) = self.experiment.as_mut() {
+            if !r.joined_pods.iter().any(|p| p == id) && r.joined_pods.len() < MAX_JOINED_PODS {
+                r.joined_pods.push(id.to_string());
+            }
+        }
+    }
+
+    /// The gateway's first health round is done: later joins are new pods.
+    pub fn settle(&mut self) {
+        self.settled = true;
     }
 
     /// Puts back an experiment from a snapshot or the configuration, as it was.

@@ -127,6 +127,8 @@ pub struct Fleet {
     journal: Option<Vec<(u64, Action)>>,
     /// The running experiment, which the table carries to the filters.
     experiment: Option<RunningExperiment>,
+    /// The gateway's first health round is done ([`Fleet::settle`]).
+    settled: bool,
     /// The latest `now` an input brought.
     now_ms: u64,
 }
@@ -151,6 +153,7 @@ impl Fleet {
             notes: Vec::new(),
             journal: None,
             experiment: None,
+            settled: false,
             now_ms,
             config,
         }
@@ -295,6 +298,9 @@ impl Fleet {
                 HealthChange::Unchanged
             }
         };
+        if matches!(change, HealthChange::Joined(_)) {
+            self.note_joined(id);
+        }
         if change != HealthChange::Unchanged {
             self.rebuild_table(now_ms);
         }

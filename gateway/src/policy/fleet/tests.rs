@@ -698,3 +698,32 @@ fn a_release_starts_at_its_first_step_climbs_and_rolls_back_to_zero() {
         .rolled_back
         .is_none());
 }
+
+#[test]
+fn only_pods_joining_after_the_first_health_round_count_as_new() {
+    let config = gateway_config();
+    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
+    fleet.start_experiment(experiment("n", 0.5), 1_000).unwrap();
+    for (id, address, settle_first) in [
+        ("p0", "10.0.0.1:8000", false),
+        ("p1", "10.0.0.2:8000", true),
+    ] {
+        if settle_first {
+            fleet.settle();
+        }
+        let spec = PodSpec::new(id, address);
+        fleet.add_pod(config.pod_shape(&spec), 2_000).unwrap();
+        fleet.on_health(id, true, None, 2_000);
+    }
+    assert_eq!(
+        fleet.experiment().unwrap().joined_pods,
+        vec!["p1".to_string()]
+    );
+    // a pod that goes down and returns lost its cache: new again (listed once)
+    fleet.on_health("p1", false, None, 3_000);
+    fleet.on_health("p1", true, None, 4_000);
+    assert_eq!(
+        fleet.experiment().unwrap().joined_pods,
+        vec!["p1".to_string()]
+    );
+}
