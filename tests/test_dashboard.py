@@ -289,6 +289,9 @@ DOM_VIEW = """JSON.stringify({
   events: [...document.querySelectorAll('#events li')].map(li => li.innerText),
   decisions: Object.fromEntries([...document.querySelectorAll('#decisions [data-policy]')].map(d => [
     d.dataset.policy + ' ' + d.dataset.decision, Number(d.dataset.count)])),
+  experiment: document.getElementById('experiment-title').textContent,
+  arms: [...document.querySelectorAll('#experiment tbody tr')].map(r => [
+    r.dataset.arm, Number(r.dataset.weight), Number(r.dataset.requests)]),
 })"""
 
 TOP = 15  # the page's default
@@ -403,6 +406,18 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         after = decisions(f.gw)
         assert dom["decisions"].get("lora load", 0) >= 2, dom["decisions"]
         assert all(0 <= n <= after[k] for k, n in dom["decisions"].items()), (dom["decisions"], after)
+        # An experiment starts and outcomes arrive: the page shows its arms and their figures.
+        body = {"id": "ab", "arms": [{"name": "warm", "weight": 0.5},
+                                     {"name": "cold", "weight": 0.5, "settings": {"warmup": False}}]}
+        started = f.gw.admin("POST", "/admin/experiments", json=body)
+        assert started.status_code == 201, started.text
+        at = started.json()["started_ms"] + 1
+        outcomes = [{"arm": f"ab/{arm}", "at_ms": at, "ttfb_ms": 10 + i, "status": 200, "stream": False}
+                    for arm, n in (("warm", 3), ("cold", 5)) for i in range(n)]
+        assert f.gw.signals({"version": "1.0", "signals": [], "outcomes": outcomes}).status_code == 202
+        dom = wait_until(lambda: (d := dom_view(page))["arms"] == [["warm", 0.5, 3], ["cold", 0.5, 5]] and d,
+                         timeout=15, interval=0.2, what="the experiment on the dashboard")
+        assert dom["experiment"].startswith("ab · since"), dom["experiment"]
         shot = page.screenshot(ARTIFACTS / "dashboard.png")
         assert shot.stat().st_size > 10_000
 

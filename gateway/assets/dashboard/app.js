@@ -80,13 +80,18 @@ async function decisionCounts() {
 
 // Everything the page shows, from the API; `pods` carry their detail and plan.
 async function load() {
-  const [list, heatmap, prompts, adapters, decisions] = await Promise.all([
+  const [list, heatmap, prompts, adapters, decisions, experiments] = await Promise.all([
     getJson("/admin/pods"),
     getJson("/admin/adapters/heatmap"),
     getJson(`/admin/prompts?k=${HOTNESS_K}`),
     getJson("/admin/adapters"),
     decisionCounts(),
+    getJson("/admin/experiments"),
   ]);
+  const running = experiments.running;
+  const experiment = running
+    ? await getJson(`/admin/experiments/${encodeURIComponent(running.definition.id)}`).catch(() => null)
+    : null;
   const pods = await Promise.all(list.pods.map(async (p) => {
     const id = encodeURIComponent(p.id);
     const [detail, plan] = await Promise.all([
@@ -95,7 +100,7 @@ async function load() {
     ]);
     return { ...p, detail, plan };
   }));
-  return { pods, heatmap, prompts, adapters: adapters.adapters, decisions };
+  return { pods, heatmap, prompts, adapters: adapters.adapters, decisions, experiment };
 }
 
 // warming / warm / down / idle (no warm-up yet).
@@ -270,6 +275,48 @@ function renderEvents(view) {
   document.getElementById("decisions").replaceChildren(...(counts.length ? counts : ["none yet"]));
 }
 
+const ms = (v) => (v === null || v === undefined ? "–" : `${Math.round(v)} ms`);
+const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)} %`);
+
+// The running experiment: each arm's outcomes, its comparison with the first arm, the release.
+function renderExperiment(view) {
+  const e = view.experiment;
+  const title = document.getElementById("experiment-title");
+  const table = document.getElementById("experiment");
+  const release = document.getElementById("experiment-release");
+  table.hidden = !e;
+  if (!e) {
+    title.textContent = "none running";
+    table.querySelector("tbody").replaceChildren();
+    release.textContent = "";
+    return;
+  }
+  const r = e.report;
+  title.textContent = `${e.definition.id} · since ${new Date(e.started_ms).toISOString().slice(0, 19)} UTC`;
+  const rows = e.definition.arms.map((arm, i) => {
+    const s = r.arms[i] || {};
+    const c = r.comparisons.find((x) => x.arm === arm.name);
+    const n = r.new_pods.arms[i] || {};
+    const verdict = !c ? "reference"
+      : `${c.worse ? "slower" : c.better ? "faster" : "no significant difference"}`
+        + ` (Welch p ${c.welch ? c.welch.p.toExponential(1) : "–"},`
+        + ` Mann-Whitney p ${c.mann_whitney ? c.mann_whitney.p.toExponential(1) : "–"})`;
+    return el("tr", { "data-arm": arm.name, "data-weight": arm.weight, "data-requests": s.requests ?? 0 },
+      el("td", {}, arm.name), el("td", {}, pct(arm.weight)),
+      el("td", { class: "mono" }, `warmup ${arm.settings.warmup} · routing ${arm.settings.routing}`),
+      el("td", {}, String(s.requests ?? 0)), el("td", {}, pct(s.error_rate)),
+      el("td", {}, ms(s.ttfb_p50_ms)), el("td", {}, ms(s.ttfb_p95_ms)), el("td", {}, pct(s.cached_token_ratio)),
+      el("td", { class: c && c.worse ? "event-error" : "" }, verdict),
+      el("td", {}, `${ms(n.ttfb_p50_ms)} / ${ms(n.ttfb_p95_ms)}`));
+  });
+  table.querySelector("tbody").replaceChildren(...rows);
+  const state = e.release;
+  const last = e.events.length ? e.events[e.events.length - 1].event : "";
+  release.textContent = !state ? `last event: ${last}`
+    : state.rolled_back ? `release rolled back (${state.rolled_back.reason}): ${state.rolled_back.detail}`
+      : `release step ${state.step + 1} of ${e.definition.release.steps.length} · last event: ${last}`;
+}
+
 let refreshes = 0;
 
 async function refresh() {
@@ -280,6 +327,7 @@ async function refresh() {
     renderHeatmap(view);
     renderPrefixes(view);
     renderEvents(view);
+    renderExperiment(view);
     const routed = view.pods.filter((p) => p.routable).length;
     summary.textContent = `${view.pods.length} pods · ${routed} in the routing table · `
       + `${view.heatmap.adapters.length} adapters · ${view.prompts.total} prefixes`;

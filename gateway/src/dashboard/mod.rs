@@ -1,6 +1,7 @@
 //! The dashboard: static assets embedded in the binary and served read-only at `/` on the admin
-//! listener (GET only). The page holds no data and is served without a token; it reads the admin API (`/admin/pods`, `/admin/pods/{id}`,
-//! `/admin/adapters/heatmap`, `/admin/prompts`, `/admin/pods/{id}/plan`) like any other client
+//! listener (GET only). The page holds no data and is served without a token; it reads the admin
+//! API (`/admin/pods`, `/admin/pods/{id}`, `/admin/adapters/heatmap`, `/admin/prompts`,
+//! `/admin/pods/{id}/plan`, `/admin/experiments`, `/admin/experiments/{id}`) like any other client
 //! and the policy decision counters of `/metrics`, and refreshes on its own; nothing is fetched
 //! from outside the gateway. See `docs/dashboard.md`.
 
