@@ -298,12 +298,13 @@ function renderExperiment(view) {
     const c = r.comparisons.find((x) => x.arm === arm.name);
     const n = r.new_pods.arms[i] || {};
     const verdict = !c ? "reference"
-      : `${c.worse ? "slower" : c.better ? "faster" : "no significant difference"}`
-        + ` (Welch p ${c.welch ? c.welch.p.toExponential(1) : "–"},`
-        + ` Mann-Whitney p ${c.mann_whitney ? c.mann_whitney.p.toExponential(1) : "–"})`;
+      : `${c.worse ? "slower" : c.better ? "faster" : "no difference"}`
+        + ` (p ${c.welch ? c.welch.p.toExponential(1) : "–"}`
+        + ` / ${c.mann_whitney ? c.mann_whitney.p.toExponential(1) : "–"})`;
     return el("tr", { "data-arm": arm.name, "data-weight": arm.weight, "data-requests": s.requests ?? 0 },
       el("td", {}, arm.name), el("td", {}, pct(arm.weight)),
-      el("td", { class: "mono" }, `warmup ${arm.settings.warmup} · routing ${arm.settings.routing}`),
+      el("td", {}, `${arm.settings.warmup ? "warm-up" : "no warm-up"} · `
+        + `${arm.settings.routing === "off" ? "Envoy's balancing" : "prefix routing"}`),
       el("td", {}, String(s.requests ?? 0)), el("td", {}, pct(s.error_rate)),
       el("td", {}, ms(s.ttfb_p50_ms)), el("td", {}, ms(s.ttfb_p95_ms)), el("td", {}, pct(s.cached_token_ratio)),
       el("td", { class: c && c.worse ? "event-error" : "" }, verdict),
