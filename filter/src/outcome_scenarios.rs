@@ -7,8 +7,7 @@ use prewarm_core::wire::{OutcomeRecord, SignalBatch};
 use crate::config::FilterConfig;
 use crate::fake_host::FakeHost;
 use crate::host::{Host, Metric};
-use crate::request::RequestFlow;
-use crate::scenarios::{chat_body, table, template, with_one_pod_table};
+use crate::scenarios::{chat_body, send_flow, table, template, with_one_pod_table};
 use crate::worker::Worker;
 
 /// Sends a chat request as `user` at `t0`; its response starts `ttfb` ms later with `status`
@@ -26,19 +25,8 @@ fn exchange(
         serde_json::from_slice(&chat_body("m", &template(), "q")).unwrap();
     body["stream"] = serde_json::json!(stream);
     let body = serde_json::to_vec(&body).unwrap();
-    let len = body.len().to_string();
-    host.set_request(
-        &[
-            (":method", b"POST"),
-            (":path", b"/v1/chat/completions"),
-            ("content-length", len.as_bytes()),
-            ("x-prewarm-user", b"alice"),
-        ],
-        &body,
-    );
-    let mut flow = RequestFlow::default();
-    flow.on_headers(host, worker, false);
-    flow.on_body(host, worker, body.len(), true);
+    let user: &[(&str, &[u8])] = &[("x-prewarm-user", b"alice")];
+    let (_, mut flow) = send_flow(host, worker, "/v1/chat/completions", user, &body);
     host.set_now(t0 + ttfb);
     host.set_response_headers(&[(":status", status.as_bytes())]);
     flow.on_response_headers(host);
@@ -122,18 +110,7 @@ fn a_stream_reset_before_any_response_records_nothing() {
     let host = FakeHost::new();
     let worker = experiment_worker();
     let body = chat_body("m", &template(), "q");
-    let len = body.len().to_string();
-    host.set_request(
-        &[
-            (":method", b"POST"),
-            (":path", b"/v1/chat/completions"),
-            ("content-length", len.as_bytes()),
-        ],
-        &body,
-    );
-    let mut flow = RequestFlow::default();
-    flow.on_headers(&host, &worker, false);
-    flow.on_body(&host, &worker, body.len(), true);
+    let (_, mut flow) = send_flow(&host, &worker, "/v1/chat/completions", &[], &body);
     flow.on_log(&host, &worker);
     assert!(worker.outcomes.take(&host).records.is_empty());
 }

@@ -34,6 +34,17 @@ pub(crate) fn send(
     extra: &[(&str, &[u8])],
     body: &[u8],
 ) -> Vec<Verdict> {
+    send_flow(host, worker, path, extra, body).0
+}
+
+/// [`send`], also returning the flow (for its response).
+pub(crate) fn send_flow(
+    host: &FakeHost,
+    worker: &Worker,
+    path: &str,
+    extra: &[(&str, &[u8])],
+    body: &[u8],
+) -> (Vec<Verdict>, RequestFlow) {
     let len = body.len().to_string();
     let mut headers: Vec<(&str, &[u8])> = vec![
         (":method", b"POST"),
@@ -47,7 +58,7 @@ pub(crate) fn send(
     let half = body.len() / 2;
     verdicts.push(flow.on_body(host, worker, half, false));
     verdicts.push(flow.on_body(host, worker, body.len(), true));
-    verdicts
+    (verdicts, flow)
 }
 
 /// The signals pending in the shared ring (default 256 slots), without taking them.

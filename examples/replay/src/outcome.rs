@@ -87,14 +87,11 @@ pub fn peak_minute_load(outcomes: &[Outcome], windows: &[Vec<f64>]) -> Option<f6
     peak
 }
 
-/// Nearest-rank percentile `p` (0..100) of `values` (sorted in place).
+/// Nearest-rank percentile `p` (0..100) of `values` (sorted in place): the gateway's quantile,
+/// which experiments' reports use.
 pub fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
     values.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
-    values.get(rank.clamp(1, values.len()) - 1).copied()
+    prewarm_gateway::attribution::stats::quantile(values, p / 100.0)
 }
 
 /// Σ cached / Σ prompt tokens of `outcomes` (`None` without prompt tokens).

@@ -263,11 +263,9 @@ fn prefix_cache_counters_reconcile_the_kv_model() {
     assert_eq!(fleet.pod("p0").unwrap().kv.resident_shards(), 0);
 }
 
-/// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
-#[test]
-fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
-    let config = gateway_config();
-    let mut fleet = fleet_of(&config, 1);
+/// One pod `p0` with 8 hot prefixes, and pod `new` that joined at 3 000 and started its warm-up.
+fn fleet_with_a_joining_pod(config: &GatewayConfig) -> Fleet {
+    let mut fleet = fleet_of(config, 1);
     let hot = (10..18).map(|s| prefill_signal("base", &text(s))).collect();
     fleet.on_signals(batch(hot), 2_000);
     let mut spec = PodSpec::new("new", "10.0.0.7:8000");
@@ -275,6 +273,14 @@ fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
     fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
     fleet.on_health("new", true, None, 3_000);
     fleet.start_warmup("new", 3_000);
+    fleet
+}
+
+/// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
+#[test]
+fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
+    let config = gateway_config();
+    let mut fleet = fleet_with_a_joining_pod(&config);
     let listed = |f: &Fleet| f.table().pods.iter().any(|p| p.id == "new");
     let steps: Vec<_> = fleet
         .tick(3_100)
@@ -583,15 +589,7 @@ fn experiment(id: &str, cold_weight: f64) -> prewarm_core::experiment::Experimen
 
 #[test]
 fn the_table_carries_the_experiment_and_its_cold_arm_sees_a_warming_pod() {
-    let config = gateway_config();
-    let mut fleet = fleet_of(&config, 1);
-    let hot = (10..18).map(|s| prefill_signal("base", &text(s))).collect();
-    fleet.on_signals(batch(hot), 2_000);
-    let mut spec = PodSpec::new("new", "10.0.0.7:8000");
-    spec.max_loras = 2;
-    fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
-    fleet.on_health("new", true, None, 3_000);
-    fleet.start_warmup("new", 3_000);
+    let mut fleet = fleet_with_a_joining_pod(&gateway_config());
     fleet.tick(3_100);
     let warming = |f: &Fleet| {
         f.table()
