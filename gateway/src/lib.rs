@@ -10,7 +10,8 @@
 //!   actions, table, signals, snapshots, background loops);
 //! - [`embeddings`]: local prompt embeddings (all-MiniLM-L6-v2 on candle) and the IVF-PQ prompt
 //!   index, off without `embeddings.model_dir`;
-//! - [`api`]: the HTTP API; [`telemetry`]: Prometheus metrics; [`state`]: snapshot files;
+//! - [`api`]: the HTTP API; [`telemetry`]: Prometheus metrics; [`traces`]: OpenTelemetry spans
+//!   of warm-up; [`state`]: snapshot files;
 //! - [`server`]: the `serve` lifecycle (bind, spawn, drain, final snapshot).
 
 pub mod api;
@@ -26,3 +27,4 @@ pub mod service;
 pub mod state;
 pub mod status;
 pub mod telemetry;
+pub mod traces;

@@ -13,6 +13,7 @@ use prewarm_gateway::policy::fleet::Candidates;
 use prewarm_gateway::server::{serve, shutdown_requested};
 use prewarm_gateway::service::planning::PlanView;
 use prewarm_gateway::service::{now_ms, Gateway};
+use prewarm_gateway::traces::TraceExport;
 
 const EXIT_CONFIG: u8 = 64;
 
@@ -125,13 +126,19 @@ fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
     })
 }
 
-fn init_logging() {
+/// Logs to stderr at `PREWARM_LOG` (default `info`), plus the warm-up spans' export when
+/// `[traces]` is on (whatever the log level).
+fn init_logging(traces: Option<&TraceExport>) {
+    use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PREWARM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces.map(TraceExport::layer))
         .try_init();
 }
 
@@ -151,7 +158,9 @@ fn runtime(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        init_logging(None);
+    }
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(%info, "panic");
     }));
@@ -207,11 +216,23 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            // Before the runtime: the exporter's blocking client belongs to its own thread.
+            let traces = match TraceExport::start(&config.traces) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("prewarm-gateway: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            init_logging(traces.as_ref());
             let Some(runtime) = runtime(true) else {
                 return ExitCode::FAILURE;
             };
             let code = runtime.block_on(serve(config, shutdown_requested()));
             runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+            if let Some(t) = traces {
+                t.shutdown();
+            }
             ExitCode::from(code.clamp(0, 255) as u8)
         }
     }

@@ -45,6 +45,8 @@ pub struct GatewayConfig {
     /// `[experiment]`: an experiment that runs from start (docs/experiments.md); it replaces one
     /// started through the admin API when the gateway restarts.
     pub experiment: Option<prewarm_core::experiment::Experiment>,
+    /// `[traces]`: OpenTelemetry spans of warm-up over OTLP/HTTP (off without `otlp_endpoint`).
+    pub traces: crate::traces::TracesConfig,
 }
 
 /// `[server]`: listener, secrets, limits, shutdown.

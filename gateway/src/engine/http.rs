@@ -2,7 +2,7 @@
 //! and request timeouts that never follows redirects (a pod's 3xx is its answer, not a hop to
 //! wherever it points), replies read up to [`MAX_REPLY_BYTES`], a semaphore bounding the
 //! gateway's requests in flight to the pod, and retries of retryable failures with exponential
-//! backoff plus jitter.
+//! backoff plus jitter. A call made inside a warm-up span carries its W3C trace context.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,10 +139,13 @@ impl HttpPod {
                 url: url.to_string(),
                 message: "client closed".into(),
             })?;
-        let request = match body {
+        let mut request = match body {
             Some(b) => self.client.post(url).json(b),
             None => self.client.get(url),
         };
+        for (name, value) in crate::traces::trace_headers() {
+            request = request.header(name, value);
+        }
         let mut response = request.send().await.map_err(|e| self.transport(url, &e))?;
         let status = response.status().as_u16();
         let too_big = || EngineError::BadReply {

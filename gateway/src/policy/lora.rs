@@ -173,6 +173,15 @@ impl LoraDecision {
             Self::Load(a) | Self::Unload(a) | Self::Touch(a) => a,
         }
     }
+
+    /// `load`, `unload` or `touch`: the call's name in metrics, replies and spans.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Load(_) => "load",
+            Self::Unload(_) => "unload",
+            Self::Touch(_) => "touch",
+        }
+    }
 }
 
 /// Why an adapter cannot be made resident now.

@@ -4,10 +4,14 @@
 //! run in order ([`super::adapters`]). The core decides; this module only executes.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
 
 use crate::engine::PrefillRequest;
 use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill};
 use crate::telemetry::Telemetry;
+use crate::traces::warmup::{key_done, PlanShape};
 
 use super::adapters::DecisionOutcome;
 use super::Gateway;
@@ -52,6 +56,7 @@ impl Gateway {
             }
             Note::FirstTierDone { pod, seconds } => {
                 t.warmup_duration.observe(seconds);
+                self.warmup_traces.first_tier_done(&pod, seconds);
                 tracing::info!(pod = %pod, seconds, "warm-up first tier done: pod routable");
             }
             Note::Planned {
@@ -60,10 +65,50 @@ impl Gateway {
                 first_tier,
                 second_tier,
                 lazy,
-            } => tracing::info!(
-                pod = %pod, adapters, first_tier, second_tier, lazy, "warm-up planned"
-            ),
+            } => {
+                tracing::info!(
+                    pod = %pod, adapters, first_tier, second_tier, lazy, "warm-up planned"
+                );
+                self.warmup_traces.planned(&PlanShape {
+                    pod: &pod,
+                    adapters,
+                    first_tier,
+                    second_tier,
+                    lazy,
+                    arms: &self.warm_arms(),
+                });
+            }
         }
+    }
+
+    /// The running experiment's arms that route with warm-up (`exp/arm`, comma-separated): the
+    /// arms a warm-up serves, for its spans; empty with no experiment.
+    pub fn warm_arms(&self) -> String {
+        let state = self.state();
+        let Some(running) = state.fleet.experiment() else {
+            return String::new();
+        };
+        let id = &running.definition.id;
+        running
+            .definition
+            .arms
+            .iter()
+            .filter(|a| a.settings.warmup)
+            .map(|a| format!("{id}/{}", a.name))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Ends the spans of warm-up plans that are over.
+    pub fn close_finished_plan_spans(&self) {
+        if self.warmup_traces.open_plans().is_empty() {
+            return;
+        }
+        let state = self.state();
+        self.warmup_traces.close_finished(|pod| {
+            let progress = state.fleet.pod(pod)?.warmup.progress.as_ref()?;
+            Some(progress.phase())
+        });
     }
 
     /// Executes `action`; returns the outcomes of its adapter calls (none for a prefill).
@@ -100,17 +145,25 @@ impl Gateway {
     }
 
     async fn prefill(self: &Arc<Self>, p: Prefill) {
+        let span = self.warmup_traces.prefill_span(&p, &self.warm_arms());
         let ok = match self.pod_handle(&p.pod) {
             Some((engine, _)) => {
                 let request = PrefillRequest {
                     model: p.model.clone(),
                     prefix_text: p.text.clone(),
                 };
-                let result = engine.prefill(&request).await;
+                let started = Instant::now();
+                let result = engine.prefill(&request).instrument(span.clone()).await;
                 let label = match &result {
                     Ok(()) => "ok",
                     Err(e) => e.label(),
                 };
+                key_done(
+                    &span,
+                    label,
+                    result.is_err(),
+                    started.elapsed().as_secs_f64() * 1e3,
+                );
                 Telemetry::count(
                     &self.telemetry.prefills,
                     &[("pod", &p.pod), ("outcome", label)],
@@ -123,7 +176,10 @@ impl Gateway {
                 }
                 result.is_ok()
             }
-            None => false,
+            None => {
+                key_done(&span, "pod_gone", true, 0.0);
+                false
+            }
         };
         let now = self.now();
         let first_tier_done = self.fleet(|f| {
@@ -139,8 +195,22 @@ impl Gateway {
     async fn adapter_calls(self: &Arc<Self>, calls: AdapterCalls) -> Vec<DecisionOutcome> {
         let mut outcomes = Vec::with_capacity(calls.decisions.len());
         let mut failed = Vec::new();
+        let arms = self.warm_arms();
         for d in &calls.decisions {
-            let outcome = self.execute_decision(&calls.pod, d).await;
+            let span = self
+                .warmup_traces
+                .adapter_span(&calls.pod, &calls.cause, d, &arms);
+            let started = Instant::now();
+            let outcome = self
+                .execute_decision(&calls.pod, d)
+                .instrument(span.clone())
+                .await;
+            key_done(
+                &span,
+                &outcome.outcome,
+                outcome.error.is_some(),
+                started.elapsed().as_secs_f64() * 1e3,
+            );
             if outcome.error.is_some() {
                 failed.push(d.clone());
             }

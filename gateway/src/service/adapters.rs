@@ -34,14 +34,6 @@ fn outcome_label<'a>(result: &'a Result<&'static str, (String, String)>) -> &'a 
     }
 }
 
-fn action(d: &LoraDecision) -> &'static str {
-    match d {
-        LoraDecision::Load(_) => "load",
-        LoraDecision::Unload(_) => "unload",
-        LoraDecision::Touch(_) => "touch",
-    }
-}
-
 impl Gateway {
     fn engine_of(&self, pod_id: &str) -> Result<Arc<dyn Engine>, (String, String)> {
         self.pod_handle(pod_id).map(|(e, _)| e).ok_or_else(|| {
@@ -74,7 +66,7 @@ impl Gateway {
         let adapter = decision.adapter().to_string();
         Telemetry::count(
             &self.telemetry.decisions,
-            &[("policy", "lora"), ("decision", action(decision))],
+            &[("policy", "lora"), ("decision", decision.verb())],
         );
         self.adapter_op_boundary(pod_id, true);
         let result = match decision {
@@ -89,13 +81,13 @@ impl Gateway {
                 if let Some(pod) = self.state().pods.get_mut(pod_id) {
                     pod.note_error(message.clone());
                 }
-                tracing::warn!(pod = %pod_id, adapter = %adapter, action = action(decision), error = %message, "adapter action failed");
+                tracing::warn!(pod = %pod_id, adapter = %adapter, action = decision.verb(), error = %message, "adapter action failed");
                 (label, Some(message))
             }
         };
         DecisionOutcome {
             pod: pod_id.to_string(),
-            action: action(decision),
+            action: decision.verb(),
             adapter,
             outcome,
             error,

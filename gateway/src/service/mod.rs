@@ -38,6 +38,7 @@ use crate::engine::{HttpPod, RetryPolicy};
 use crate::policy::fleet::Fleet;
 pub use crate::policy::fleet::PodHealth;
 use crate::telemetry::Telemetry;
+use crate::traces::warmup::WarmupTraces;
 pub use pods::{PodEntry, PodSource};
 pub use table::PublishedTable;
 
@@ -89,6 +90,8 @@ pub struct Gateway {
     pub embeddings: Option<Arc<PromptSearch>>,
     /// The filters' outcome records, for experiments (its own lock: off the fleet's).
     pub outcomes: Mutex<OutcomeLedger>,
+    /// The open warm-up plan spans (exported when `[traces]` is on).
+    pub warmup_traces: WarmupTraces,
 }
 
 impl Gateway {
@@ -115,6 +118,7 @@ impl Gateway {
             }),
             table: RwLock::new(Arc::new(PublishedTable::empty())),
             outcomes: Mutex::new(OutcomeLedger::default()),
+            warmup_traces: WarmupTraces::default(),
             ready: AtomicBool::new(false),
             client,
             shutdown,

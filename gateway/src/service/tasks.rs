@@ -229,6 +229,7 @@ async fn fleet_loop(gateway: Arc<Gateway>) {
                 g.execute(action).await;
             });
         }
+        gateway.close_finished_plan_spans();
         if ticks.is_multiple_of(HIT_RATIO_TICKS) {
             export_kv_model(&gateway, now);
         }
