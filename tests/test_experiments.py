@@ -243,3 +243,66 @@ def test_a_grey_release_that_is_worse_is_rolled_back_by_itself(tmp_path):
               f"after {sum(arms.values())} requests ({arms}); {sent} sent in all: {rollback['detail']}")
     finally:
         stack.close()
+
+
+def test_a_release_whose_warm_up_is_slow_is_rolled_back_and_a_fast_one_is_not(tmp_path):
+    """The third rollback criterion: the first arm alone brings warm-up and its keys' p95 in the
+    step exceeds `warmup_p95_ms`. A fast joining pod's plan (podsim at 20x) leaves the release
+    alone; a pod whose every prefill costs 400 ms rolls it back with the reason, an event and a
+    metric. No traffic: the keys are the gateway's own calls."""
+    from harness.podsim import start_podsim
+    from test_gateway import BASE, gateway_config, pod_spec, routed_ids, template_text
+
+    a, a_url = start_podsim(tmp_path, "--time-scale", "20", name="pod-a")
+    fast, fast_url = start_podsim(tmp_path, "--time-scale", "20", name="pod-fast")
+    slow, slow_url = start_podsim(tmp_path, "--time-scale", "1", "--prefill-overhead-ms", "400",
+                                  name="pod-slow")
+    warmup = {"first_tier": 30, "second_tier": 30, "first_tier_concurrency": 4,
+              "second_tier_concurrency": 2, "deadline_ms": 120000}
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("a", a_url)], warmup=warmup))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["a"], timeout=20, what="pod a routable")
+        for i in range(80):  # a joining pod's placement gets a share of them
+            r = gw.admin("POST", "/admin/prompts", json={"model": BASE, "text": template_text(i)})
+            assert r.status_code == 201, r.text
+        body = {"id": "wu", "release": {"steps": [0.5], "step_seconds": 3600, "min_requests": 20},
+                "arms": [{"name": "warm", "weight": 0.5},
+                         {"name": "cold", "weight": 0.5, "settings": {"warmup": False}}]}
+        r = gw.admin("POST", "/admin/experiments", json=body)
+        assert r.status_code == 201, r.text
+
+        def warmed(pod: str):
+            return (gw.get(f"/admin/pods/{pod}/warmup").json()["warmup"] or {}).get("phase") == "done"
+
+        def prefills() -> float:
+            return metric(gw, 'prewarm_warmup_key_seconds_count{kind="prefill"}')
+
+        r = gw.admin("POST", "/admin/pods", json=pod_spec("fast", fast_url))
+        assert r.status_code == 201, r.text
+        wait_until(lambda: warmed("fast"), timeout=60, what="the fast pod's warm-up done")
+        fast_keys = prefills()
+        assert fast_keys >= 20, "enough keys for a p95"
+        time.sleep(1.5)  # at least one release check after the last key
+        assert gw.get("/admin/experiments/wu").json()["release"].get("rolled_back") is None
+
+        r = gw.admin("POST", "/admin/pods", json=pod_spec("slow", slow_url))
+        assert r.status_code == 201, r.text
+
+        def rolled_back():
+            return gw.get("/admin/experiments/wu").json()["release"].get("rolled_back")
+
+        rollback = wait_until(rolled_back, timeout=90, what="the release rolled back")
+        assert rollback["reason"] == "warmup", rollback
+        assert rollback["detail"].startswith("warm-up p95 "), rollback
+        assert rollback["detail"].endswith("above 300 ms"), rollback
+        detail = gw.get("/admin/experiments/wu").json()
+        assert [a["weight"] for a in detail["definition"]["arms"]] == [0.0, 1.0]
+        assert detail["events"][-1]["event"].startswith("rolled back (warmup)")
+        assert metric(gw, 'prewarm_experiment_rollbacks_total{experiment="wu",arm="warm",'
+                          'reason="warmup"}') == 1
+        print(f"\nfast pod: {fast_keys:.0f} keys, no rollback; slow pod: {rollback['detail']} "
+              f"after {prefills() - fast_keys:.0f} of its keys")
+    finally:
+        gw.proc.stop()
+        for p in (a, fast, slow):
+            p.stop()

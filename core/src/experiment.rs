@@ -113,6 +113,10 @@ pub struct Release {
     pub step_seconds: u64,
     #[serde(default = "default_min_requests")]
     pub min_requests: u64,
+    /// The warm-up's p95 per key (prefill or adapter load), ms, above which a first arm that
+    /// alone brings warm-up is rolled back.
+    #[serde(default = "default_warmup_p95_ms")]
+    pub warmup_p95_ms: u64,
 }
 
 fn default_steps() -> Vec<f64> {
@@ -127,12 +131,17 @@ fn default_min_requests() -> u64 {
     200
 }
 
+fn default_warmup_p95_ms() -> u64 {
+    300
+}
+
 impl Default for Release {
     fn default() -> Self {
         Self {
             steps: default_steps(),
             step_seconds: default_step_seconds(),
             min_requests: default_min_requests(),
+            warmup_p95_ms: default_warmup_p95_ms(),
         }
     }
 }
@@ -166,6 +175,12 @@ impl Release {
             return Some(format!(
                 "release.min_requests: {}: must be 1 to 10000000",
                 self.min_requests
+            ));
+        }
+        if !(1..=600_000).contains(&self.warmup_p95_ms) {
+            return Some(format!(
+                "release.warmup_p95_ms: {}: must be 1 to 600000",
+                self.warmup_p95_ms
             ));
         }
         None

@@ -3,6 +3,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `prewarm_warmup_duration_seconds` | histogram | — (from warm-up start to first tier done) |
+//! | `prewarm_warmup_key_seconds` | histogram | `kind` (prefill / load / touch: each warm-up key's call, retries included) |
 //! | `prewarm_warmup_key_errors_total` | counter | `pod` (prefills of a warm-up that failed) |
 //! | `prewarm_prefills_total` | counter | `pod`, `outcome` (ok / unreachable / timeout / rejected / bad_reply) |
 //! | `prewarm_adapter_loads_total` | counter | `pod`, `outcome` (ok / already / refused_manifest / error kinds) |
@@ -26,7 +27,7 @@
 //! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm` (the arm's mean time to first byte minus the first arm's) |
 //! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `test` (welch / mann_whitney, against the first arm) |
 //! | `prewarm_experiment_release_step` | gauge | `experiment` (the grey release's step; -1: rolled back) |
-//! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors) |
+//! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors / warmup) |
 //! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
 
 use std::sync::atomic::AtomicU64;
@@ -46,6 +47,7 @@ type Labels = Vec<(String, String)>;
 pub struct Telemetry {
     registry: Registry,
     pub warmup_duration: Histogram,
+    pub warmup_key_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub warmup_key_errors: Family<Labels, Counter>,
     pub prefills: Family<Labels, Counter>,
     pub adapter_loads: Family<Labels, Counter>,
@@ -92,6 +94,9 @@ impl Telemetry {
         let warmup_duration = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         let t = Self {
             warmup_duration,
+            warmup_key_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
             warmup_key_errors: Family::default(),
             prefills: Family::default(),
             adapter_loads: Family::default(),
@@ -123,6 +128,11 @@ impl Telemetry {
             "prewarm_warmup_duration_seconds",
             "Seconds from a pod's warm-up start to its first tier done",
             t.warmup_duration.clone(),
+        );
+        registry.register(
+            "prewarm_warmup_key_seconds",
+            "Seconds a warm-up key's call took (prefill, adapter load or touch), retries included",
+            t.warmup_key_seconds.clone(),
         );
         registry.register(
             "prewarm_warmup_key_errors",

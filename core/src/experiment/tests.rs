@@ -195,6 +195,7 @@ fn a_release_is_checked_and_its_defaults_are_the_documented_ramp() {
         (r#"{"steps":[0.5,1.5]}"#, "release.steps"),
         (r#"{"step_seconds":0}"#, "release.step_seconds"),
         (r#"{"min_requests":0}"#, "release.min_requests"),
+        (r#"{"warmup_p95_ms":0}"#, "release.warmup_p95_ms"),
     ] {
         let json = format!(
             r#"{{"id":"e","arms":[{{"name":"a","weight":0.5}},{{"name":"b","weight":0.5}}],"release":{release}}}"#

@@ -11,12 +11,19 @@
 //!   arm has `min_requests` outcomes in it; hold at the last step (making it the default is the
 //!   operator's call).
 //!
-//! The third criterion, a warm-up p95 above 300 ms per key, is not an arm's: warm-ups are
-//! the fleet's and shared by every arm, so it cannot tell one arm from another.
+//! - **roll back for warm-up** when the first arm is the only arm with warm-up and the warm-up
+//!   keys that ended in the current step have a p95 above `warmup_p95_ms`
+//!   ([`super::warmup`] says what the default assumes), over at least
+//!   [`super::warmup::MIN_KEYS`] keys. Warm-ups are the fleet's, shared by every arm with
+//!   warm-up on, so their cost is the first arm's only when no other arm has warm-up: then the
+//!   candidate *is* the warm-up, and its keys slowing down means it is taking the pods' time.
+//!   With warm-up on in another arm too, the criterion cannot tell the arms apart and is not
+//!   applied.
 
 use serde::{Deserialize, Serialize};
 
 use super::report::ExperimentReport;
+use super::warmup::WarmupP95;
 use prewarm_core::experiment::Release;
 
 /// The error rate above which the first arm is rolled back.
@@ -30,6 +37,8 @@ pub enum RollbackReason {
     Ttfb,
     /// The first arm's error rate is above [`ERROR_RATE_LIMIT`].
     Errors,
+    /// The warm-up the first arm alone brings is above its p95 per key.
+    Warmup,
 }
 
 impl RollbackReason {
@@ -37,6 +46,7 @@ impl RollbackReason {
         match self {
             Self::Ttfb => "ttfb",
             Self::Errors => "errors",
+            Self::Warmup => "warmup",
         }
     }
 }
@@ -69,13 +79,21 @@ pub enum Decision {
     RollBack(RollbackReason, String),
 }
 
-/// The decision for `release` in `state`, from `report` (since the start) and the first arm's
-/// outcomes in the current step, at `now_ms`.
+/// What a check reads besides the report (since the start): the first arm's outcomes in the
+/// current step, and the warm-up's p95 per key in it when the first arm alone brings warm-up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepEvidence {
+    pub requests: u64,
+    pub warmup: Option<WarmupP95>,
+}
+
+/// The decision for `release` in `state`, from `report` and the current step's `step`, at
+/// `now_ms`.
 pub fn decide(
     release: &Release,
     state: &ReleaseState,
     report: &ExperimentReport,
-    in_step_requests: u64,
+    step: StepEvidence,
     now_ms: u64,
 ) -> Decision {
     if state.rolled_back.is_some() {
@@ -110,9 +128,21 @@ pub fn decide(
             ),
         );
     }
+    if let Some(w) = step
+        .warmup
+        .filter(|w| w.p95_ms > release.warmup_p95_ms as f64)
+    {
+        return Decision::RollBack(
+            RollbackReason::Warmup,
+            format!(
+                "warm-up p95 {:.0} ms per key over {} keys in the step: above {} ms",
+                w.p95_ms, w.keys, release.warmup_p95_ms
+            ),
+        );
+    }
     let lasted = now_ms.saturating_sub(state.step_started_ms) >= release.step_seconds * 1000;
     let next = state.step + 1;
-    if lasted && in_step_requests >= release.min_requests && next < release.steps.len() {
+    if lasted && step.requests >= release.min_requests && next < release.steps.len() {
         return Decision::Advance(next);
     }
     Decision::Hold
@@ -172,6 +202,14 @@ mod tests {
             steps: vec![0.01, 0.05, 0.25, 0.5],
             step_seconds: 60,
             min_requests: 200,
+            warmup_p95_ms: 300,
+        }
+    }
+
+    fn n(requests: u64) -> StepEvidence {
+        StepEvidence {
+            requests,
+            warmup: None,
         }
     }
 
@@ -186,14 +224,20 @@ mod tests {
     #[test]
     fn a_step_advances_only_once_it_lasted_and_saw_enough_requests() {
         let r = report(arm("new", 300, 0), false);
-        assert_eq!(decide(&release(), &at(0), &r, 300, 60_999), Decision::Hold);
-        assert_eq!(decide(&release(), &at(0), &r, 199, 61_000), Decision::Hold);
         assert_eq!(
-            decide(&release(), &at(0), &r, 200, 61_000),
+            decide(&release(), &at(0), &r, n(300), 60_999),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&release(), &at(0), &r, n(199), 61_000),
+            Decision::Hold
+        );
+        assert_eq!(
+            decide(&release(), &at(0), &r, n(200), 61_000),
             Decision::Advance(1)
         );
         assert_eq!(
-            decide(&release(), &at(3), &r, 5_000, 999_999),
+            decide(&release(), &at(3), &r, n(5_000), 999_999),
             Decision::Hold,
             "the last step holds"
         );
@@ -202,7 +246,7 @@ mod tests {
     #[test]
     fn another_arm_significantly_faster_rolls_the_release_back() {
         let r = report(arm("new", 300, 0), true);
-        match decide(&release(), &at(1), &r, 10, 2_000) {
+        match decide(&release(), &at(1), &r, n(10), 2_000) {
             Decision::RollBack(RollbackReason::Ttfb, detail) => {
                 assert!(detail.contains("old is faster by 40.0 ms"), "{detail}")
             }
@@ -218,7 +262,7 @@ mod tests {
                 &release(),
                 &at(0),
                 &report(arm("new", 20, 1), false),
-                20,
+                n(20),
                 2_000
             ),
             Decision::Hold
@@ -228,7 +272,7 @@ mod tests {
                 &release(),
                 &at(0),
                 &report(arm("new", 20, 2), false),
-                20,
+                n(20),
                 2_000
             ),
             Decision::RollBack(RollbackReason::Errors, _)
@@ -236,7 +280,7 @@ mod tests {
         // past min_requests the rate itself counts: 5 in 1000 is the limit, 6 is over
         let at_limit = report(arm("new", 1000, 5), false);
         assert_eq!(
-            decide(&release(), &at(3), &at_limit, 0, 2_000),
+            decide(&release(), &at(3), &at_limit, n(0), 2_000),
             Decision::Hold
         );
         assert!(matches!(
@@ -244,7 +288,7 @@ mod tests {
                 &release(),
                 &at(3),
                 &report(arm("new", 1000, 6), false),
-                0,
+                n(0),
                 2_000
             ),
             Decision::RollBack(RollbackReason::Errors, _)
@@ -261,8 +305,30 @@ mod tests {
         });
         let r = report(arm("new", 300, 100), true);
         assert_eq!(
-            decide(&release(), &state, &r, 1_000, 999_999),
+            decide(&release(), &state, &r, n(1_000), 999_999),
             Decision::Hold
         );
+    }
+
+    #[test]
+    fn a_slow_warm_up_rolls_back_only_the_arm_that_alone_brings_it() {
+        let r = report(arm("new", 300, 0), false);
+        let slow = |p95_ms| StepEvidence {
+            requests: 10,
+            warmup: Some(WarmupP95 { p95_ms, keys: 25 }),
+        };
+        assert_eq!(
+            decide(&release(), &at(1), &r, slow(300.0), 2_000),
+            Decision::Hold
+        );
+        match decide(&release(), &at(1), &r, slow(412.4), 2_000) {
+            Decision::RollBack(RollbackReason::Warmup, detail) => assert_eq!(
+                detail,
+                "warm-up p95 412 ms per key over 25 keys in the step: above 300 ms"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // no evidence (another arm warms too, or too few keys): no warm-up verdict
+        assert_eq!(decide(&release(), &at(1), &r, n(10), 2_000), Decision::Hold);
     }
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::engine::PrefillRequest;
 use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill};
+use crate::policy::lora::LoraDecision;
 use crate::telemetry::Telemetry;
 use crate::traces::warmup::{key_done, PlanShape};
 
@@ -99,6 +100,20 @@ impl Gateway {
             .join(",")
     }
 
+    /// A warm-up key (a prefill, an adapter load or touch) took `latency_ms`: for the grey
+    /// release's warm-up criterion and `prewarm_warmup_key_seconds`.
+    fn warmup_key_ended(&self, kind: &str, latency_ms: f64) {
+        let now = self.now();
+        self.warmup_latencies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(now, latency_ms);
+        self.telemetry
+            .warmup_key_seconds
+            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+            .observe(latency_ms / 1e3);
+    }
+
     /// Ends the spans of warm-up plans that are over.
     pub fn close_finished_plan_spans(&self) {
         if self.warmup_traces.open_plans().is_empty() {
@@ -158,12 +173,9 @@ impl Gateway {
                     Ok(()) => "ok",
                     Err(e) => e.label(),
                 };
-                key_done(
-                    &span,
-                    label,
-                    result.is_err(),
-                    started.elapsed().as_secs_f64() * 1e3,
-                );
+                let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+                key_done(&span, label, result.is_err(), latency_ms);
+                self.warmup_key_ended("prefill", latency_ms);
                 Telemetry::count(
                     &self.telemetry.prefills,
                     &[("pod", &p.pod), ("outcome", label)],
@@ -205,12 +217,11 @@ impl Gateway {
                 .execute_decision(&calls.pod, d)
                 .instrument(span.clone())
                 .await;
-            key_done(
-                &span,
-                &outcome.outcome,
-                outcome.error.is_some(),
-                started.elapsed().as_secs_f64() * 1e3,
-            );
+            let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+            key_done(&span, &outcome.outcome, outcome.error.is_some(), latency_ms);
+            if !matches!(d, LoraDecision::Unload(_)) {
+                self.warmup_key_ended(d.verb(), latency_ms);
+            }
             if outcome.error.is_some() {
                 failed.push(d.clone());
             }

@@ -5,7 +5,7 @@
 use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
-use crate::attribution::release::{decide, Decision, Rollback};
+use crate::attribution::release::{decide, Decision, Rollback, StepEvidence};
 use crate::attribution::report::{label, report, ExperimentReport};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
 use crate::telemetry::Telemetry;
@@ -92,7 +92,7 @@ impl Gateway {
             return;
         };
         let now = self.now();
-        let in_step = self
+        let requests = self
             .outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -102,8 +102,21 @@ impl Gateway {
                 now + 1,
             )
             .requests;
+        let alone_warms = first.settings.warmup
+            && running.definition.arms[1..]
+                .iter()
+                .all(|a| !a.settings.warmup);
+        let warmup = alone_warms
+            .then(|| {
+                self.warmup_latencies
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .p95_since(state.step_started_ms)
+            })
+            .flatten();
+        let step = StepEvidence { requests, warmup };
         let id = running.definition.id.as_str();
-        match decide(release, state, &report, in_step, now) {
+        match decide(release, state, &report, step, now) {
             Decision::Hold => return,
             Decision::Advance(step) => {
                 let weight = self.fleet(|f| f.advance_release(step, now));

@@ -32,6 +32,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::attribution::ledger::OutcomeLedger;
+use crate::attribution::warmup::WarmupLatencies;
 use crate::config::GatewayConfig;
 use crate::embeddings::search::PromptSearch;
 use crate::engine::{HttpPod, RetryPolicy};
@@ -92,6 +93,8 @@ pub struct Gateway {
     pub outcomes: Mutex<OutcomeLedger>,
     /// The open warm-up plan spans (exported when `[traces]` is on).
     pub warmup_traces: WarmupTraces,
+    /// The last warm-up keys' latencies, for the grey release (its own lock).
+    pub warmup_latencies: Mutex<WarmupLatencies>,
 }
 
 impl Gateway {
@@ -119,6 +122,7 @@ impl Gateway {
             table: RwLock::new(Arc::new(PublishedTable::empty())),
             outcomes: Mutex::new(OutcomeLedger::default()),
             warmup_traces: WarmupTraces::default(),
+            warmup_latencies: Mutex::new(WarmupLatencies::default()),
             ready: AtomicBool::new(false),
             client,
             shutdown,
