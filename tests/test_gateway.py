@@ -9,6 +9,7 @@ import json
 import signal
 import socket
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -481,21 +482,22 @@ class ChatRollout:
     """Two LoRA pods (`pod_b_flags` for pod b), a gateway placing every adapter on both, and
     `chat` v1 (rank 8) registered and pinned everywhere; v2 (rank 16) ready to roll out."""
 
-    def __init__(self, tmp_path, *pod_b_flags: str):
+    def __init__(self, tmp_path, *pod_b_flags: str, registry: dict | None = None):
         self.pa = self.pb = self.gw = None
         try:
-            self._start(tmp_path, pod_b_flags)
+            self._start(tmp_path, pod_b_flags, registry or {})
         except BaseException:
             self.close()
             raise
 
-    def _start(self, tmp_path, pod_b_flags):
+    def _start(self, tmp_path, pod_b_flags, registry):
         self.pa, self.ua = lora_pod(tmp_path, "pod-a")
         self.pb, self.ub = lora_pod(tmp_path, "pod-b", *pod_b_flags)
         specs = [pod_spec("a", self.ua, max_loras=2, max_cpu_loras=2),
                  pod_spec("b", self.ub, max_loras=2, max_cpu_loras=2)]
         config = gateway_config(specs)
         config["pods"]["adapter_replicas"] = 2  # at least 2 replicas: on both pods
+        config["registry"] = registry
         self.gw = start_gateway(tmp_path, config)
         wait_until(lambda: sorted(routed_ids(self.gw)) == ["a", "b"], timeout=20, what="pods routable")
         self.v1 = make_adapter(tmp_path / "v1", "chat", rank=8)
@@ -636,5 +638,55 @@ def test_a_rollout_a_pod_refuses_rolls_back_by_itself(tmp_path):
         assert gw.get("/admin/adapters/chat").json()["adapter"]["current"]["version"] == "v1"
         metrics = gw.get("/metrics").text
         assert 'prewarm_adapter_auto_rollbacks_total{reason="inconsistent"} 1' in metrics, metrics[-2000:]
+    finally:
+        t.close()
+
+
+def test_a_rollout_whose_requests_err_rolls_back_by_itself(tmp_path):
+    """Issue 20, item 5: a consistent rollout is watched. Outcome records as the filters send
+    them (`POST /v1/signals`, the adapter as the request's `model`): errors of other models and
+    of requests before the rollout do not count, nor a client error (404); a clean start holds;
+    then one 429 among 32 requests (above 0.5 %, with `rollout_min_requests` 20) rolls `chat`
+    back to v1 on both pods, with the watch's figures on the adapter record and a counted
+    rollback."""
+    t = ChatRollout(tmp_path, registry={"rollout_watch_seconds": 3600, "rollout_min_requests": 20})
+    gw = t.gw
+    try:
+        r = gw.admin("POST", "/admin/adapters", json={"name": "chat", "path": str(t.v2), "version": "v2"})
+        assert r.status_code == 200 and r.json()["rollout"]["consistent"] is True, r.text
+        watch = gw.get("/admin/adapters/chat").json()["adapter"]["watch"]
+        assert (watch["version"], watch["previous"], watch.get("ended")) == ("v2", "v1", None), watch
+        started = watch["started_ms"]
+
+        def outcome(model: str, status: int, at_ms: int) -> dict:
+            return {"model": model, "pod": "a", "at_ms": at_ms, "ttfb_ms": 30, "status": status,
+                    "stream": False}
+
+        def send(records: list[dict]):
+            r = gw.signals({"version": "1.0", "source": "envoy-test", "signals": [], "outcomes": records})
+            assert r.status_code == 202, r.text
+
+        now = int(time.time() * 1000)
+        send([outcome("chat", 500, started - 1_000)] * 5  # before the rollout
+             + [outcome("base-model", 503, now)] * 5  # not the adapter's
+             + [outcome("chat", 200, now)] * 30 + [outcome("chat", 404, now)])
+        time.sleep(1.5)  # a verdict round or more
+        watch = gw.get("/admin/adapters/chat").json()["adapter"]["watch"]
+        assert (watch["requests"], watch["errors"], watch.get("ended")) == (31, 0, None), watch
+        assert t.roots() == (str(t.v2), str(t.v2))
+
+        send([outcome("chat", 429, now)])
+
+        def ended():
+            return gw.get("/admin/adapters/chat").json()["adapter"]["watch"].get("ended")
+
+        end = wait_until(ended, timeout=10, what="the watch's verdict")
+        assert end["outcome"] == "rolled_back", end
+        assert "1 errors in 32 requests" in end["detail"] and 'rolled back to "v1"' in end["detail"], end
+        record = gw.get("/admin/adapters/chat").json()["adapter"]
+        assert record["current"]["version"] == "v1"
+        wait_until(lambda: t.roots() == (str(t.v1), str(t.v1)), timeout=10, what="v1 re-loaded on both pods")
+        metrics = gw.get("/metrics").text
+        assert 'prewarm_adapter_auto_rollbacks_total{reason="errors"} 1' in metrics, metrics[-2000:]
     finally:
         t.close()

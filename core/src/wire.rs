@@ -193,6 +193,10 @@ pub struct OutcomeRecord {
     /// The pod the filter sent it to (`None`: not routed by the filter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The request's `model` (an adapter's name for a LoRA request): an adapter rollout is
+    /// judged on its requests' errors. `None` from filters older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// When its headers reached the filter, ms since the Unix epoch.
     pub at_ms: u64,
     /// From its headers reaching the filter to the first response body byte (no body: the
@@ -219,7 +223,7 @@ pub const MAX_OUTCOME_TTFB_MS: u64 = 3_600_000;
 impl OutcomeRecord {
     /// What makes the record impossible, if anything: a status outside 100..=599, a time to
     /// first byte above [`MAX_OUTCOME_TTFB_MS`], more cached than prompt tokens, a prompt above
-    /// 10 M tokens, an arm or pod name above the name cap.
+    /// 10 M tokens, an arm, pod or model name above the name cap.
     pub fn problem(&self) -> Option<&'static str> {
         if !(100..=599).contains(&self.status) {
             return Some("status");
@@ -235,9 +239,9 @@ impl OutcomeRecord {
                 return Some("cached_tokens");
             }
         }
-        if self.arm.as_ref().is_some_and(|a| a.len() > MAX_NAME_BYTES)
-            || self.pod.as_ref().is_some_and(|p| p.len() > MAX_NAME_BYTES)
-        {
+        let too_long =
+            |name: &Option<String>| name.as_ref().is_some_and(|n| n.len() > MAX_NAME_BYTES);
+        if too_long(&self.arm) || too_long(&self.pod) || too_long(&self.model) {
             return Some("name");
         }
         None
@@ -752,6 +756,7 @@ mod tests {
         OutcomeRecord {
             arm: Some("exp/warm".into()),
             pod: Some("pod-a".into()),
+            model: Some("sql-lora".into()),
             at_ms: u64::MAX,
             ttfb_ms: 120,
             status: 200,
@@ -765,7 +770,7 @@ mod tests {
     fn impossible_outcomes_name_their_field() {
         assert_eq!(outcome().problem(), None);
         type Change = fn(&mut OutcomeRecord);
-        let cases: [(Change, &str); 7] = [
+        let cases: [(Change, &str); 8] = [
             (|o| o.status = 99, "status"),
             (|o| o.status = 600, "status"),
             (|o| o.ttfb_ms = MAX_OUTCOME_TTFB_MS + 1, "ttfb_ms"),
@@ -773,6 +778,7 @@ mod tests {
             (|o| o.prompt_tokens = None, "cached_tokens"),
             (|o| o.prompt_tokens = Some(u64::MAX), "prompt_tokens"),
             (|o| o.arm = Some("a".repeat(MAX_NAME_BYTES + 1)), "name"),
+            (|o| o.model = Some("m".repeat(MAX_NAME_BYTES + 1)), "name"),
         ];
         for (change, field) in cases {
             let mut o = outcome();

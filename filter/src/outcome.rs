@@ -1,7 +1,8 @@
 //! Outcomes: each inspected completion or chat request's outcome as the client sees it at the
 //! proxy — from its headers reaching the filter to the first response body byte (the time to
 //! first token of a streamed answer; of a whole one, its generation too), the status (Envoy's
-//! own for a local reply), whether it asked to stream, and the `usage` the response reports —
+//! own for a local reply), whether it asked to stream, its model (an adapter's name for a LoRA
+//! request), and the `usage` the response reports —
 //! enqueued when the stream is done (`on_log`, whatever ended it) for the gateway's experiment
 //! attribution. The response is read as it streams, never held or changed; past
 //! [`MAX_WATCHED_BYTES`] the usage is no longer looked for. A stream reset before any response
@@ -18,6 +19,7 @@ use crate::success::MAX_WATCHED_BYTES;
 pub struct OutcomeWatch {
     arm: Option<String>,
     pod: Option<String>,
+    model: String,
     started_ms: u64,
     stream: bool,
     status: Option<u16>,
@@ -29,10 +31,11 @@ pub struct OutcomeWatch {
 }
 
 impl OutcomeWatch {
-    pub fn new(started_ms: u64, stream: bool) -> Self {
+    pub fn new(started_ms: u64, model: &str, stream: bool) -> Self {
         Self {
             arm: None,
             pod: None,
+            model: model.to_string(),
             started_ms,
             stream,
             status: None,
@@ -86,6 +89,7 @@ impl OutcomeWatch {
         Some(OutcomeRecord {
             arm: self.arm,
             pod: self.pod,
+            model: Some(self.model),
             at_ms: self.started_ms,
             ttfb_ms: first.saturating_sub(self.started_ms),
             status,

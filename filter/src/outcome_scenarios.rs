@@ -74,6 +74,7 @@ fn an_answer_is_recorded_with_its_arm_pod_time_to_first_byte_status_and_usage() 
         OutcomeRecord {
             arm: Some("exp/only".into()),
             pod: Some("p1".into()),
+            model: Some("m".into()),
             at_ms: 1_000_000,
             ttfb_ms: 130,
             status: 200,

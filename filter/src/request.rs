@@ -303,7 +303,8 @@ impl RequestFlow {
             }
         }
         if config.outcomes && request.endpoint != Endpoint::Embeddings {
-            let mut watch = OutcomeWatch::new(inspection.started_ms, request.stream);
+            let mut watch =
+                OutcomeWatch::new(inspection.started_ms, &request.model, request.stream);
             if let Some(arm) = &arm {
                 watch.set_arm(arm.header.clone());
             }

@@ -101,11 +101,11 @@ impl ServedQueue {
 }
 
 impl OutcomeQueue {
-    /// An outcome record is two names (each at most core's name cap) and six numbers.
+    /// An outcome record is three names (each at most core's name cap) and six numbers.
     pub fn outcomes(config: &FilterConfig, keys: &Keys) -> Self {
         Self {
             ring: SharedRing::new(&keys.outcomes(), config.max_pending_outcomes),
-            max_record_bytes: 2 * MAX_NAME_BYTES + 256,
+            max_record_bytes: 3 * MAX_NAME_BYTES + 256,
             max_batch_records: MAX_OUTCOMES_PER_BATCH,
             batch_budget: records_budget(config) / 8,
             retries: config.cas_retries,

@@ -18,7 +18,7 @@
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
-//! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions) |
+//! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
 //! | `prewarm_experiment_requests` | gauge | `experiment`, `arm` (outcome records since the start) |
 //! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |

@@ -5,7 +5,8 @@
 //! failed the new version's load) rolls back by itself: the previous version becomes current
 //! again and is re-loaded on every holder, the answer is a 409 naming the pods that failed, with
 //! both reports, and `prewarm_adapter_auto_rollbacks_total` counts it. An operator never has to
-//! notice a half-done rollout to undo it.
+//! notice a half-done rollout to undo it. A consistent rollout's requests are then watched for
+//! errors (`crate::service::rollouts`).
 
 use std::collections::BTreeMap;
 
@@ -20,158 +21,9 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input::json_body;
 use super::AppState;
-use crate::registry::{prepare_version, verify_for_load, RegisterAdapter, Registered};
+use crate::registry::{prepare_version, verify_for_load, RegisterAdapter};
 use crate::service::adapters::DecisionOutcome;
 use crate::service::Gateway;
-use crate::telemetry::Telemetry;
-
-/// What a rollout (or rollback) found and did.
-#[derive(Debug, Serialize)]
-pub struct RolloutReport {
-    /// Version loaded on each pod holding the adapter, before.
-    pub before: BTreeMap<String, String>,
-    pub outcomes: Vec<DecisionOutcome>,
-    /// Version on each pod holding the adapter, after.
-    pub after: BTreeMap<String, String>,
-    /// Every pod holding the adapter has the new version.
-    pub consistent: bool,
-}
-
-fn versions_on_pods(gateway: &Gateway, name: &str) -> BTreeMap<String, String> {
-    gateway
-        .state()
-        .pods
-        .values()
-        .filter_map(|p| {
-            p.versions
-                .get(name)
-                .map(|v| (p.spec.id.clone(), v.version.clone()))
-        })
-        .collect()
-}
-
-/// Re-loads the adapter's new current version on every pod that holds it.
-async fn roll_out(gateway: &std::sync::Arc<Gateway>, registered: &Registered) -> RolloutReport {
-    let holders: Vec<String> = versions_on_pods(gateway, &registered.name)
-        .into_keys()
-        .collect();
-    roll_out_on(gateway, registered, holders).await
-}
-
-/// Loads the adapter's current version on `holders`.
-async fn roll_out_on(
-    gateway: &std::sync::Arc<Gateway>,
-    registered: &Registered,
-    holders: Vec<String>,
-) -> RolloutReport {
-    let before = versions_on_pods(gateway, &registered.name);
-    let actions = gateway.fleet(|f| f.reload_adapter(&registered.name, &holders));
-    let outcomes = gateway.execute_all(actions).await;
-    let after = versions_on_pods(gateway, &registered.name);
-    let consistent = holders
-        .iter()
-        .all(|p| after.get(p) == Some(&registered.version));
-    if !consistent {
-        tracing::error!(adapter = %registered.name, ?after, "rollout left pods inconsistent");
-    }
-    RolloutReport {
-        before,
-        outcomes,
-        after,
-        consistent,
-    }
-}
-
-/// What the gateway did by itself after a rollout left the pods inconsistent.
-#[derive(Debug, Serialize)]
-pub struct AutoRollback {
-    /// The version made current again.
-    pub to: String,
-    pub reason: String,
-    /// The re-load of `to` on the holders (`None` when its files no longer match its manifest
-    /// and nothing was touched).
-    pub rollout: Option<RolloutReport>,
-}
-
-/// Undoes a rollout of `registered` that `report` found inconsistent: `previous` becomes
-/// current again and is re-loaded where the adapter is held.
-async fn roll_back_by_itself(
-    gateway: &std::sync::Arc<Gateway>,
-    registered: &Registered,
-    previous: &str,
-    report: &RolloutReport,
-) -> AutoRollback {
-    let odd: Vec<String> = report
-        .after
-        .iter()
-        .filter(|(_, v)| **v != registered.version)
-        .map(|(p, v)| format!("{p}={v}"))
-        .chain(
-            report
-                .before
-                .keys()
-                .filter(|p| !report.after.contains_key(*p))
-                .map(|p| format!("{p}=none")),
-        )
-        .collect();
-    let reason = format!(
-        "rollout of {:?} version {:?} left pods inconsistent ({}): rolled back to {previous:?}",
-        registered.name,
-        registered.version,
-        odd.join(", ")
-    );
-    tracing::warn!(adapter = %registered.name, %reason, "automatic rollback");
-    Telemetry::count(
-        &gateway.telemetry.auto_rollbacks,
-        &[("reason", "inconsistent")],
-    );
-    let name = registered.name.clone();
-    let target = gateway
-        .state()
-        .fleet
-        .registry()
-        .get(&name)
-        .and_then(|r| r.history.iter().find(|v| v.version == previous).cloned());
-    if let Some(version) = target {
-        let max_files = gateway.config.registry.max_manifest_files;
-        let n = name.clone();
-        let verified =
-            tokio::task::spawn_blocking(move || verify_for_load(&n, &version, max_files))
-                .await
-                .map_err(|_| ApiError::Internal)
-                .and_then(|r| r.map_err(ApiError::from));
-        if let Err(e) = verified {
-            return AutoRollback {
-                to: previous.to_string(),
-                reason: format!("{reason}; not re-loaded: {e}"),
-                rollout: None,
-            };
-        }
-    }
-    let back = gateway
-        .state()
-        .fleet
-        .registry_mut()
-        .rollback(&name, previous);
-    let rollout = match back {
-        // every pod that held it before the rollout, including one the failed load left without
-        Ok(back) => {
-            Some(roll_out_on(gateway, &back, report.before.keys().cloned().collect()).await)
-        }
-        Err(e) => {
-            return AutoRollback {
-                to: previous.to_string(),
-                reason: format!("{reason}; not re-loaded: {e}"),
-                rollout: None,
-            }
-        }
-    };
-    AutoRollback {
-        to: previous.to_string(),
-        reason,
-        rollout,
-    }
-}
 
 /// The pods holding `name` must all hold the registered version before a rollout proceeds.
 fn check_consistent_before(gateway: &Gateway, name: &str) -> Result<(), ApiError> {
@@ -184,7 +36,8 @@ fn check_consistent_before(gateway: &Gateway, name: &str) -> Result<(), ApiError
     let Some(expected) = expected else {
         return Ok(());
     };
-    let odd: Vec<String> = versions_on_pods(gateway, name)
+    let odd: Vec<String> = gateway
+        .versions_on_pods(name)
         .into_iter()
         .filter(|(_, v)| *v != expected)
         .map(|(p, v)| format!("{p}={v}"))
@@ -223,12 +76,18 @@ pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Re
         .registry_mut()
         .register(&request, version)?;
     let rollout = match registered.previous_version {
-        Some(_) => Some(roll_out(&gateway, &registered).await),
+        Some(_) => Some(gateway.roll_out(&registered).await),
         None => None,
     };
     let auto_rollback = match (&rollout, &registered.previous_version) {
-        (Some(report), Some(previous)) if !report.consistent => {
-            Some(roll_back_by_itself(&gateway, &registered, previous, report).await)
+        (Some(report), Some(previous)) if !report.consistent => Some(
+            gateway
+                .roll_back_inconsistent(&registered, previous, report)
+                .await,
+        ),
+        (Some(_), Some(previous)) => {
+            gateway.watch_rollout(&registered, previous);
+            None
         }
         _ => None,
     };
@@ -298,7 +157,7 @@ pub async fn rollback(
         .fleet
         .registry_mut()
         .rollback(&name, &request.version)?;
-    let rollout = roll_out(&gateway, &registered).await;
+    let rollout = gateway.roll_out(&registered).await;
     Ok(Json(json!({"registered": registered, "rollout": rollout})).into_response())
 }
 

@@ -206,6 +206,7 @@ mod tests {
         OutcomeRecord {
             arm: arm.map(str::to_string),
             pod: None,
+            model: None,
             at_ms,
             ttfb_ms,
             status,

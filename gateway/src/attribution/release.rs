@@ -26,8 +26,15 @@ use super::report::ExperimentReport;
 use super::warmup::WarmupP95;
 use prewarm_core::experiment::Release;
 
-/// The error rate above which the first arm is rolled back.
+/// The error rate above which the first arm (or an adapter's rollout) is rolled back.
 pub const ERROR_RATE_LIMIT: f64 = 0.005;
+
+/// Whether `errors` in `requests` exceed [`ERROR_RATE_LIMIT`] of at least `min_requests`: the
+/// rate once there are `min_requests`, and before that as soon as the errors alone exceed the
+/// limit's share of `min_requests` (no later success can bring the rate back under).
+pub fn errors_exceed(errors: u64, requests: u64, min_requests: u64) -> bool {
+    errors as f64 > ERROR_RATE_LIMIT * requests.max(min_requests) as f64
+}
 
 /// Why a release was rolled back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,8 +109,7 @@ pub fn decide(
     let Some(first) = report.arms.first() else {
         return Decision::Hold;
     };
-    let allowed = ERROR_RATE_LIMIT * first.requests.max(release.min_requests) as f64;
-    if first.errors as f64 > allowed {
+    if errors_exceed(first.errors, first.requests, release.min_requests) {
         return Decision::RollBack(
             RollbackReason::Errors,
             format!(

@@ -253,6 +253,7 @@ mod tests {
             .map(|i| OutcomeRecord {
                 arm: arm.map(str::to_string),
                 pod: Some("p-new".into()),
+                model: None,
                 at_ms: at_ms + i,
                 ttfb_ms: base + (i * 37) % 100,
                 status: if i % 50 == 0 { 503 } else { 200 },

@@ -151,12 +151,18 @@ impl FingerprintSection {
 pub struct RegistryConfig {
     /// Largest file count in an adapter directory's manifest (default 1,000).
     pub max_manifest_files: usize,
+    /// Seconds a consistent rollout's requests are watched for errors (default 600; 0: off).
+    pub rollout_watch_seconds: u64,
+    /// Requests the error rate of a watch is taken over at least (default 200).
+    pub rollout_min_requests: u64,
 }
 
 impl Default for RegistryConfig {
     fn default() -> Self {
         Self {
             max_manifest_files: 1000,
+            rollout_watch_seconds: 600,
+            rollout_min_requests: 200,
         }
     }
 }

@@ -69,6 +69,18 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
             r.max_manifest_files
         ));
     }
+    if r.rollout_watch_seconds > 86_400 {
+        p.push(format!(
+            "registry.rollout_watch_seconds: {}: must be 0..86400",
+            r.rollout_watch_seconds
+        ));
+    }
+    if !(1..=10_000_000).contains(&r.rollout_min_requests) {
+        p.push(format!(
+            "registry.rollout_min_requests: {}: must be 1..10000000",
+            r.rollout_min_requests
+        ));
+    }
     p.extend(config.hotness.validate("hotness."));
     p.extend(config.kv.validate("kv."));
     p.extend(config.lora.validate("lora."));
@@ -175,6 +187,7 @@ mod tests {
         let mut c = GatewayConfig::default();
         c.server.listen = "nowhere".into();
         c.registry.max_manifest_files = 0;
+        c.registry.rollout_min_requests = 0;
         c.hotness.decay_factor = 1.5;
         c.pods.static_pods = vec![PodSpec::new("a", "h:1"), PodSpec::new("a", "h:2")];
         c.pods.gold_pool_share = 1.0;
@@ -192,6 +205,7 @@ mod tests {
                 "pods.static[1].id",
                 "pods.gold_pool_share",
                 "registry.max_manifest_files",
+                "registry.rollout_min_requests",
                 "hotness.decay_factor",
                 "experiment.arms"
             ],

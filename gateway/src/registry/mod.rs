@@ -8,6 +8,7 @@
 
 pub mod adapter_config;
 pub mod manifest;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,6 +16,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use manifest::{manifest_of, Manifest, ManifestMismatch};
+pub use watch::{RolloutWatch, Verdict, WatchOutcome};
 
 use crate::policy::Tier;
 
@@ -51,6 +53,9 @@ pub struct AdapterRecord {
     /// Earlier versions, newest first (at most [`HISTORY`]).
     #[serde(default)]
     pub history: Vec<AdapterVersion>,
+    /// The error watch of its last rollout ([`watch`]), open or ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<RolloutWatch>,
 }
 
 /// What an operator asks to register.
@@ -302,6 +307,7 @@ impl AdapterRegistry {
                     record.current = version;
                     None
                 } else {
+                    record.watch = None;
                     let old = std::mem::replace(&mut record.current, version);
                     record.history.retain(|v| v.version != new_version);
                     let previous = old.version.clone();
@@ -320,6 +326,7 @@ impl AdapterRegistry {
                         pinned: r.pinned.unwrap_or(false),
                         current: version,
                         history: Vec::new(),
+                        watch: None,
                     },
                 );
                 None
@@ -344,6 +351,7 @@ impl AdapterRegistry {
             .position(|v| v.version == version)
             .ok_or_else(|| invalid("version", format!("{version:?}: not in the history")))?;
         let target = record.history.remove(i);
+        record.watch = None;
         let old = std::mem::replace(&mut record.current, target);
         let previous = old.version.clone();
         record.history.insert(0, old);
@@ -368,6 +376,57 @@ impl AdapterRegistry {
 
     pub fn remove(&mut self, name: &str) -> Option<AdapterRecord> {
         self.adapters.remove(name)
+    }
+
+    /// Starts the error watch of `name`'s rollout (replacing its last one).
+    pub fn watch(&mut self, name: &str, watch: RolloutWatch) {
+        if let Some(record) = self.adapters.get_mut(name) {
+            record.watch = Some(watch);
+        }
+    }
+
+    /// Whether a rollout is under watch.
+    pub fn watching(&self) -> bool {
+        self.adapters
+            .values()
+            .any(|r| r.watch.as_ref().is_some_and(RolloutWatch::is_open))
+    }
+
+    /// Counts a request for `model` (when it is an adapter under watch).
+    pub fn count_outcome(&mut self, model: &str, at_ms: u64, status: u16) {
+        if let Some(w) = self.adapters.get_mut(model).and_then(|r| r.watch.as_mut()) {
+            w.count(at_ms, status);
+        }
+    }
+
+    /// The open watches' verdicts at `now_ms`, other than [`Verdict::Watching`].
+    pub fn watch_verdicts(&self, now_ms: u64, min_requests: u64) -> Vec<(String, String, Verdict)> {
+        self.adapters
+            .values()
+            .filter_map(|r| {
+                let w = r.watch.as_ref()?;
+                match w.verdict(now_ms, min_requests) {
+                    Verdict::Watching => None,
+                    v => Some((r.name.clone(), w.previous.clone(), v)),
+                }
+            })
+            .collect()
+    }
+
+    /// Ends `name`'s open watch (kept on its record); returns it.
+    pub fn end_watch(
+        &mut self,
+        name: &str,
+        at_ms: u64,
+        outcome: WatchOutcome,
+        detail: String,
+    ) -> Option<RolloutWatch> {
+        let w = self.adapters.get_mut(name)?.watch.as_mut()?;
+        if !w.is_open() {
+            return None;
+        }
+        w.end(at_ms, outcome, detail);
+        Some(w.clone())
     }
 }
 

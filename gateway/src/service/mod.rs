@@ -8,6 +8,7 @@
 //! - [`pods`]: the pool (add, remove, health checks) and each pod's I/O side;
 //! - [`actions`]: executing the core's actions and reporting their ends;
 //! - [`adapters`]: the LoRA calls of an action (verified load, unload, touch);
+//! - [`rollouts`]: adapter rollouts and the gateway's own rollbacks of them;
 //! - [`table`]: publishing the core's routing table;
 //! - [`persist`]: snapshot load at start and writes (periodic, on demand, at shutdown);
 //! - [`signals`]: ingesting filter signals;
@@ -20,6 +21,7 @@ pub mod experiments;
 pub mod persist;
 pub mod planning;
 pub mod pods;
+pub mod rollouts;
 pub mod signals;
 pub mod table;
 pub mod tasks;

@@ -64,6 +64,20 @@ impl Gateway {
         (accepted, actions)
     }
 
+    /// Counts the records of adapters whose rollout is under watch (possible records only).
+    fn count_rollout_outcomes(&self, records: &[OutcomeRecord]) {
+        let mut state = self.state();
+        let registry = state.fleet.registry_mut();
+        if !registry.watching() {
+            return;
+        }
+        for r in records.iter().filter(|r| r.problem().is_none()) {
+            if let Some(model) = &r.model {
+                registry.count_outcome(model, r.at_ms, r.status);
+            }
+        }
+    }
+
     /// Adds a batch's outcome records to the ledger, counted by what became of them.
     fn ingest_outcomes(&self, records: &[OutcomeRecord], dropped_by_filter: u64) {
         let now = self.now();
@@ -78,6 +92,7 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .ingest(records, now, |pod| joined.iter().any(|p| p == pod));
+        self.count_rollout_outcomes(records);
         let t = &self.telemetry.outcomes;
         Telemetry::add(t, &[("kind", "accepted")], got.accepted);
         Telemetry::add(t, &[("kind", "rejected")], got.rejected);

@@ -44,7 +44,7 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![
         tokio::spawn(health_loop(gateway.clone())),
         tokio::spawn(fleet_loop(gateway.clone())),
-        tokio::spawn(release_loop(gateway.clone())),
+        tokio::spawn(verdict_loop(gateway.clone())),
     ];
     if gateway.config.pods.dns.is_some() {
         tasks.push(tokio::spawn(dns_loop(gateway.clone())));
@@ -243,13 +243,15 @@ async fn fleet_loop(gateway: Arc<Gateway>) {
     running.abort_all();
 }
 
-/// How often a grey release is checked, ms.
-pub const RELEASE_CHECK_MS: u64 = 1_000;
+/// How often a grey release and the adapter rollouts under watch are checked, ms.
+pub const VERDICT_CHECK_MS: u64 = 1_000;
 
-async fn release_loop(gateway: Arc<Gateway>) {
+/// The gateway's own rollbacks: a grey release's and an adapter rollout's.
+async fn verdict_loop(gateway: Arc<Gateway>) {
     loop {
         gateway.check_release().await;
-        if !pause(&gateway, Duration::from_millis(RELEASE_CHECK_MS)).await {
+        gateway.check_rollout_watches().await;
+        if !pause(&gateway, Duration::from_millis(VERDICT_CHECK_MS)).await {
             break;
         }
     }

@@ -1,0 +1,236 @@
+//! Adapter rollouts and the gateway's own rollbacks of them. A rollout re-loads an adapter's new
+//! current version on every pod that holds it and reports the versions before and after. The
+//! gateway undoes a rollout by itself when
+//!
+//! - it leaves the holders on different versions (a pod refused or failed the new version): at
+//!   once, in the registration's reply (`reason` `inconsistent`);
+//! - its requests fail: a consistent rollout is watched for `registry.rollout_watch_seconds`
+//!   ([`crate::registry::watch`]) and rolled back when more than 0.5 % of its requests err
+//!   (`reason` `errors`), checked every second.
+//!
+//! Either way the previous version's files are verified against its manifest, it becomes
+//! current again and is re-loaded on the holders; a warning is logged and
+//! `prewarm_adapter_auto_rollbacks_total{reason}` counted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::adapters::DecisionOutcome;
+use super::Gateway;
+use crate::registry::{verify_for_load, Registered, RolloutWatch, Verdict, WatchOutcome};
+use crate::telemetry::Telemetry;
+
+/// What a rollout (or rollback) found and did.
+#[derive(Debug, Serialize)]
+pub struct RolloutReport {
+    /// Version loaded on each pod holding the adapter, before.
+    pub before: BTreeMap<String, String>,
+    pub outcomes: Vec<DecisionOutcome>,
+    /// Version on each pod holding the adapter, after.
+    pub after: BTreeMap<String, String>,
+    /// Every pod holding the adapter has the new version.
+    pub consistent: bool,
+}
+
+/// What the gateway did by itself to undo a rollout.
+#[derive(Debug, Serialize)]
+pub struct AutoRollback {
+    /// The version made current again.
+    pub to: String,
+    pub reason: String,
+    /// The re-load of `to` on the holders (`None` when its files no longer match its manifest
+    /// and nothing was touched).
+    pub rollout: Option<RolloutReport>,
+}
+
+impl Gateway {
+    /// The version loaded on each pod holding `name`.
+    pub fn versions_on_pods(&self, name: &str) -> BTreeMap<String, String> {
+        self.state()
+            .pods
+            .values()
+            .filter_map(|p| {
+                p.versions
+                    .get(name)
+                    .map(|v| (p.spec.id.clone(), v.version.clone()))
+            })
+            .collect()
+    }
+
+    /// Re-loads the adapter's new current version on every pod that holds it.
+    pub async fn roll_out(self: &Arc<Self>, registered: &Registered) -> RolloutReport {
+        let holders: Vec<String> = self
+            .versions_on_pods(&registered.name)
+            .into_keys()
+            .collect();
+        self.roll_out_on(registered, holders).await
+    }
+
+    /// Loads the adapter's current version on `holders`.
+    async fn roll_out_on(
+        self: &Arc<Self>,
+        registered: &Registered,
+        holders: Vec<String>,
+    ) -> RolloutReport {
+        let before = self.versions_on_pods(&registered.name);
+        let actions = self.fleet(|f| f.reload_adapter(&registered.name, &holders));
+        let outcomes = self.execute_all(actions).await;
+        let after = self.versions_on_pods(&registered.name);
+        let consistent = holders
+            .iter()
+            .all(|p| after.get(p) == Some(&registered.version));
+        if !consistent {
+            tracing::error!(adapter = %registered.name, ?after, "rollout left pods inconsistent");
+        }
+        RolloutReport {
+            before,
+            outcomes,
+            after,
+            consistent,
+        }
+    }
+
+    /// Undoes a rollout of `registered` that `report` found inconsistent: `previous` becomes
+    /// current again and is re-loaded on every pod that held the adapter before the rollout,
+    /// including one the failed load left without it.
+    pub async fn roll_back_inconsistent(
+        self: &Arc<Self>,
+        registered: &Registered,
+        previous: &str,
+        report: &RolloutReport,
+    ) -> AutoRollback {
+        let odd: Vec<String> = report
+            .after
+            .iter()
+            .filter(|(_, v)| **v != registered.version)
+            .map(|(p, v)| format!("{p}={v}"))
+            .chain(
+                report
+                    .before
+                    .keys()
+                    .filter(|p| !report.after.contains_key(*p))
+                    .map(|p| format!("{p}=none")),
+            )
+            .collect();
+        let reason = format!(
+            "rollout of {:?} version {:?} left pods inconsistent ({}): rolled back to {previous:?}",
+            registered.name,
+            registered.version,
+            odd.join(", ")
+        );
+        let holders = report.before.keys().cloned().collect();
+        self.roll_back_by_itself(&registered.name, previous, holders, "inconsistent", reason)
+            .await
+    }
+
+    /// Starts the error watch of a consistent rollout of `registered` from `previous`
+    /// (nothing when `registry.rollout_watch_seconds` is 0).
+    pub fn watch_rollout(&self, registered: &Registered, previous: &str) {
+        let seconds = self.config.registry.rollout_watch_seconds;
+        if seconds == 0 {
+            return;
+        }
+        let watch = RolloutWatch::new(&registered.version, previous, self.now(), seconds * 1000);
+        self.state()
+            .fleet
+            .registry_mut()
+            .watch(&registered.name, watch);
+    }
+
+    /// One check of the rollouts under watch: a watch past its end passes; one whose requests
+    /// err rolls its adapter back.
+    pub async fn check_rollout_watches(self: &Arc<Self>) {
+        let now = self.now();
+        let min_requests = self.config.registry.rollout_min_requests;
+        let verdicts = self
+            .state()
+            .fleet
+            .registry()
+            .watch_verdicts(now, min_requests);
+        for (name, previous, verdict) in verdicts {
+            match verdict {
+                Verdict::Watching => {}
+                Verdict::Passed(detail) => {
+                    tracing::info!(adapter = %name, %detail, "rollout watch passed");
+                    self.state().fleet.registry_mut().end_watch(
+                        &name,
+                        now,
+                        WatchOutcome::Passed,
+                        detail,
+                    );
+                }
+                Verdict::Failed(detail) => {
+                    let ended = self.state().fleet.registry_mut().end_watch(
+                        &name,
+                        now,
+                        WatchOutcome::RolledBack,
+                        detail.clone(),
+                    );
+                    let reason =
+                        format!("rollout of {name:?}: {detail}: rolled back to {previous:?}");
+                    let holders = self.versions_on_pods(&name).into_keys().collect();
+                    let undone = self
+                        .roll_back_by_itself(&name, &previous, holders, "errors", reason)
+                        .await;
+                    if let Some(mut ended) = ended {
+                        // the rollback cleared the record's watch: keep it, with what was done
+                        if let Some(end) = ended.ended.as_mut() {
+                            end.detail = undone.reason;
+                        }
+                        self.state().fleet.registry_mut().watch(&name, ended);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes `previous` current again and re-loads it on `holders`, its files verified first.
+    async fn roll_back_by_itself(
+        self: &Arc<Self>,
+        name: &str,
+        previous: &str,
+        holders: Vec<String>,
+        reason_label: &'static str,
+        reason: String,
+    ) -> AutoRollback {
+        tracing::warn!(adapter = %name, %reason, "automatic rollback");
+        Telemetry::count(&self.telemetry.auto_rollbacks, &[("reason", reason_label)]);
+        let target = self
+            .state()
+            .fleet
+            .registry()
+            .get(name)
+            .and_then(|r| r.history.iter().find(|v| v.version == previous).cloned());
+        if let Some(version) = target {
+            let max_files = self.config.registry.max_manifest_files;
+            let n = name.to_string();
+            let verified =
+                tokio::task::spawn_blocking(move || verify_for_load(&n, &version, max_files))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = verified {
+                return AutoRollback {
+                    to: previous.to_string(),
+                    reason: format!("{reason}; not re-loaded: {e}"),
+                    rollout: None,
+                };
+            }
+        }
+        let back = self.state().fleet.registry_mut().rollback(name, previous);
+        match back {
+            Ok(back) => AutoRollback {
+                to: previous.to_string(),
+                reason,
+                rollout: Some(self.roll_out_on(&back, holders).await),
+            },
+            Err(e) => AutoRollback {
+                to: previous.to_string(),
+                reason: format!("{reason}; not re-loaded: {e}"),
+                rollout: None,
+            },
+        }
+    }
+}
