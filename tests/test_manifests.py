@@ -441,7 +441,8 @@ def test_authorization_policy_admits_exactly_the_filter_and_the_warm_gates():
     assert policy["spec"]["action"] == "ALLOW"
     allowed = {(op["operation"]["methods"][0], op["operation"]["paths"][0])
                for rule in policy["spec"]["rules"] for op in rule["to"]}
-    assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing"), ("GET", "/v1/pods/*")}
+    assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing"), ("GET", "/v1/embeddings/warm*"),
+                       ("GET", "/v1/pods/*")}
     gate_rule = next(r for r in policy["spec"]["rules"] if r["to"][0]["operation"]["paths"] == ["/v1/pods/*"])
     inference = load(K8S / "inference" / "deployment.yaml")
     assert gate_rule["from"][0]["source"]["namespaces"] == [inference["metadata"]["namespace"]]

@@ -16,6 +16,12 @@
 //! bytes, never a re-encoding. Its `prompt_tokens` is the pod's `usage.prompt_tokens` for a
 //! one-input response; a response for `n` inputs reports one total, which is split evenly (the
 //! first inputs take the remainder) — the only figure of a hit that is not the pod's own.
+//!
+//! **Warm-up.** Each input of a request can be re-sent as a request of its own
+//! ([`single_input_requests`]: the same fields but `user`, `input` that one input), whose key is
+//! the input's: that is what the filter tells the gateway and what the gateway re-sends to a pod
+//! to recompute an entry before it expires ([`crate::wire::EmbeddingSeen`],
+//! [`crate::wire::WarmEmbeddings`]).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -98,6 +104,51 @@ pub fn request_keys(body: &[u8]) -> Result<EmbeddingsRequest, Uncacheable> {
         })
         .collect();
     Ok(EmbeddingsRequest { model, keys })
+}
+
+/// Each input of an embeddings request body as a request of its own (the same fields but
+/// `user`; `input` that one input), in input order: its key ([`request_keys`]) is the input's.
+pub fn single_input_requests(body: &[u8]) -> Result<Vec<String>, Uncacheable> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| Uncacheable::NotAnObject)?;
+    let Value::Object(mut fields) = value else {
+        return Err(Uncacheable::NotAnObject);
+    };
+    fields.remove("user");
+    let input = fields.remove("input").ok_or(Uncacheable::Input)?;
+    let count = inputs(&input)?.len();
+    let each: Vec<Value> = match input {
+        Value::Array(items)
+            if count == items.len() && !items.first().is_some_and(Value::is_u64) =>
+        {
+            items
+        }
+        one => vec![one],
+    };
+    Ok(each
+        .into_iter()
+        .map(|item| {
+            let mut single = fields.clone();
+            single.insert("input".into(), item);
+            Value::Object(single).to_string()
+        })
+        .collect())
+}
+
+/// A key as 64 lowercase hex digits, as it travels between filter and gateway.
+pub fn key_hex(key: &EmbeddingKey) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key of 64 hex digits; `None` otherwise.
+pub fn key_from_hex(hex: &str) -> Option<EmbeddingKey> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
 }
 
 enum Input<'a> {
@@ -296,6 +347,36 @@ mod tests {
         assert_eq!(batch.get(1), keys(r#"{"model":"m","input":["y"]}"#).first());
         let tokens = keys(r#"{"model":"m","input":[[1,2],[3]]}"#);
         assert_eq!(tokens.get(1), keys(r#"{"model":"m","input":[3]}"#).first());
+    }
+
+    #[test]
+    fn each_input_as_a_request_of_its_own_has_the_inputs_key() {
+        for body in [
+            r#"{"model":"m","input":["x","y"],"dimensions":8,"user":"u"}"#,
+            r#"{"model":"m","input":"x"}"#,
+            r#"{"model":"m","input":[[1,2],[3]],"encoding_format":"base64"}"#,
+            r#"{"model":"m","input":[1,2,3]}"#,
+        ] {
+            let singles = single_input_requests(body.as_bytes()).unwrap_or_default();
+            let each: Vec<EmbeddingKey> = singles.iter().flat_map(|s| keys(s)).collect();
+            assert_eq!(each, keys(body), "{body}");
+            assert!(singles.iter().all(|s| !s.contains("\"user\"")));
+        }
+        assert_eq!(
+            single_input_requests(br#"{"model":"m","input":[]}"#),
+            Err(Uncacheable::Input)
+        );
+    }
+
+    #[test]
+    fn keys_travel_as_hex_and_back() {
+        let k = keys(r#"{"model":"m","input":"x"}"#)[0];
+        let hex = key_hex(&k);
+        assert_eq!(hex.len(), 64);
+        assert_eq!(key_from_hex(&hex), Some(k));
+        for bad in ["", "zz", &hex[..62], &format!("{}é", &hex[..62])] {
+            assert_eq!(key_from_hex(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub const BUCKETS: usize = 12;
 pub const ENCODED_LEN: usize = BUCKETS * 12;
 
 /// Events counted over a sliding window of `window_ms`, in [`BUCKETS`] buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RateWindow {
     window_ms: u64,
     /// (slot, count) per bucket; slot `s` lives in bucket `s % BUCKETS`.

@@ -310,6 +310,92 @@ pub struct SignalBatch {
     /// Outcome records the sender had to drop since its last batch.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub outcomes_dropped: u64,
+    /// Embedding inputs the filter stored or answered since its last batch, for the gateway's
+    /// warm-up of the embedding cache (at most [`MAX_EMBEDDINGS_PER_BATCH`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embeddings: Vec<EmbeddingSeen>,
+}
+
+/// Embedding records one batch carries at most.
+pub const MAX_EMBEDDINGS_PER_BATCH: usize = 1024;
+/// Longest single-input request an [`EmbeddingSeen`] carries, bytes.
+pub const MAX_EMBEDDING_REQUEST_BYTES: usize = 16 << 10;
+
+/// An embedding input the filter's cache stored (with the request that recomputes it) or
+/// answered from the cache (`hits`), for the gateway's warm-up of the cache
+/// (`crate::embed_cache`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbeddingSeen {
+    pub model: String,
+    /// The input's key ([`crate::embed_cache::key_hex`]).
+    pub key: String,
+    /// The input as a request of its own ([`crate::embed_cache::single_input_requests`]), at most
+    /// [`MAX_EMBEDDING_REQUEST_BYTES`]; sent when the entry is stored from a pod's response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Requests answered from the cache since the last batch.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub hits: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl EmbeddingSeen {
+    /// What makes the record unusable: a bad key, a name above the cap, a request above its
+    /// cap or whose key is not `key`.
+    pub fn problem(&self) -> Option<&'static str> {
+        let Some(key) = crate::embed_cache::key_from_hex(&self.key) else {
+            return Some("key");
+        };
+        if self.model.is_empty() || self.model.len() > MAX_NAME_BYTES {
+            return Some("model");
+        }
+        if let Some(request) = &self.request {
+            if request.len() > MAX_EMBEDDING_REQUEST_BYTES {
+                return Some("request");
+            }
+            let keyed = crate::embed_cache::request_keys(request.as_bytes());
+            if !matches!(keyed, Ok(r) if r.keys == [key] && r.model == self.model) {
+                return Some("request");
+            }
+        }
+        None
+    }
+}
+
+/// The gateway's warm embedding entries newer than a generation (`GET /v1/embeddings/warm`),
+/// which a filter writes into its proxy's shared level of the cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmEmbeddings {
+    pub version: String,
+    /// The generation of the newest entry listed: the next poll's `after`.
+    pub generation: u64,
+    /// More entries are newer than `generation` (the reply was cut at its byte bound).
+    #[serde(default)]
+    pub more: bool,
+    pub entries: Vec<WarmEmbedding>,
+}
+
+/// One warm entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmEmbedding {
+    pub key: String,
+    pub expires_ms: u64,
+    pub prompt_tokens: u64,
+    /// The pod's `embedding` value, raw JSON.
+    pub embedding: String,
+}
+
+impl WarmEmbeddings {
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        decode_versioned(bytes, "embeddings", |d: &Self| &d.version)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -329,6 +415,7 @@ impl SignalBatch {
             served_dropped: 0,
             outcomes: Vec::new(),
             outcomes_dropped: 0,
+            embeddings: Vec::new(),
         }
     }
 
@@ -358,7 +445,10 @@ impl SignalBatch {
         empty.dropped = u64::MAX;
         empty.served_dropped = u64::MAX;
         empty.outcomes_dropped = u64::MAX;
-        empty.encode().len() + r#","served":[]"#.len() + r#","outcomes":[]"#.len()
+        empty.encode().len()
+            + r#","served":[]"#.len()
+            + r#","outcomes":[]"#.len()
+            + r#","embeddings":[]"#.len()
     }
 }
 

@@ -30,6 +30,10 @@ pub struct EmbeddingCacheConfig {
     /// Largest entry put in the shared level, bytes (default 64 KiB: a 1,536-dimension float
     /// vector as JSON with room).
     pub max_shared_entry_bytes: usize,
+    /// Reports stored inputs and hits to the gateway and writes the entries it keeps warm
+    /// (`GET /v1/embeddings/warm`) into the shared level (default true; nothing is sent with
+    /// `direct_calls: always`, which has no gateway).
+    pub warm_from_gateway: bool,
 }
 
 impl Default for EmbeddingCacheConfig {
@@ -41,6 +45,7 @@ impl Default for EmbeddingCacheConfig {
             max_response_bytes: 1 << 20,
             shared_slots: 1024,
             max_shared_entry_bytes: 64 << 10,
+            warm_from_gateway: true,
         }
     }
 }
@@ -49,6 +54,11 @@ impl EmbeddingCacheConfig {
     /// Whether any model is cached.
     pub fn enabled(&self) -> bool {
         !self.models.is_empty()
+    }
+
+    /// Whether the gateway hears of the cache and warms it.
+    pub fn warmed_by_gateway(&self) -> bool {
+        self.enabled() && self.warm_from_gateway
     }
 
     /// Whether `model`'s embeddings are cached.
@@ -130,6 +140,7 @@ mod tests {
             max_response_bytes: 1 << 20,
             shared_slots: 1024,
             max_shared_entry_bytes: 64 << 10,
+            warm_from_gateway: true,
         };
         let problems = c.validate().join("\n");
         for field in [

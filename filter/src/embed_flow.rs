@@ -7,9 +7,12 @@
 //! client is a `200` response split into entries and stored, in this VM's cache and the shared
 //! level. A request the rule cannot key, a refused local reply, a non-200, an encoded,
 //! oversized or unparsable response: counted, the request and its response untouched.
+//! With `warm_from_gateway`, each stored input and each hit is reported to the gateway
+//! (`embed_reports`), which keeps the hot ones warm (`embed_warm`).
 
 use prewarm_core::embed_cache::{
-    hit_response, request_keys, split_response, CachedEmbedding, EmbeddingKey,
+    hit_response, request_keys, single_input_requests, split_response, CachedEmbedding,
+    EmbeddingKey,
 };
 
 use crate::embed_shared;
@@ -40,14 +43,25 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
     };
     let now = host.now_ms();
     let found = lookup(host, worker, &request.keys, now);
-    let capture = Capture {
-        keys: request.keys,
-        body: Vec::new(),
-        reading: true,
-    };
+    let reports = config.warmed_by_gateway();
     let Some(entries) = found else {
         host.count(Metric::EmbeddingMisses, 1);
-        return Lookup::Forward(capture);
+        // what recomputes each input, for the gateway once the pod's response is stored
+        let singles = reports.then(|| single_input_requests(body).ok()).flatten();
+        return Lookup::Forward(Capture {
+            model: request.model,
+            keys: request.keys,
+            singles,
+            body: Vec::new(),
+            reading: true,
+        });
+    };
+    let capture = Capture {
+        model: request.model.clone(),
+        keys: request.keys,
+        singles: None,
+        body: Vec::new(),
+        reading: true,
     };
     let reply = hit_response(&request.model, &capture.keys, &entries, now / 1000);
     let headers: [(&str, &[u8]); 2] = [
@@ -56,6 +70,13 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
     ];
     if host.send_response(200, &headers, &reply) {
         host.count(Metric::EmbeddingHits, 1);
+        if reports {
+            for key in &capture.keys {
+                if !worker.embed_reports.hit(&capture.model, key) {
+                    host.count(Metric::EmbeddingReportsDropped, 1);
+                }
+            }
+        }
         Lookup::Answered
     } else {
         host.count(Metric::EmbeddingReplyFailures, 1);
@@ -90,7 +111,10 @@ fn lookup<H: Host + ?Sized>(
 /// A forwarded request's response being watched for the cache.
 #[derive(Debug)]
 pub struct Capture {
+    model: String,
     keys: Vec<EmbeddingKey>,
+    /// Each input as a request of its own, for the gateway (when it warms the cache).
+    singles: Option<Vec<String>>,
     body: Vec<u8>,
     reading: bool,
 }
@@ -148,6 +172,15 @@ impl Capture {
         let expires_ms = cache.expiry(now);
         for (key, entry) in self.keys.iter().zip(&entries) {
             embed_shared::put(host, &worker.keys, shared, key, entry, expires_ms);
+        }
+        for (key, request) in self
+            .keys
+            .iter()
+            .zip(self.singles.take().unwrap_or_default())
+        {
+            if !worker.embed_reports.stored(&self.model, key, request) {
+                host.count(Metric::EmbeddingReportsDropped, 1);
+            }
         }
         let stored = cache.insert(&self.keys, entries, now);
         let bytes = cache.bytes() as u64;

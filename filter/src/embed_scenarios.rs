@@ -293,3 +293,131 @@ fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
     );
     assert_eq!(request(&other, &ow, two).1, Verdict::Pause);
 }
+
+fn path_of(call: &crate::fake_host::RecordedCall) -> String {
+    call.headers
+        .iter()
+        .find(|(k, _)| k == ":path")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_stored_input_and_its_hits_are_reported_to_the_gateway_with_the_request_that_recomputes_it() {
+    use prewarm_core::embed_cache::{key_hex, request_keys};
+    use prewarm_core::wire::SignalBatch;
+
+    let host = FakeHost::new();
+    let w = worker();
+    let two = r#"{"model":"minilm","input":["a","b"],"dimensions":8,"user":"u1"}"#;
+    let (mut flow, _) = request(&host, &w, two);
+    respond(&host, &w, &mut flow, "200", &pod_response(&["[1]", "[2]"]));
+    request(&host, &w, two);
+    request(
+        &host,
+        &w,
+        r#"{"model":"minilm","input":"a","dimensions":8}"#,
+    );
+    let mut root = crate::root::RootTasks::default();
+    root.on_tick(&host, &w);
+    let post = host
+        .take_calls()
+        .into_iter()
+        .find(|c| path_of(c) == "/v1/signals")
+        .expect("a batch");
+    let batch = SignalBatch::decode(&post.body).unwrap();
+    let keys = request_keys(two.as_bytes()).unwrap().keys;
+    let stored: Vec<_> = batch
+        .embeddings
+        .iter()
+        .filter(|e| e.request.is_some())
+        .collect();
+    assert_eq!(stored.len(), 2);
+    for (seen, key) in stored.iter().zip(&keys) {
+        assert_eq!(seen.key, key_hex(key));
+        assert_eq!(
+            seen.problem(),
+            None,
+            "the request recomputes exactly this input"
+        );
+        assert!(
+            !seen.request.as_deref().unwrap_or("").contains("u1"),
+            "no user label"
+        );
+    }
+    let hits: Vec<(String, u32)> = batch
+        .embeddings
+        .iter()
+        .filter(|e| e.request.is_none())
+        .map(|e| (e.key.clone(), e.hits))
+        .collect();
+    let mut expected = vec![(key_hex(&keys[0]), 2), (key_hex(&keys[1]), 1)];
+    expected.sort();
+    let mut hits = hits;
+    hits.sort();
+    assert_eq!(hits, expected);
+}
+
+#[test]
+fn the_gateways_warm_entries_answer_a_proxy_that_never_saw_the_input() {
+    use prewarm_core::embed_cache::{key_hex, request_keys};
+    use prewarm_core::wire::{WarmEmbedding, WarmEmbeddings};
+
+    let host = FakeHost::new();
+    let w = worker();
+    let mut root = crate::root::RootTasks::default();
+    root.on_tick(&host, &w);
+    let poll = host
+        .take_calls()
+        .into_iter()
+        .find(|c| path_of(c).starts_with("/v1/embeddings/warm"))
+        .expect("a warm poll");
+    assert_eq!(path_of(&poll), "/v1/embeddings/warm?after=0");
+    let key = request_keys(ONE.as_bytes()).unwrap().keys[0];
+    let now = host.now_ms_for_tests();
+    let entry = |key: String, embedding: &str| WarmEmbedding {
+        key,
+        expires_ms: now + 60_000,
+        prompt_tokens: 3,
+        embedding: embedding.into(),
+    };
+    let doc = WarmEmbeddings {
+        version: "1.0".into(),
+        generation: 7,
+        more: true,
+        entries: vec![
+            entry(key_hex(&key), "[0.5,0.25]"),
+            entry(key_hex(&[9; 32]), "[not json"),
+            entry("zz".into(), "[1]"),
+        ],
+    };
+    let body = doc.encode();
+    host.set_reply(Some(200), &body);
+    root.on_call_response(&host, &w, poll.token, body.len());
+    assert_eq!(
+        host.metric(Metric::EmbeddingWarmEntries),
+        1,
+        "only the valid entry"
+    );
+    // more waiting: the next poll at once, from the reply's generation
+    let next = host.take_calls().pop().expect("the next poll");
+    assert_eq!(path_of(&next), "/v1/embeddings/warm?after=7");
+    // another worker (its own VM cache, empty) answers from the shared level
+    let other = host.sibling();
+    let w2 = worker();
+    let (_, end) = request(&other, &w2, ONE);
+    assert_eq!(end, Verdict::Pause, "answered by the filter");
+    assert_eq!(other.metric(Metric::EmbeddingSharedHits), 1);
+    let body = String::from_utf8(other.local_replies.borrow()[0].body.clone()).unwrap_or_default();
+    assert!(body.contains(r#""embedding":[0.5,0.25]"#), "{body}");
+    // a failed poll is counted and leaves the generation
+    host.set_reply(Some(503), b"");
+    root.on_call_response(&host, &w, next.token, 0);
+    assert_eq!(host.metric(Metric::EmbeddingWarmFetchFailures), 1);
+    host.set_now(now + 2_000);
+    root.on_tick(&host, &w);
+    assert!(host
+        .take_calls()
+        .iter()
+        .any(|c| path_of(c) == "/v1/embeddings/warm?after=7"));
+}

@@ -142,6 +142,10 @@ metrics! {
     EmbeddingNotStored => "prewarm.embeddings.not_stored", false;
     EmbeddingEvicted => "prewarm.embeddings.evicted", false;
     EmbeddingReplyFailures => "prewarm.embeddings.reply_failures", false;
+    EmbeddingReportsDropped => "prewarm.embeddings.reports_dropped", false;
+    EmbeddingWarmFetches => "prewarm.embeddings.warm_fetches", false;
+    EmbeddingWarmFetchFailures => "prewarm.embeddings.warm_fetch_failures", false;
+    EmbeddingWarmEntries => "prewarm.embeddings.warm_entries", false;
     DirectActive => "prewarm.direct.active", true;
     EmbeddingBytes => "prewarm.embeddings.bytes", true;
     TableGeneration => "prewarm.table.generation", true;

@@ -6,7 +6,9 @@
 //! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
 //! Each gateway reply (or failure to dispatch) feeds `gateway_health`; while `direct::active`
 //! says so, the taken prefill and pin signals also become direct calls to the pods (`direct`).
-//! In standalone mode (`direct_calls: always`) nothing is sent to the gateway.
+//! With the embedding cache warmed by the gateway, the poll also asks for the warm entries the
+//! proxy lacks (`embed_warm`). In standalone mode (`direct_calls: always`) nothing is sent to
+//! the gateway.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use prewarm_core::wire::{RoutingTable, Signal, SignalBatch};
 
 use crate::config::DirectMode;
 use crate::direct;
+use crate::embed_warm;
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
 use crate::observe::fold_tally;
@@ -30,8 +33,11 @@ enum Call {
         signals: u64,
         served: u64,
         outcomes: u64,
+        embeddings: u64,
     },
     Table,
+    /// `GET /v1/embeddings/warm` (`embed_warm`).
+    Warm,
     /// A direct call to a pod.
     Direct {
         pod: String,
@@ -148,23 +154,27 @@ impl RootTasks {
         let pending = worker.queue.take(host);
         let served = worker.served.take(host);
         let outcomes = worker.outcomes.take(host);
+        let embeddings = worker.embed_reports.take();
         self.send_direct(host, worker, &pending.records, now);
         if config.direct_calls == DirectMode::Always
             || (pending.records.is_empty()
                 && served.records.is_empty()
-                && outcomes.records.is_empty())
+                && outcomes.records.is_empty()
+                && embeddings.is_empty())
         {
             return;
         }
         let n = pending.records.len() as u64;
         let m = served.records.len() as u64;
         let o = outcomes.records.len() as u64;
+        let e = embeddings.len() as u64;
         let mut batch = SignalBatch::new(config.source.clone(), now, pending.records);
         batch.dropped = pending.dropped;
         batch.served = served.records;
         batch.served_dropped = served.dropped;
         batch.outcomes = outcomes.records;
         batch.outcomes_dropped = outcomes.dropped;
+        batch.embeddings = embeddings;
         let body = batch.encode();
         let mut headers = Self::gateway_headers(worker, "POST", "/v1/signals");
         headers.push(("content-type", "application/json"));
@@ -177,11 +187,13 @@ impl RootTasks {
                 signals: n,
                 served: m,
                 outcomes: o,
+                embeddings: e,
             },
         ) {
             host.count(Metric::SignalsDropped, n);
             host.count(Metric::ServedDropped, m);
             host.count(Metric::OutcomesDropped, o);
+            host.count(Metric::EmbeddingReportsDropped, e);
         }
     }
 
@@ -216,6 +228,18 @@ impl RootTasks {
         if self.call(host, worker, &headers, None, Call::Table) {
             host.count(Metric::TableFetches, 1);
         }
+        self.poll_warm(host, worker);
+    }
+
+    /// Asks the gateway for the warm embedding entries this proxy lacks (`embed_warm`).
+    fn poll_warm<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
+        let warmed = worker.config.embedding_cache.warmed_by_gateway();
+        if !warmed || self.in_flight(|c| *c == Call::Warm) {
+            return;
+        }
+        let path = embed_warm::path(host, worker);
+        let headers = Self::gateway_headers(worker, "GET", &path);
+        self.call(host, worker, &headers, None, Call::Warm);
     }
 
     /// A reply to one of this root's calls (or a synthesized 503/504 when it failed).
@@ -248,6 +272,7 @@ impl RootTasks {
                 signals,
                 served,
                 outcomes,
+                embeddings,
             } => {
                 if ok {
                     host.count(Metric::BatchesSent, 1);
@@ -259,6 +284,7 @@ impl RootTasks {
                     host.count(Metric::SignalsDropped, signals);
                     host.count(Metric::ServedDropped, served);
                     host.count(Metric::OutcomesDropped, outcomes);
+                    host.count(Metric::EmbeddingReportsDropped, embeddings);
                     host.log(
                         Level::Debug,
                         &format!("prewarm: signal batch refused: {status:?}"),
@@ -266,6 +292,11 @@ impl RootTasks {
                 }
             }
             Call::Table => self.on_table(host, worker, status, body_size),
+            Call::Warm => {
+                if embed_warm::on_reply(host, worker, status, body_size) {
+                    self.poll_warm(host, worker);
+                }
+            }
             Call::Direct { .. } => {}
         }
     }

@@ -64,6 +64,11 @@ impl Keys {
         self.slot("emb", key_hash, slots)
     }
 
+    /// The generation of the gateway's warm embedding entries this proxy has.
+    pub fn embedding_generation(&self) -> String {
+        format!("{}emb/generation", self.prefix)
+    }
+
     /// A prefix-index slot (the slot is core's `prefix::slot_of`).
     pub fn prefix_slot(&self, slot: u32) -> String {
         format!("{}px/{slot}", self.prefix)

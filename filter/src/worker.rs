@@ -10,6 +10,7 @@ use prewarm_core::FingerprintConfig;
 use crate::config::{DirectMode, FilterConfig};
 use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
+use crate::embed_reports::EmbeddingReports;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signal_queue::{OutcomeQueue, ServedQueue, SignalQueue};
@@ -27,6 +28,8 @@ pub struct Worker {
     pub tally: Tally,
     /// The embedding cache of this VM (`embedding_cache`; empty while off).
     pub embeddings: RefCell<EmbeddingCache>,
+    /// What this VM tells the gateway of its embedding cache since its last batch.
+    pub embed_reports: EmbeddingReports,
 }
 
 impl Worker {
@@ -49,6 +52,7 @@ impl Worker {
                 config.embedding_cache.max_bytes,
                 config.embedding_cache.ttl_ms,
             )),
+            embed_reports: EmbeddingReports::default(),
             config,
         }
     }

@@ -28,3 +28,4 @@ pub mod state;
 pub mod status;
 pub mod telemetry;
 pub mod traces;
+pub mod warm_embeddings;

@@ -28,6 +28,9 @@
 //! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `test` (welch / mann_whitney, against the first arm) |
 //! | `prewarm_experiment_release_step` | gauge | `experiment` (the grey release's step; -1: rolled back) |
 //! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors / warmup) |
+//! | `prewarm_embedding_reports_total` | counter | `kind` (added / hits / ignored / evicted: the filters' embedding-cache reports) |
+//! | `prewarm_embedding_computations_total` | counter | `outcome` (ok / no_pod / failed / bad_reply: hot embedding inputs computed for the filters) |
+//! | `prewarm_warm_embeddings` | gauge | — (embedding inputs kept for the filters' caches) |
 //! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
 
 use std::sync::atomic::AtomicU64;
@@ -71,6 +74,9 @@ pub struct Telemetry {
     pub experiment_p_value: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_ttfb_diff: Family<Labels, Gauge<f64, AtomicU64>>,
     pub outcomes: Family<Labels, Counter>,
+    pub embedding_reports: Family<Labels, Counter>,
+    pub embedding_computations: Family<Labels, Counter>,
+    pub warm_embeddings: Gauge,
     pub experiment_release_step: Family<Labels, Gauge>,
     pub experiment_rollbacks: Family<Labels, Counter>,
 }
@@ -119,6 +125,9 @@ impl Telemetry {
             experiment_cached_ratio: Family::default(),
             experiment_p_value: Family::default(),
             experiment_ttfb_diff: Family::default(),
+            embedding_reports: Family::default(),
+            embedding_computations: Family::default(),
+            warm_embeddings: Gauge::default(),
             outcomes: Family::default(),
             experiment_release_step: Family::default(),
             experiment_rollbacks: Family::default(),
@@ -254,6 +263,21 @@ impl Telemetry {
             "prewarm_outcomes_ingested",
             "Outcome records from filters by what became of them",
             t.outcomes.clone(),
+        );
+        registry.register(
+            "prewarm_embedding_reports",
+            "Embedding inputs the filters reported, by what became of them",
+            t.embedding_reports.clone(),
+        );
+        registry.register(
+            "prewarm_embedding_computations",
+            "Embedding inputs the gateway computed for the filters' caches, by outcome",
+            t.embedding_computations.clone(),
+        );
+        registry.register(
+            "prewarm_warm_embeddings",
+            "Embedding inputs the gateway keeps for the filters' caches",
+            t.warm_embeddings.clone(),
         );
         Self { registry, ..t }
     }

@@ -8,7 +8,7 @@
   tokens below (admin, read, signal).
 - `Gateway.admin(method, path, json=...)` calls an admin endpoint with the admin token;
   `Gateway.get(path)` reads with the read token (the signal token for the filters' routes,
-  `/v1/routing`), as a dashboard or a filter would; `Gateway.signals(batch)` posts a signal batch
+  `/v1/routing` and `/v1/embeddings/warm`), as a dashboard or a filter would; `Gateway.signals(batch)` posts a signal batch
   with the signal token, as a filter does.
 - `fingerprint(model, text)` is core's block chain of `text` (hex hashes), from the gateway
   binary's `fingerprint` command: what a filter would signal for it.
@@ -81,7 +81,7 @@ class Gateway:
 
     def get(self, path: str, **kwargs) -> requests.Response:
         headers = kwargs.pop("headers", {})
-        token = SIGNAL_TOKEN if path.startswith("/v1/routing") else READ_TOKEN
+        token = SIGNAL_TOKEN if path.startswith(("/v1/routing", "/v1/embeddings/")) else READ_TOKEN
         headers.setdefault("Authorization", f"Bearer {token}")
         return requests.get(f"{self.url}{path}", headers=headers, timeout=30, **kwargs)
 

@@ -336,6 +336,15 @@ impl Engine for SimEngine {
         self.run(LoraDecision::Unload(name.to_string()))
     }
 
+    fn embeddings<'a>(
+        &'a self,
+        _request: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, EngineError>> {
+        // the simulated pods serve completions only; the warm embedding store is not in the
+        // decisions this test compares
+        Box::pin(async move { Err(refused(self.pod)) })
+    }
+
     fn models(&self) -> BoxFuture<'_, Result<ServedModels, EngineError>> {
         let fleet = self.fleet.lock().unwrap();
         let models = ServedModels {

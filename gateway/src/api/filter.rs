@@ -1,5 +1,6 @@
 //! The filters' endpoints: `POST /v1/signals` (screened first: names within limits, prefix
-//! hashes recomputed from the text) and `GET /v1/routing` (with ETag/304).
+//! hashes recomputed from the text), `GET /v1/routing` (with ETag/304) and
+//! `GET /v1/embeddings/warm?after=<generation>` (the warm embedding entries computed since).
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -68,6 +69,36 @@ pub async fn get_routing(
             (header::CACHE_CONTROL, "no-cache".to_string()),
         ],
         table.json.to_vec(),
+    )
+        .into_response())
+}
+
+/// `GET /v1/embeddings/warm` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmQuery {
+    #[serde(default)]
+    after: u64,
+}
+
+pub async fn get_warm_embeddings(
+    State(gateway): State<AppState>,
+    query: Result<axum::extract::Query<WarmQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let axum::extract::Query(query) = query.map_err(|e| {
+        ApiError::BadRequest(format!(
+            "after: {}: must be a generation (0..2^64)",
+            e.body_text()
+        ))
+    })?;
+    let doc = gateway.warm_embeddings_since(query.after);
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        doc.encode(),
     )
         .into_response())
 }

@@ -72,6 +72,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/signals", post(filter::post_signals))
         .layer(DefaultBodyLimit::max(signal_limit))
         .route("/v1/routing", get(filter::get_routing))
+        .route("/v1/embeddings/warm", get(filter::get_warm_embeddings))
         .route_layer(from_fn_with_state(
             Guard {
                 gateway: gateway.clone(),

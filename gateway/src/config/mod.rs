@@ -47,6 +47,8 @@ pub struct GatewayConfig {
     pub experiment: Option<prewarm_core::experiment::Experiment>,
     /// `[traces]`: OpenTelemetry spans of warm-up over OTLP/HTTP (off without `otlp_endpoint`).
     pub traces: crate::traces::TracesConfig,
+    /// `[warm_embeddings]`: warm-up of the filters' embedding cache (docs/embedding-warmup.md).
+    pub warm_embeddings: crate::warm_embeddings::WarmEmbeddingsConfig,
 }
 
 /// `[server]`: listener, secrets, limits, shutdown.

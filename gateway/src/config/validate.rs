@@ -62,6 +62,7 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
     pods_problems(config, &mut p);
     p.extend(config.embeddings.validate());
     p.extend(config.traces.validate());
+    p.extend(config.warm_embeddings.validate());
     let r = &config.registry;
     if r.max_manifest_files == 0 || r.max_manifest_files > 100_000 {
         p.push(format!(

@@ -1,5 +1,5 @@
-//! Calls both dialects make the same way: a `max_tokens: 1` completion, `GET /health`,
-//! `GET /v1/models` and `GET /metrics`.
+//! Calls both dialects make the same way: a `max_tokens: 1` completion, an embeddings request,
+//! `GET /health`, `GET /v1/models` and `GET /metrics`.
 
 use super::http::HttpPod;
 use super::metrics_text::{parse_pod_load, PodLoad};
@@ -46,6 +46,21 @@ pub async fn prefill(pod: &HttpPod, model: &str, prefix_text: &str) -> Result<()
     let reply = pod.post_json(path, &body, true).await?;
     if reply.status == 200 {
         Ok(())
+    } else {
+        Err(rejected(pod, path, reply.status, &reply.body))
+    }
+}
+
+/// `POST /v1/embeddings` with `request` (an OpenAI embeddings request): the 200 reply's body.
+/// Recomputing an embedding is harmless, so a retryable failure is retried.
+pub async fn embeddings(
+    pod: &HttpPod,
+    request: &serde_json::Value,
+) -> Result<Vec<u8>, EngineError> {
+    let path = "/v1/embeddings";
+    let reply = pod.post_json(path, request, true).await?;
+    if reply.status == 200 {
+        Ok(reply.body)
     } else {
         Err(rejected(pod, path, reply.status, &reply.body))
     }

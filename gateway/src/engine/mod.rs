@@ -116,6 +116,11 @@ pub trait Engine: Send + Sync {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<AdapterOutcome, EngineError>>;
+    /// `POST /v1/embeddings` of `request`: the pod's 200 reply body.
+    fn embeddings<'a>(
+        &'a self,
+        request: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, EngineError>>;
     /// `GET /v1/models`: the base model and the registered adapters.
     fn models(&self) -> BoxFuture<'_, Result<ServedModels, EngineError>>;
     /// `GET /metrics`: queue, running, KV usage, cache config, LoRA activity.

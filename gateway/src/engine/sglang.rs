@@ -80,6 +80,13 @@ impl Engine for SglangEngine {
             .boxed()
     }
 
+    fn embeddings<'a>(
+        &'a self,
+        request: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, EngineError>> {
+        common::embeddings(&self.pod, request).boxed()
+    }
+
     fn models(&self) -> BoxFuture<'_, Result<ServedModels, EngineError>> {
         common::models(&self.pod).boxed()
     }

@@ -13,6 +13,7 @@
 //! - [`persist`]: snapshot load at start and writes (periodic, on demand, at shutdown);
 //! - [`signals`]: ingesting filter signals;
 //! - [`planning`]: the plan view the API and the `plan` command print;
+//! - [`warm_embeddings`]: computing the filters' hot embedding inputs ahead of their expiry;
 //! - [`tasks`]: the background loops (health, the core's tick, DNS, snapshots).
 
 pub mod actions;
@@ -25,6 +26,7 @@ pub mod rollouts;
 pub mod signals;
 pub mod table;
 pub mod tasks;
+pub mod warm_embeddings;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +44,7 @@ use crate::policy::fleet::Fleet;
 pub use crate::policy::fleet::PodHealth;
 use crate::telemetry::Telemetry;
 use crate::traces::warmup::WarmupTraces;
+use crate::warm_embeddings::store::WarmStore;
 pub use pods::{PodEntry, PodSource};
 pub use table::PublishedTable;
 
@@ -97,6 +100,8 @@ pub struct Gateway {
     pub warmup_traces: WarmupTraces,
     /// The last warm-up keys' latencies, for the grey release (its own lock).
     pub warmup_latencies: Mutex<WarmupLatencies>,
+    /// The embedding inputs kept warm for the filters' caches (its own lock).
+    warm_embeddings: Mutex<WarmStore>,
 }
 
 impl Gateway {
@@ -125,6 +130,7 @@ impl Gateway {
             outcomes: Mutex::new(OutcomeLedger::default()),
             warmup_traces: WarmupTraces::default(),
             warmup_latencies: Mutex::new(WarmupLatencies::default()),
+            warm_embeddings: Mutex::new(WarmStore::default()),
             ready: AtomicBool::new(false),
             client,
             shutdown,

@@ -75,6 +75,9 @@ impl Gateway {
             experiment = snapshot.experiment;
             *self.outcomes.lock().unwrap_or_else(|p| p.into_inner()) =
                 snapshot.outcomes.bounded(self.now());
+            *self.warm_embeddings() = snapshot
+                .warm_embeddings
+                .restored(&self.config.warm_embeddings);
         }
         self.restore_experiment(experiment);
         tracing::info!(generation = ?restored.generation, prompts = restored.prompts, adapters = restored.adapters, "snapshot loaded");
@@ -98,6 +101,7 @@ impl Gateway {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            warm_embeddings: self.warm_embeddings().clone(),
         }
     }
 

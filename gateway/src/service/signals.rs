@@ -30,6 +30,7 @@ impl Gateway {
     /// Applies `batch`; returns what was accepted and the actions it needs.
     pub fn apply_signals(&self, mut batch: SignalBatch) -> (SignalsAccepted, Vec<Action>) {
         self.ingest_outcomes(&std::mem::take(&mut batch.outcomes), batch.outcomes_dropped);
+        self.ingest_embeddings(&std::mem::take(&mut batch.embeddings));
         let dropped = batch.dropped;
         let source_len = batch.signals.len();
         let (served, served_dropped) = (batch.served.len(), batch.served_dropped);

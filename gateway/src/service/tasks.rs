@@ -45,6 +45,7 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
         tokio::spawn(health_loop(gateway.clone())),
         tokio::spawn(fleet_loop(gateway.clone())),
         tokio::spawn(verdict_loop(gateway.clone())),
+        tokio::spawn(warm_embeddings_loop(gateway.clone())),
     ];
     if gateway.config.pods.dns.is_some() {
         tasks.push(tokio::spawn(dns_loop(gateway.clone())));
@@ -252,6 +253,18 @@ async fn verdict_loop(gateway: Arc<Gateway>) {
         gateway.check_release().await;
         gateway.check_rollout_watches().await;
         if !pause(&gateway, Duration::from_millis(VERDICT_CHECK_MS)).await {
+            break;
+        }
+    }
+}
+
+/// How often the hot embedding inputs are computed, ms (`calls_per_second` is per round).
+pub const WARM_EMBEDDINGS_ROUND_MS: u64 = 1_000;
+
+async fn warm_embeddings_loop(gateway: Arc<Gateway>) {
+    loop {
+        gateway.compute_warm_embeddings().await;
+        if !pause(&gateway, Duration::from_millis(WARM_EMBEDDINGS_ROUND_MS)).await {
             break;
         }
     }

@@ -1,5 +1,6 @@
 //! What survives a restart: the prompt pool (dynamic prefixes and operator templates), the adapter
-//! registry (with pins), the running experiment and its outcome ledger, and the routing table's
+//! registry (with pins), the running experiment and its outcome ledger, the embedding inputs kept
+//! warm for the filters' caches, and the routing table's
 //! last generation (so filters never see it go backwards). Written atomically with the previous generation kept ([`snapshot_file`]).
 
 pub mod snapshot_file;
@@ -10,6 +11,7 @@ use crate::attribution::ledger::OutcomeLedger;
 use crate::policy::fleet::RunningExperiment;
 use crate::policy::hotness::{PromptRecord, SharedRecord};
 use crate::registry::AdapterRegistry;
+use crate::warm_embeddings::store::WarmStore;
 
 /// One snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -26,6 +28,9 @@ pub struct Snapshot {
     /// The filters' outcome records, summed (experiments' evidence).
     #[serde(default)]
     pub outcomes: OutcomeLedger,
+    /// The embedding inputs kept warm for the filters' caches.
+    #[serde(default)]
+    pub warm_embeddings: WarmStore,
 }
 
 /// A snapshot as it is written: the same JSON as [`Snapshot`], its prompts sharing their texts
@@ -38,4 +43,5 @@ pub struct SnapshotToWrite {
     pub table_generation: u64,
     pub experiment: Option<RunningExperiment>,
     pub outcomes: OutcomeLedger,
+    pub warm_embeddings: WarmStore,
 }

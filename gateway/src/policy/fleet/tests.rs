@@ -4,7 +4,7 @@
 use prewarm_core::fingerprint::{routing_key, shards_of};
 use prewarm_core::route::route_request;
 use prewarm_core::wire::{
-    PatternState, PinSignal, PrefillSignal, ServedRecord, Signal, SignalBatch, WIRE_VERSION,
+    PatternState, PinSignal, PrefillSignal, ServedRecord, Signal, SignalBatch,
 };
 use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
 
@@ -73,17 +73,7 @@ fn pattern_signal(model: &str, text: &str, state: PatternState) -> Signal {
 }
 
 fn batch(signals: Vec<Signal>) -> SignalBatch {
-    SignalBatch {
-        version: WIRE_VERSION.into(),
-        source: "test".into(),
-        sent_at_ms: 0,
-        dropped: 0,
-        signals,
-        served: Vec::new(),
-        served_dropped: 0,
-        outcomes: Vec::new(),
-        outcomes_dropped: 0,
-    }
+    SignalBatch::new("test", 0, signals)
 }
 
 fn warm_holders(fleet: &Fleet, key: &PrefixKey, now: u64) -> Vec<String> {

@@ -154,21 +154,15 @@ mod tests {
         let text = "abcd".repeat(64);
         let good = BlockChain::of("m", text.as_bytes(), &fp).blocks;
         let long = "x".repeat(MAX_NAME_BYTES + 1);
-        let batch = SignalBatch {
-            version: "1.0".into(),
-            source: String::new(),
-            sent_at_ms: 0,
-            dropped: 0,
-            served: Vec::new(),
-            served_dropped: 0,
-            outcomes: Vec::new(),
-            outcomes_dropped: 0,
-            signals: vec![
+        let batch = SignalBatch::new(
+            "",
+            0,
+            vec![
                 Signal::Prefill(prefill("m", &text, good.clone())),
                 Signal::Prefill(prefill(&long, &text, good.clone())),
                 Signal::Prefill(prefill("m", &"zzzz".repeat(64), good)),
             ],
-        };
+        );
         let (kept, refused) = screen(batch, &fp);
         assert_eq!(kept.signals.len(), 1);
         assert!(matches!(

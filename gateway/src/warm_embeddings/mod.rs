@@ -1,0 +1,126 @@
+//! Warm-up of the filters' embedding cache (docs/embedding-warmup.md). A filter caches each
+//! `/v1/embeddings` input it forwarded (per proxy: its VMs and the proxy's shared level); an
+//! entry lives `ttl_ms`, and an Envoy restart empties it. The gateway keeps the inputs that are
+//! hot warm ahead of the traffic:
+//!
+//! 1. the filters report every input they stored from a pod's response (with the request that
+//!    recomputes it) and how often they answered each from the cache
+//!    (`SignalBatch::embeddings`, [`store::WarmStore::seen`]);
+//! 2. an input hit at least `min_hits` times over the last TTL is *hot*; the gateway computes
+//!    it on a pod serving its model — once it is hot, then again `lead_ms` before each
+//!    computation expires, at most `calls_per_second`, hottest first
+//!    ([`store::WarmStore::due`], `service::warm_embeddings`);
+//! 3. every filter polls `GET /v1/embeddings/warm?after=<generation>` and writes the entries
+//!    computed since into its proxy's shared level, with their expiry — so a hot input is
+//!    answered across a TTL boundary, and by a proxy that just restarted before its first
+//!    request for it;
+//! 4. the store is in the gateway's snapshot, so a gateway restart keeps it (and the
+//!    filters' own caches do not depend on the gateway at all).
+//!
+//! What it assumes: the gateway's `ttl_ms` is the filters' `embedding_cache.ttl_ms` (an entry
+//! computed here expires in the filters when the gateway thinks it does); an input hit once
+//! within a TTL is likely to be asked again within the next (a repeat, the RAG re-index and
+//! repeated-query traffic the cache is for); a computation costs one forward pass of one input
+//! on an embedding pod, so the default budget of 20 a second is a small share of one pod
+//! (MiniLM-class encoders take milliseconds an input).
+
+pub mod store;
+
+use serde::{Deserialize, Serialize};
+
+/// `[warm_embeddings]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WarmEmbeddingsConfig {
+    /// Computes hot entries; off: the filters' reports are still kept (default true).
+    pub enabled: bool,
+    /// The filters' `embedding_cache.ttl_ms` (default 600,000).
+    pub ttl_ms: u64,
+    /// An entry is recomputed this long before it expires (default 60,000).
+    pub lead_ms: u64,
+    /// Hits over the last TTL that make an input hot (default 1).
+    pub min_hits: u64,
+    /// Computations a second at most (default 20).
+    pub calls_per_second: usize,
+    /// Computations in flight at most (default 4).
+    pub concurrency: usize,
+    /// A failed computation is not retried for this long (default 30,000).
+    pub backoff_ms: u64,
+    /// Entries kept at most (default 100,000).
+    pub max_entries: usize,
+    /// Bytes of requests and embeddings kept at most (default 64 MiB).
+    pub max_bytes: usize,
+    /// Bytes of embeddings one `GET /v1/embeddings/warm` reply carries at most (default 1 MiB).
+    pub reply_bytes: usize,
+}
+
+impl Default for WarmEmbeddingsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ttl_ms: 600_000,
+            lead_ms: 60_000,
+            min_hits: 1,
+            calls_per_second: 20,
+            concurrency: 4,
+            backoff_ms: 30_000,
+            max_entries: 100_000,
+            max_bytes: 64 << 20,
+            reply_bytes: 1 << 20,
+        }
+    }
+}
+
+impl WarmEmbeddingsConfig {
+    /// Every problem, each naming its field.
+    pub fn validate(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let mut range = |field: &str, value: u64, lo: u64, hi: u64| {
+            if !(lo..=hi).contains(&value) {
+                p.push(format!(
+                    "warm_embeddings.{field}: {value}: must be {lo}..{hi}"
+                ));
+            }
+        };
+        range("ttl_ms", self.ttl_ms, 1_000, 86_400_000);
+        range("lead_ms", self.lead_ms, 0, self.ttl_ms.saturating_sub(1));
+        range("min_hits", self.min_hits, 1, 1_000_000);
+        range("calls_per_second", self.calls_per_second as u64, 1, 10_000);
+        range("concurrency", self.concurrency as u64, 1, 256);
+        range("backoff_ms", self.backoff_ms, 0, 3_600_000);
+        range("max_entries", self.max_entries as u64, 8, 10_000_000);
+        range("max_bytes", self.max_bytes as u64, 1 << 16, 1 << 34);
+        range("reply_bytes", self.reply_bytes as u64, 1 << 12, 1 << 24);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_every_bad_field_is_named() {
+        assert!(WarmEmbeddingsConfig::default().validate().is_empty());
+        let bad = WarmEmbeddingsConfig {
+            ttl_ms: 10_000,
+            lead_ms: 10_000,
+            calls_per_second: 0,
+            reply_bytes: 1,
+            ..WarmEmbeddingsConfig::default()
+        };
+        let fields: Vec<String> = bad
+            .validate()
+            .iter()
+            .map(|p| p.split(':').next().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "warm_embeddings.lead_ms",
+                "warm_embeddings.calls_per_second",
+                "warm_embeddings.reply_bytes"
+            ]
+        );
+    }
+}
