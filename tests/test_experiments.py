@@ -3,13 +3,15 @@ declared in the configuration), and through the real Envoy the filter's arms: st
 never chosen by the client's own header, each routed with its arm's settings."""
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from harness import wait_until
+from harness import bin_path, wait_until
 from harness.gateway import READ_TOKEN, start_gateway
 from harness.stack import BASE_MODEL, Stack, StackSpec, question_text as question
 
@@ -135,6 +137,13 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
             assert arm in ("exp/prefix", "exp/other"), headers
             assert arms.setdefault(user, arm) == arm, f"{user} changed arm"
         assert set(arms.values()) == {"exp/prefix", "exp/other"}, arms
+        # `prewarm-gateway arm` (core's rule, for tools) gives every user the arm the filter gave
+        users = sorted(arms)
+        out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment",
+                              json.dumps(experiment("exp", (0.5, 0.5), {"routing": "off"}))],
+                             input="".join(json.dumps(u) + "\n" for u in users),
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        assert [f"exp/{json.loads(line)}" for line in out.splitlines()] == [arms[u] for u in users]
         off = sum(3 for a in arms.values() if a == "exp/other")
         assert stack.envoy.metric("prewarm.unrouted.arm_off") - unrouted_before == off
         assert stack.envoy.metric("prewarm.experiment.assigned") >= 60

@@ -63,6 +63,46 @@ enum Command {
         #[arg(long)]
         jsonl: bool,
     },
+    /// Print (one JSON string a line) the arm the filters give each unit read on stdin (one JSON
+    /// string a line: a user, else tenant, else connection) in `--experiment` (its JSON, as
+    /// posted): core's assignment, for tools that split requests by arm.
+    Arm {
+        #[arg(long)]
+        experiment: String,
+    },
+}
+
+fn arm(experiment: &str) -> ExitCode {
+    use std::io::BufRead;
+    let experiment: prewarm_core::experiment::Experiment = match serde_json::from_str(experiment) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("prewarm-gateway arm: --experiment: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(problem) = experiment.problem() {
+        eprintln!("prewarm-gateway arm: --experiment: {problem}");
+        return ExitCode::from(2);
+    }
+    for (i, line) in std::io::stdin().lock().lines().enumerate() {
+        let unit: String = match line
+            .map_err(|e| e.to_string())
+            .and_then(|l| serde_json::from_str(&l).map_err(|e| e.to_string()))
+        {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("prewarm-gateway arm: line {}: {e}", i + 1);
+                return ExitCode::from(2);
+            }
+        };
+        let name = experiment
+            .arms
+            .get(experiment.arm_of(unit.as_bytes()))
+            .map_or("", |a| a.name.as_str());
+        println!("{}", serde_json::Value::String(name.to_string()));
+    }
+    ExitCode::SUCCESS
 }
 
 fn fingerprint(model: &str, block_tokens: usize, jsonl: bool) -> ExitCode {
@@ -208,6 +248,7 @@ fn main() -> ExitCode {
             block_tokens,
             jsonl,
         } => fingerprint(&model, block_tokens, jsonl),
+        Command::Arm { experiment } => arm(&experiment),
         Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
             rt.block_on(prewarm_gateway::status::run(args))
         }),

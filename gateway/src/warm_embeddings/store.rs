@@ -6,9 +6,10 @@
 //!
 //! Invariants: at most `max_entries` entries and about `max_bytes` of requests and
 //! embeddings (the coldest eighth is dropped when either is passed); an entry's generation is
-//! unique and grows with every computation.
+//! unique and grows with every computation; the generation index holds exactly the computed
+//! entries (a poll is a range read of it, not a scan of the store).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use prewarm_core::rate::RateWindow;
 use prewarm_core::wire::{EmbeddingSeen, WarmEmbedding, WarmEmbeddings, WIRE_VERSION};
@@ -71,6 +72,9 @@ pub struct WarmStore {
     generation: u64,
     #[serde(skip)]
     bytes: usize,
+    /// Computed entries by generation, so a poll reads only what is newer than its `after`.
+    #[serde(skip)]
+    by_generation: BTreeMap<u64, String>,
 }
 
 impl WarmStore {
@@ -96,9 +100,20 @@ impl WarmStore {
 
     /// The store after a restore: its byte count recomputed, then held to `config`'s bounds.
     pub fn restored(mut self, config: &WarmEmbeddingsConfig) -> Self {
-        self.bytes = self.entries.values().map(Entry::bytes).sum();
+        self.reindex();
         self.evict_if_full(config);
         self
+    }
+
+    /// The byte count and the generation index, from the entries.
+    fn reindex(&mut self) {
+        self.bytes = self.entries.values().map(Entry::bytes).sum();
+        self.by_generation = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.generation > 0)
+            .map(|(k, e)| (e.generation, k.clone()))
+            .collect();
     }
 
     /// Folds a batch's records in at `now_ms`.
@@ -199,7 +214,9 @@ impl WarmStore {
         e.prompt_tokens = prompt_tokens;
         e.expires_ms = now_ms.saturating_add(config.ttl_ms);
         self.generation += 1;
+        self.by_generation.remove(&e.generation);
         e.generation = self.generation;
+        self.by_generation.insert(e.generation, key.to_string());
         e.retry_after_ms = 0;
         self.bytes += e.bytes();
     }
@@ -216,13 +233,12 @@ impl WarmStore {
     /// store's generation (a filter older than a store that lost its snapshot) counts as 0.
     pub fn since(&self, after: u64, now_ms: u64, max_bytes: usize) -> WarmEmbeddings {
         let after = if after > self.generation { 0 } else { after };
-        let mut newer: Vec<(&String, &Entry, &String)> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| e.generation > after && e.expires_ms > now_ms)
-            .filter_map(|(k, e)| Some((k, e, e.embedding.as_ref()?)))
-            .collect();
-        newer.sort_by_key(|(_, e, _)| e.generation);
+        let newer = self
+            .by_generation
+            .range(after + 1..)
+            .filter_map(|(_, k)| Some((k, self.entries.get(k)?)))
+            .filter(|(_, e)| e.expires_ms > now_ms)
+            .filter_map(|(k, e)| Some((k, e, e.embedding.as_ref()?)));
         let mut doc = WarmEmbeddings {
             version: WIRE_VERSION.to_string(),
             generation: self.generation,
@@ -258,7 +274,9 @@ impl WarmStore {
         self.entries.retain(|_, e| {
             e.hits.count(now_ms) > 0 || e.last_seen_ms > horizon || e.expires_ms > now_ms
         });
-        self.bytes = self.entries.values().map(Entry::bytes).sum();
+        if self.entries.len() != before {
+            self.reindex();
+        }
         before - self.entries.len()
     }
 
@@ -288,6 +306,7 @@ impl WarmStore {
             }
             if let Some(e) = self.entries.remove(&key) {
                 self.bytes = self.bytes.saturating_sub(e.bytes());
+                self.by_generation.remove(&e.generation);
                 dropped += 1;
             }
         }
@@ -410,5 +429,18 @@ mod tests {
         assert!(s.len() <= c.max_entries, "{}", s.len());
         let hot = seen("hot", false, 0).key;
         assert!(s.get(&hot).is_some());
+        // computed entries stay indexed through evictions and a restore
+        let due = s.due(100, &c, 1);
+        s.computed(&due[0].key, "[1]".into(), 1, 100, &c);
+        for i in 0..40 {
+            s.seen(&[seen(&format!("later {i}"), true, 0)], 200 + i, &c);
+        }
+        assert_eq!(s.since(0, 300, 1 << 20).entries.len(), 1);
+        let restored: WarmStore =
+            serde_json::from_str::<WarmStore>(&serde_json::to_string(&s).unwrap())
+                .unwrap()
+                .restored(&c);
+        assert_eq!(restored.since(0, 300, 1 << 20), s.since(0, 300, 1 << 20));
+        assert_eq!(restored.bytes(), s.bytes());
     }
 }
