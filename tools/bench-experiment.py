@@ -47,11 +47,11 @@ sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import demo  # noqa: E402  (tools/demo.py: the slice, the stack's settings, the replay)
-from demo import (ADAPTER_RANK, HOT_REQUESTS, NEW_POD, PROFILE, fleet_observations,  # noqa: E402
+from demo import (NEW_POD, PROFILE, fleet_observations,  # noqa: E402
                   log, replayer, trace_args)
 from harness import bin_path, wait_until  # noqa: E402
 from harness.envoy import _http_manager  # noqa: E402
-from harness.stack import AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
+from harness.stack import Stack, StackSpec, pod_metric  # noqa: E402
 
 EXPERIMENT_ID = "warm-vs-cold"
 ARMS = ("warm", "cold")
@@ -106,8 +106,7 @@ def arms_of(units: list[str], experiment: dict = EXPERIMENT) -> dict[str, str]:
 # --- the run ----------------------------------------------------------------------------------
 
 def spec(args, assignment: dict, access_log: Path) -> StackSpec:
-    """The stack of the demo's `prewarm` run (tools/demo.py `run_once`), plus an access log."""
-    s = args.time_scale
+    """The stack of the demo's `prewarm` run (tools/demo.py `stack_spec`), plus an access log."""
 
     def mutate(config: dict) -> None:
         _http_manager(config).setdefault("access_log", []).append({
@@ -120,21 +119,9 @@ def spec(args, assignment: dict, access_log: Path) -> StackSpec:
                     "upstream": "%UPSTREAM_HOST%", "status": "%RESPONSE_CODE%",
                     "first_byte_ms": "%RESPONSE_DURATION%", "duration_ms": "%DURATION%"}}}})
 
-    return StackSpec(
-        pods=3, spare_pods=1,
-        podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--num-gpu-blocks", str(args.kv_blocks),
-                      "--max-model-len", "262144", "--max-num-seqs", "512"],
-        adapters=[AdapterSpec(a["name"], tier=a["tier"], tenant=a["tenant"], rank=ADAPTER_RANK)
-                  for a in assignment["adapters"]],
-        max_loras=args.max_loras, max_cpu_loras=args.max_cpu_loras,
-        gateway={
-            "pods": {"health_interval_ms": 500, "request_timeout_ms": 120000},
-            "warmup": {"first_tier": 100, "second_tier": 1000},
-            "hotness": {"max_prefix_bytes": 32768 * 4},
-        },
-        filter_config={"max_batch_signals": 16, "triggers": {"similar_prompts": HOT_REQUESTS}},
-        envoy_mutate=mutate,
-    )
+    spec = demo.stack_spec(args, "prewarm", assignment)
+    spec.envoy_mutate = mutate
+    return spec
 
 
 def p_of(c: Optional[dict], test: str) -> Optional[float]:

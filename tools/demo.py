@@ -146,14 +146,12 @@ def fleet_observations(stack: Stack) -> dict:
     }
 
 
-def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
-    """One run; returns the stack when it is kept up."""
+def stack_spec(args, mode: str, assignment: dict) -> StackSpec:
+    """The stack of one run (`mode`: prewarm, no-warmup or filter-alone)."""
     warm = mode == "prewarm"
     alone = mode == "filter-alone"
-    workdir = args.out / mode
-    shutil.rmtree(workdir, ignore_errors=True)
     s = args.time_scale
-    spec = StackSpec(
+    return StackSpec(
         pods=3, spare_pods=1,
         podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--num-gpu-blocks", str(args.kv_blocks),
                       "--max-model-len", "262144", "--max-num-seqs", "512"],
@@ -174,6 +172,15 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
                            "direct_prefill_tokens_per_min": int(240_000 * s)} if alone else {})},
         with_gateway=not alone,
     )
+
+
+def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
+    """One run; returns the stack when it is kept up."""
+    alone = mode == "filter-alone"
+    workdir = args.out / mode
+    shutil.rmtree(workdir, ignore_errors=True)
+    s = args.time_scale
+    spec = stack_spec(args, mode, assignment)
     stack = Stack(workdir, spec)
     progress = None
     try:

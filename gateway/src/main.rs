@@ -73,7 +73,6 @@ enum Command {
 }
 
 fn arm(experiment: &str) -> ExitCode {
-    use std::io::BufRead;
     let experiment: prewarm_core::experiment::Experiment = match serde_json::from_str(experiment) {
         Ok(e) => e,
         Err(e) => {
@@ -85,28 +84,36 @@ fn arm(experiment: &str) -> ExitCode {
         eprintln!("prewarm-gateway arm: --experiment: {problem}");
         return ExitCode::from(2);
     }
-    for (i, line) in std::io::stdin().lock().lines().enumerate() {
-        let unit: String = match line
-            .map_err(|e| e.to_string())
-            .and_then(|l| serde_json::from_str(&l).map_err(|e| e.to_string()))
-        {
-            Ok(u) => u,
-            Err(e) => {
-                eprintln!("prewarm-gateway arm: line {}: {e}", i + 1);
-                return ExitCode::from(2);
-            }
-        };
+    json_lines("arm", |unit| {
         let name = experiment
             .arms
             .get(experiment.arm_of(unit.as_bytes()))
             .map_or("", |a| a.name.as_str());
         println!("{}", serde_json::Value::String(name.to_string()));
+    })
+}
+
+/// Calls `each` with every line of stdin, each a JSON string; a line that is not one ends it
+/// with exit code 2 and a message naming the line.
+fn json_lines(command: &str, mut each: impl FnMut(String)) -> ExitCode {
+    use std::io::BufRead;
+    for (i, line) in std::io::stdin().lock().lines().enumerate() {
+        let parsed = line
+            .map_err(|e| e.to_string())
+            .and_then(|l| serde_json::from_str::<String>(&l).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(text) => each(text),
+            Err(e) => {
+                eprintln!("prewarm-gateway {command}: line {}: {e}", i + 1);
+                return ExitCode::from(2);
+            }
+        }
     }
     ExitCode::SUCCESS
 }
 
 fn fingerprint(model: &str, block_tokens: usize, jsonl: bool) -> ExitCode {
-    use std::io::{BufRead, Read};
+    use std::io::Read;
     let config = prewarm_core::FingerprintConfig {
         block_tokens,
         ..prewarm_core::FingerprintConfig::default()
@@ -123,20 +130,9 @@ fn fingerprint(model: &str, block_tokens: usize, jsonl: bool) -> ExitCode {
         serde_json::json!({"blocks": chain.blocks, "key": key, "prompt_tokens": chain.prompt_tokens})
     };
     if jsonl {
-        for (i, line) in std::io::stdin().lock().lines().enumerate() {
-            let text: String = match line
-                .map_err(|e| e.to_string())
-                .and_then(|l| serde_json::from_str(&l).map_err(|e| e.to_string()))
-            {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("prewarm-gateway fingerprint: line {}: {e}", i + 1);
-                    return ExitCode::from(2);
-                }
-            };
-            println!("{}", chain_json(text.as_bytes()));
-        }
-        return ExitCode::SUCCESS;
+        return json_lines("fingerprint", |text| {
+            println!("{}", chain_json(text.as_bytes()))
+        });
     }
     let mut text = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut text) {

@@ -21,6 +21,36 @@ use prewarm_gateway::traces::{self, TracesConfig};
 use serde_json::json;
 use tracing_subscriber::prelude::*;
 
+/// Warm-up spans exported to memory while it lives (this thread's subscriber).
+struct Capture {
+    exporter: InMemorySpanExporter,
+    provider: opentelemetry_sdk::trace::SdkTracerProvider,
+    _subscriber: tracing::subscriber::DefaultGuard,
+}
+
+impl Capture {
+    fn start() -> Self {
+        let exporter = InMemorySpanExporter::default();
+        let provider = traces::provider(
+            SimpleSpanProcessor::new(exporter.clone()),
+            &TracesConfig::default(),
+        );
+        let _subscriber = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(traces::layer(&provider)),
+        );
+        Self {
+            exporter,
+            provider,
+            _subscriber,
+        }
+    }
+
+    fn spans(&self) -> Vec<SpanData> {
+        self.provider.force_flush().unwrap();
+        self.exporter.get_finished_spans().unwrap()
+    }
+}
+
 /// The `traceparent` of every completion the pod received, in order.
 type Seen = Arc<Mutex<Vec<String>>>;
 
@@ -90,14 +120,7 @@ fn text(span: &SpanData, key: &str) -> String {
 
 #[tokio::test]
 async fn a_plans_span_parents_its_keys_and_each_prefill_carries_its_context() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = traces::provider(
-        SimpleSpanProcessor::new(exporter.clone()),
-        &TracesConfig::default(),
-    );
-    let _subscriber = tracing::subscriber::set_default(
-        tracing_subscriber::registry().with(traces::layer(&provider)),
-    );
+    let capture = Capture::start();
     let seen: Seen = Arc::default();
     let address = vllm_like_pod(seen.clone()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -130,8 +153,7 @@ async fn a_plans_span_parents_its_keys_and_each_prefill_carries_its_context() {
         gateway.warmup_traces.open_plans().is_empty(),
         "the warm-up finished and its span closed"
     );
-    provider.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = capture.spans();
     let plans: Vec<&SpanData> = spans.iter().filter(|s| s.name == "warmup.plan").collect();
     assert_eq!(plans.len(), 1, "{spans:#?}");
     let plan = plans[0];
@@ -181,14 +203,7 @@ async fn a_plans_span_parents_its_keys_and_each_prefill_carries_its_context() {
 
 #[tokio::test]
 async fn a_failed_key_is_an_error_span_and_no_context_is_sent_without_a_span() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = traces::provider(
-        SimpleSpanProcessor::new(exporter.clone()),
-        &TracesConfig::default(),
-    );
-    let _subscriber = tracing::subscriber::set_default(
-        tracing_subscriber::registry().with(traces::layer(&provider)),
-    );
+    let capture = Capture::start();
     assert!(
         traces::trace_headers().is_empty(),
         "outside a span no trace context is sent"
@@ -221,8 +236,7 @@ async fn a_failed_key_is_an_error_span_and_no_context_is_sent_without_a_span() {
     gateway
         .execute_all(vec![Action::Prefill(prefill), Action::Adapters(touch)])
         .await;
-    provider.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = capture.spans();
     let span = spans
         .iter()
         .find(|s| s.name == "warmup.prefill")

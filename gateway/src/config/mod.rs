@@ -5,7 +5,7 @@
 //! The reference for every field is `docs/gateway-config.md`.
 
 mod pods;
-mod validate;
+pub mod validate;
 
 pub use pods::{DnsDiscovery, EngineKind, PodSpec, PodsConfig};
 pub use validate::validate;

@@ -8,6 +8,11 @@ use prewarm_core::wire::MAX_RESIDENT_ADAPTERS;
 
 use super::GatewayConfig;
 
+/// `field: value: must be lo..hi` when `value` is outside `lo..=hi`.
+pub fn out_of_range(field: &str, value: u64, lo: u64, hi: u64) -> Option<String> {
+    (!(lo..=hi).contains(&value)).then(|| format!("{field}: {value}: must be {lo}..{hi}"))
+}
+
 /// Every problem with `config` (empty when it is usable).
 pub fn validate(config: &GatewayConfig) -> Vec<String> {
     let mut p = Vec::new();
@@ -24,24 +29,24 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
             s.max_body_bytes
         ));
     }
-    if !(1024..=256 * 1024 * 1024).contains(&s.max_signal_body_bytes) {
-        p.push(format!(
-            "server.max_signal_body_bytes: {}: must be 1024..268435456",
-            s.max_signal_body_bytes
-        ));
-    }
-    if s.drain_seconds > 600 {
-        p.push(format!(
-            "server.drain_seconds: {}: must be at most 600",
-            s.drain_seconds
-        ));
-    }
-    if !(100..=600_000).contains(&s.header_read_timeout_ms) {
-        p.push(format!(
-            "server.header_read_timeout_ms: {}: must be 100..600000",
-            s.header_read_timeout_ms
-        ));
-    }
+    p.extend(out_of_range(
+        "server.max_signal_body_bytes",
+        s.max_signal_body_bytes as u64,
+        1024,
+        256 * 1024 * 1024,
+    ));
+    p.extend(out_of_range(
+        "server.drain_seconds",
+        s.drain_seconds,
+        0,
+        600,
+    ));
+    p.extend(out_of_range(
+        "server.header_read_timeout_ms",
+        s.header_read_timeout_ms,
+        100,
+        600_000,
+    ));
     for (field, token) in [
         ("server.admin_token", &s.admin_token),
         ("server.signal_token", &s.signal_token),
@@ -64,23 +69,27 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
     p.extend(config.traces.validate());
     p.extend(config.warm_embeddings.validate());
     let r = &config.registry;
-    if r.max_manifest_files == 0 || r.max_manifest_files > 100_000 {
-        p.push(format!(
-            "registry.max_manifest_files: {}: must be 1..100000",
-            r.max_manifest_files
-        ));
-    }
-    if r.rollout_watch_seconds > 86_400 {
-        p.push(format!(
-            "registry.rollout_watch_seconds: {}: must be 0..86400",
-            r.rollout_watch_seconds
-        ));
-    }
-    if !(1..=10_000_000).contains(&r.rollout_min_requests) {
-        p.push(format!(
-            "registry.rollout_min_requests: {}: must be 1..10000000",
-            r.rollout_min_requests
-        ));
+    for (field, value, lo, hi) in [
+        (
+            "registry.max_manifest_files",
+            r.max_manifest_files as u64,
+            1,
+            100_000,
+        ),
+        (
+            "registry.rollout_watch_seconds",
+            r.rollout_watch_seconds,
+            0,
+            86_400,
+        ),
+        (
+            "registry.rollout_min_requests",
+            r.rollout_min_requests,
+            1,
+            10_000_000,
+        ),
+    ] {
+        p.extend(out_of_range(field, value, lo, hi));
     }
     p.extend(config.hotness.validate("hotness."));
     p.extend(config.kv.validate("kv."));

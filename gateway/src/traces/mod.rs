@@ -21,6 +21,8 @@ use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::config::validate::out_of_range;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The target of every span the gateway exports.
@@ -96,23 +98,12 @@ impl TracesConfig {
                 self.sample_ratio
             ));
         }
-        if !(10..=600_000).contains(&self.export_delay_ms) {
-            p.push(format!(
-                "traces.export_delay_ms: {}: must be 10..600000",
-                self.export_delay_ms
-            ));
-        }
-        if !(16..=1_000_000).contains(&self.max_queue) {
-            p.push(format!(
-                "traces.max_queue: {}: must be 16..1000000",
-                self.max_queue
-            ));
-        }
-        if !(100..=600_000).contains(&self.timeout_ms) {
-            p.push(format!(
-                "traces.timeout_ms: {}: must be 100..600000",
-                self.timeout_ms
-            ));
+        for (field, value, lo, hi) in [
+            ("traces.export_delay_ms", self.export_delay_ms, 10, 600_000),
+            ("traces.max_queue", self.max_queue as u64, 16, 1_000_000),
+            ("traces.timeout_ms", self.timeout_ms, 100, 600_000),
+        ] {
+            p.extend(out_of_range(field, value, lo, hi));
         }
         p
     }

@@ -28,6 +28,8 @@ pub mod store;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::validate::out_of_range;
+
 /// `[warm_embeddings]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -74,24 +76,22 @@ impl Default for WarmEmbeddingsConfig {
 impl WarmEmbeddingsConfig {
     /// Every problem, each naming its field.
     pub fn validate(&self) -> Vec<String> {
-        let mut p = Vec::new();
-        let mut range = |field: &str, value: u64, lo: u64, hi: u64| {
-            if !(lo..=hi).contains(&value) {
-                p.push(format!(
-                    "warm_embeddings.{field}: {value}: must be {lo}..{hi}"
-                ));
-            }
-        };
-        range("ttl_ms", self.ttl_ms, 1_000, 86_400_000);
-        range("lead_ms", self.lead_ms, 0, self.ttl_ms.saturating_sub(1));
-        range("min_hits", self.min_hits, 1, 1_000_000);
-        range("calls_per_second", self.calls_per_second as u64, 1, 10_000);
-        range("concurrency", self.concurrency as u64, 1, 256);
-        range("backoff_ms", self.backoff_ms, 0, 3_600_000);
-        range("max_entries", self.max_entries as u64, 8, 10_000_000);
-        range("max_bytes", self.max_bytes as u64, 1 << 16, 1 << 34);
-        range("reply_bytes", self.reply_bytes as u64, 1 << 12, 1 << 24);
-        p
+        [
+            ("ttl_ms", self.ttl_ms, 1_000, 86_400_000),
+            ("lead_ms", self.lead_ms, 0, self.ttl_ms.saturating_sub(1)),
+            ("min_hits", self.min_hits, 1, 1_000_000),
+            ("calls_per_second", self.calls_per_second as u64, 1, 10_000),
+            ("concurrency", self.concurrency as u64, 1, 256),
+            ("backoff_ms", self.backoff_ms, 0, 3_600_000),
+            ("max_entries", self.max_entries as u64, 8, 10_000_000),
+            ("max_bytes", self.max_bytes as u64, 1 << 16, 1 << 34),
+            ("reply_bytes", self.reply_bytes as u64, 1 << 12, 1 << 24),
+        ]
+        .into_iter()
+        .filter_map(|(field, value, lo, hi)| {
+            out_of_range(&format!("warm_embeddings.{field}"), value, lo, hi)
+        })
+        .collect()
     }
 }
 
