@@ -195,6 +195,14 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
         assert 'prewarm_experiment_p_value{experiment="ab",arm="other",test="welch"}' in text
         assert 'prewarm_experiment_ttfb_seconds{experiment="ab",arm="prefix",quantile="0.95"}' in text
         assert metric(stack.gateway, 'prewarm_outcomes_ingested_total{kind="accepted"}') >= sent
+        # the power estimate: significant at this size, so the requests it needs are within it
+        assert 0 < c["requests_needed"] <= max(prefix["requests"], off["requests"]) * 2, c
+        # the first significance is an event, once, with the requests it took
+        events = wait_until(
+            lambda: [e["event"] for e in stack.gateway.get("/admin/experiments/ab").json()["events"]
+                     if "significantly" in e["event"]] or None, 10, what="the significance event")
+        assert len(events) == 1 and events[0].startswith("arm other significantly slower than prefix after "), events
+        print(f"\n{events[0]}; requests needed an arm at 80 % power: {c['requests_needed']}")
         print(f"\nA/B prefix vs routing off over {sent} requests: ttfb p50 {prefix['ttfb_p50_ms']} vs "
               f"{off['ttfb_p50_ms']} ms, p95 {prefix['ttfb_p95_ms']} vs {off['ttfb_p95_ms']} ms, cached "
               f"{prefix['cached_token_ratio']:.2f} vs {off['cached_token_ratio']:.2f}, welch p "

@@ -193,6 +193,7 @@ mod tests {
                 significant: better,
                 better,
                 worse: false,
+                requests_needed: None,
             }],
             new_pods: crate::attribution::report::NewPods {
                 pods: Vec::new(),

@@ -11,16 +11,20 @@
 //! records carry no arm, so both arms' baseline is the same population and the
 //! difference-in-differences against it equals the difference of the arms; the report gives
 //! each arm's change against it so a shift of the whole fleet (a new model, a traffic change)
-//! shows as a change of both rather than of one.
+//! shows as a change of both rather than of one. Each comparison also says how many requests an
+//! arm would need for a verdict if what is observed holds (a power estimate), and the gateway
+//! notes, as an event, when a comparison first becomes significant and after how many requests.
 
 use serde::Serialize;
 
 use super::ledger::{Bucket, OutcomeLedger, HOUR_MS};
-use super::stats::{mann_whitney, quantile, welch, Test};
+use super::stats::{mann_whitney, quantile, requests_for, welch, Test};
 use crate::policy::fleet::RunningExperiment;
 
 /// The p-value below which an arm differs significantly.
 pub const SIGNIFICANCE: f64 = 0.01;
+/// The power [`Comparison::requests_needed`] is computed for.
+pub const POWER: f64 = 0.8;
 /// How far back the period before the experiment reaches, ms.
 pub const BEFORE_MS: u64 = 24 * HOUR_MS;
 
@@ -92,6 +96,10 @@ pub struct Comparison {
     pub better: bool,
     /// Significant, and the arm's time to first byte is the longer.
     pub worse: bool,
+    /// Requests each of the two arms needs for Welch's test to reach [`SIGNIFICANCE`] with
+    /// [`POWER`] if the observed difference and spreads hold (`stats::requests_for`): how far
+    /// the experiment is from a verdict; `None` without a difference to find.
+    pub requests_needed: Option<u64>,
 }
 
 /// One hour's arms.
@@ -169,6 +177,7 @@ fn cohort(
                 significant,
                 better: significant && diff.is_some_and(|d| d < 0.0),
                 worse: significant && diff.is_some_and(|d| d > 0.0),
+                requests_needed: requests_for(&total.ttfb, &ref_total.ttfb, SIGNIFICANCE, POWER),
             });
         }
     }
@@ -245,6 +254,7 @@ mod tests {
             release: None,
             events: Vec::new(),
             joined_pods: Vec::new(),
+            significant: Vec::new(),
         }
     }
 

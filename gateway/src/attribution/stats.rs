@@ -71,6 +71,19 @@ pub fn welch(a: &Moments, b: &Moments) -> Option<Test> {
     })
 }
 
+/// Requests each side needs for Welch's test to reach p < `alpha` (two-sided) with probability
+/// `power`, if the observed difference of means and the observed spreads hold:
+/// `n = (z₁₋α/₂ + z_power)² (s²ₐ + s²ᵦ) / (āₐ − ā_b)²` (the normal approximation, fine at the
+/// hundreds of requests a verdict takes). `None` without spread or without a difference.
+pub fn requests_for(a: &Moments, b: &Moments, alpha: f64, power: f64) -> Option<u64> {
+    let (va, vb) = (a.variance()?, b.variance()?);
+    let d = a.mean - b.mean;
+    let normal = Normal::new(0.0, 1.0).ok()?;
+    let z = normal.inverse_cdf(1.0 - alpha / 2.0) + normal.inverse_cdf(power);
+    let n = z * z * (va + vb) / (d * d);
+    (n.is_finite() && n > 0.0).then(|| n.ceil().min(u64::MAX as f64) as u64)
+}
+
 /// The Mann-Whitney U test of `a` against `b`: `U` of `a` (the number of pairs in which `a`'s
 /// value is the larger, ties counting half), `z` from its normal approximation with the tie
 /// correction of the variance and a continuity correction of ½. `None` when a side is empty or
@@ -189,6 +202,26 @@ mod tests {
         assert_eq!(tied.statistic, 1.0, "a tie counts half");
         assert_eq!(mann_whitney(&[1.0], &[1.0]), None, "no spread");
         assert_eq!(mann_whitney(&[], &[1.0]), None);
+    }
+
+    #[test]
+    fn requests_for_a_verdict_follow_the_power_formula() {
+        let sample = |mean: f64, sd: f64| {
+            let mut m = Moments::default();
+            for x in [mean - sd, mean + sd] {
+                m.push(x);
+            }
+            m
+        };
+        // sd 100 ms each side (variance 2·100² with n=2 is 20,000), difference 50 ms:
+        // (2.5758 + 0.8416)² · 40,000 / 2,500 = 186.9
+        let a = sample(250.0, 100.0);
+        let b = sample(200.0, 100.0);
+        assert_eq!(requests_for(&a, &b, 0.01, 0.8), Some(187));
+        // twice the difference, a quarter of the requests
+        assert_eq!(requests_for(&sample(300.0, 100.0), &b, 0.01, 0.8), Some(47));
+        assert_eq!(requests_for(&b, &b, 0.01, 0.8), None, "no difference");
+        assert_eq!(requests_for(&Moments::default(), &b, 0.01, 0.8), None);
     }
 
     #[test]

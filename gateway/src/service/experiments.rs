@@ -6,7 +6,7 @@ use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
 use crate::attribution::release::{decide, Decision, Rollback, StepEvidence};
-use crate::attribution::report::{label, report, ExperimentReport};
+use crate::attribution::report::{label, report, ExperimentReport, TestResult, NEW_PODS};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
 use crate::telemetry::Telemetry;
 
@@ -76,6 +76,48 @@ impl Gateway {
         let current = self.current_report();
         self.telemetry
             .set_experiment(current.as_ref().map(|(r, report)| (r, report)));
+    }
+
+    /// Notes as an event, once each, every comparison (overall and on the new pods) that became
+    /// significant, with the requests it took.
+    pub fn note_significance(&self) {
+        let Some((_, report)) = self.current_report() else {
+            return;
+        };
+        let mut found = Vec::new();
+        for (cohort, arms, comparisons) in [
+            ("", &report.arms, &report.comparisons),
+            (
+                NEW_PODS,
+                &report.new_pods.arms,
+                &report.new_pods.comparisons,
+            ),
+        ] {
+            let requests = |name: &str| {
+                arms.iter()
+                    .find(|a| a.arm == name)
+                    .map_or(0, |a| a.requests)
+            };
+            let p = |t: Option<TestResult>| t.map_or(f64::NAN, |t| t.p);
+            for c in comparisons.iter().filter(|c| c.significant) {
+                let event = format!(
+                    "arm {} significantly {} than {}{} after {} + {} requests (welch p {:.2e}, mann-whitney p {:.2e})",
+                    c.arm,
+                    if c.better { "faster" } else { "slower" },
+                    c.reference,
+                    if cohort.is_empty() { "" } else { " on the new pods" },
+                    requests(&c.arm),
+                    requests(&c.reference),
+                    p(c.welch),
+                    p(c.mann_whitney),
+                );
+                found.push((format!("{}{cohort}", c.arm), event));
+            }
+        }
+        if !found.is_empty() {
+            let now = self.now();
+            self.fleet(|f| f.note_significant(found, now));
+        }
     }
 
     /// One check of the running experiment's grey release (`attribution::release`): advances

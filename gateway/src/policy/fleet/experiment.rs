@@ -28,6 +28,10 @@ pub struct RunningExperiment {
     /// report also gives apart.
     #[serde(default)]
     pub joined_pods: Vec<String>,
+    /// The comparisons (`arm`, or `arm@new` on the new pods) whose first significance was
+    /// noted as an event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub significant: Vec<String>,
 }
 
 /// Joined pods an experiment remembers.
@@ -88,9 +92,13 @@ impl Fleet {
             }
             None => None,
         };
-        let (events, joined_pods) = match &self.experiment {
-            Some(r) if started_ms.is_some() => (r.events.clone(), r.joined_pods.clone()),
-            _ => (Vec::new(), Vec::new()),
+        let (events, joined_pods, significant) = match &self.experiment {
+            Some(r) if started_ms.is_some() => (
+                r.events.clone(),
+                r.joined_pods.clone(),
+                r.significant.clone(),
+            ),
+            _ => (Vec::new(), Vec::new(), Vec::new()),
         };
         let first_step = definition.release.as_ref().and_then(|r| r.steps.first());
         let release = first_step.map(|_| ReleaseState {
@@ -108,6 +116,7 @@ impl Fleet {
             release,
             events,
             joined_pods,
+            significant,
         };
         let weights: Vec<f64> = running.definition.arms.iter().map(|a| a.weight).collect();
         let what = if started_ms.is_some() {
@@ -145,6 +154,19 @@ impl Fleet {
             format!("release step {step}: first arm at {weight}"),
         );
         Some(weight)
+    }
+
+    /// Notes, once each, the comparisons that became significant: (`key`, event) pairs.
+    pub fn note_significant(&mut self, found: Vec<(String, String)>, now_ms: u64) {
+        let Some(running) = self.experiment.as_mut() else {
+            return;
+        };
+        for (key, event) in found {
+            if !running.significant.contains(&key) {
+                running.significant.push(key);
+                running.note(now_ms, event);
+            }
+        }
     }
 
     /// Rolls the running release back: its first arm's weight goes to 0.

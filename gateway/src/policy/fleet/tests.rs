@@ -688,6 +688,33 @@ fn a_release_starts_at_its_first_step_climbs_and_rolls_back_to_zero() {
 }
 
 #[test]
+fn a_comparisons_first_significance_is_one_event_kept_across_a_reweighting() {
+    let mut fleet = Fleet::new(gateway_config().fleet(), 1_000, 0);
+    let e = experiment("s", 0.5);
+    fleet.start_experiment(e.clone(), 1_000).unwrap();
+    let found = || {
+        vec![(
+            "cold@new".to_string(),
+            "arm cold significantly slower".to_string(),
+        )]
+    };
+    fleet.note_significant(found(), 2_000);
+    fleet.note_significant(found(), 3_000);
+    // the same experiment posted again (new weights) keeps what was noted
+    fleet.start_experiment(e, 4_000).unwrap();
+    fleet.note_significant(found(), 5_000);
+    let events: Vec<&str> = fleet
+        .experiment()
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event.as_str())
+        .filter(|e| e.contains("significantly"))
+        .collect();
+    assert_eq!(events, ["arm cold significantly slower"]);
+}
+
+#[test]
 fn only_pods_joining_after_the_first_health_round_count_as_new() {
     let config = gateway_config();
     let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
