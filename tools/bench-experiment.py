@@ -457,7 +457,8 @@ def print_table(result: dict, args) -> None:
         faster = "none" if d is None else ("warm" if d > 0 else "cold")
         return (f"welch p {fmt(p_of(comp, 'welch'), '{:.3g}')}, mann-whitney p {fmt(p_of(comp, 'mann_whitney'), '{:.3g}')}, "
                 f"cold - warm mean {fmt(d, '{:+,.0f} ms')} ({faster} faster), "
-                + ("SIGNIFICANT (both p < 0.01)" if comp["significant"] else "not significant"))
+                + ("SIGNIFICANT (both p < 0.01)" if comp["significant"] else "not significant")
+                + f"; requests an arm needs for p < 0.01 at 80 % power: {fmt(comp.get('requests_needed'), '{:,}')}")
     print(f"overall:  {verdict(c)}")
     print(f"new pods ({', '.join(rep['new_pods']['pods']) or 'none'}): {verdict(nc)}")
     first = result["first_significant_new_pods"]
