@@ -421,3 +421,25 @@ fn the_gateways_warm_entries_answer_a_proxy_that_never_saw_the_input() {
         .iter()
         .any(|c| path_of(c) == "/v1/embeddings/warm?after=7"));
 }
+
+#[test]
+fn a_failing_warm_poll_does_not_mark_the_gateway_down() {
+    // an older gateway answers the warm poll 404; the table poll is still in flight
+    let host = FakeHost::new();
+    let w = worker();
+    let mut root = crate::root::RootTasks::default();
+    root.on_tick(&host, &w);
+    let calls = host.take_calls();
+    let warm = calls
+        .iter()
+        .find(|c| path_of(c).starts_with("/v1/embeddings/warm"))
+        .expect("a warm poll");
+    host.set_reply(Some(404), b"");
+    root.on_call_response(&host, &w, warm.token, 0);
+    assert_eq!(host.metric(Metric::EmbeddingWarmFetchFailures), 1);
+    let later = host.now_ms_for_tests() + 60_000;
+    assert!(
+        !crate::gateway_health::is_down(&host, &w.keys, 5_000, later),
+        "only the table and the signals say whether the gateway answers"
+    );
+}

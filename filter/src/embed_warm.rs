@@ -4,7 +4,8 @@
 //! slot with the gateway's expiry (`embed_shared::put`), and the reply's generation is kept in
 //! shared data, so every worker and a reloaded VM continue from it. A reply cut at the
 //! gateway's byte bound (`more`) is followed by the next poll at once. A reply that is not a
-//! 200 with a valid document, or is larger than [`MAX_WARM_BYTES`], is counted and dropped;
+//! 200 with a valid document, or is larger than [`MAX_WARM_BYTES`], is counted and dropped (and
+//! says nothing of the gateway's health: an older gateway answers it 404);
 //! no request waits on any of it.
 
 use prewarm_core::embed_cache::{key_from_hex, CachedEmbedding};

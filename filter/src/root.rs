@@ -259,6 +259,14 @@ impl RootTasks {
             direct::on_reply(host, worker, pod, status);
             return;
         }
+        // the warm entries are extra: their poll's failure (an older gateway's 404) says
+        // nothing of whether the gateway answers the table and the signals
+        if call == Call::Warm {
+            if embed_warm::on_reply(host, worker, status, body_size) {
+                self.poll_warm(host, worker);
+            }
+            return;
+        }
         let answered = ok || (call == Call::Table && status == Some(304));
         gateway_health::record(
             host,
@@ -292,12 +300,7 @@ impl RootTasks {
                 }
             }
             Call::Table => self.on_table(host, worker, status, body_size),
-            Call::Warm => {
-                if embed_warm::on_reply(host, worker, status, body_size) {
-                    self.poll_warm(host, worker);
-                }
-            }
-            Call::Direct { .. } => {}
+            Call::Warm | Call::Direct { .. } => {}
         }
     }
 
