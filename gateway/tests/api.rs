@@ -205,6 +205,19 @@ async fn signals_are_ingested_and_bad_batches_refused() {
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(error_of(&v).starts_with("body:"), "{v}");
+    let seen = json!({"model": "m", "key": "00".repeat(32), "hits": 1});
+    let many = json!({"version": "1.0", "source": "t", "signals": [],
+        "embeddings": vec![seen; prewarm_core::wire::MAX_EMBEDDINGS_PER_BATCH + 1]});
+    let (s, v, _) = call(
+        &f.app,
+        Method::POST,
+        "/v1/signals",
+        Some(SIGNAL),
+        Some(many.to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(error_of(&v).starts_with("embeddings: 1025:"), "{v}");
     let metrics = get(&f.app, "/metrics").await.1;
     assert!(metrics
         .as_str()

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use prewarm_core::wire::{SignalBatch, WireError};
+use prewarm_core::wire::{SignalBatch, WireError, MAX_EMBEDDINGS_PER_BATCH};
 
 use super::error::ApiError;
 use super::AppState;
@@ -29,6 +29,12 @@ pub async fn post_signals(
         return Err(ApiError::BadRequest(format!(
             "signals: {}: at most {MAX_SIGNALS_PER_BATCH} per batch",
             batch.signals.len()
+        )));
+    }
+    if batch.embeddings.len() > MAX_EMBEDDINGS_PER_BATCH {
+        return Err(ApiError::BadRequest(format!(
+            "embeddings: {}: at most {MAX_EMBEDDINGS_PER_BATCH} per batch",
+            batch.embeddings.len()
         )));
     }
     let (batch, refused) = screen(batch, &gateway.config.fingerprint.core());
