@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -57,6 +58,8 @@ def phase(stack: Stack, index: int) -> dict:
 
 
 def run(warm: bool, workdir: Path) -> list[dict]:
+    # a fresh state directory: a previous run's snapshot would hand this one its warm entries
+    shutil.rmtree(workdir, ignore_errors=True)
     cache = {"models": [BASE_MODEL], "ttl_ms": TTL_S * 1000, "warm_from_gateway": warm}
     stack = Stack(workdir, StackSpec(
         pods=1, podsim_flags=["--time-scale", "50"], envoy_concurrency=2,
