@@ -18,7 +18,8 @@
 //! first inputs take the remainder) — the only figure of a hit that is not the pod's own.
 //!
 //! **Warm-up.** Each input of a request can be re-sent as a request of its own
-//! ([`single_input_requests`]: the same fields but `user`, `input` that one input), whose key is
+//! ([`ParsedEmbeddings::single_input_requests`]: the same fields but `user`, `input` that one
+//! input), whose key is
 //! the input's: that is what the filter tells the gateway and what the gateway re-sends to a pod
 //! to recompute an entry before it expires ([`crate::wire::EmbeddingSeen`],
 //! [`crate::wire::WarmEmbeddings`]).
@@ -55,83 +56,105 @@ pub enum Uncacheable {
     TooManyInputs,
 }
 
-/// The keys of an embeddings request body.
-pub fn request_keys(body: &[u8]) -> Result<EmbeddingsRequest, Uncacheable> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| Uncacheable::NotAnObject)?;
-    let Value::Object(fields) = value else {
-        return Err(Uncacheable::NotAnObject);
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if !m.is_empty() && m.len() <= crate::wire::MAX_NAME_BYTES => {
-            m.clone()
-        }
-        _ => return Err(Uncacheable::Model),
-    };
-    let mut params: Vec<(&String, String)> = fields
-        .iter()
-        .filter(|(name, _)| name.as_str() != "input" && name.as_str() != "user")
-        .map(|(name, v)| (name, v.to_string()))
-        .collect();
-    params.sort();
-    let inputs = inputs(fields.get("input").ok_or(Uncacheable::Input)?)?;
-    let keys = inputs
-        .iter()
-        .map(|input| {
-            let mut h = Sha256::new();
-            let mut field = |bytes: &[u8]| {
-                h.update((bytes.len() as u64).to_le_bytes());
-                h.update(bytes);
-            };
-            field(b"prewarm-embeddings-v1");
-            field(model.as_bytes());
-            for (name, v) in &params {
-                field(name.as_bytes());
-                field(v.as_bytes());
-            }
-            match input {
-                Input::Text(t) => {
-                    field(b"text");
-                    field(t.as_bytes());
-                }
-                Input::Tokens(ids) => {
-                    field(b"tokens");
-                    for id in ids {
-                        field(&id.to_le_bytes());
-                    }
-                }
-            }
-            h.finalize().into()
-        })
-        .collect();
-    Ok(EmbeddingsRequest { model, keys })
+/// An embeddings request body, parsed once: its model, its other fields and its inputs, each
+/// as the `input` of a request of its own — what its keys and its single-input requests are
+/// made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedEmbeddings {
+    pub model: String,
+    /// Every top-level field but `input` and `user`.
+    fields: serde_json::Map<String, Value>,
+    /// A string, or a list of token ids, each.
+    inputs: Vec<Value>,
 }
 
-/// Each input of an embeddings request body as a request of its own (the same fields but
-/// `user`; `input` that one input), in input order: its key ([`request_keys`]) is the input's.
-pub fn single_input_requests(body: &[u8]) -> Result<Vec<String>, Uncacheable> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| Uncacheable::NotAnObject)?;
-    let Value::Object(mut fields) = value else {
-        return Err(Uncacheable::NotAnObject);
-    };
-    fields.remove("user");
-    let input = fields.remove("input").ok_or(Uncacheable::Input)?;
-    let count = inputs(&input)?.len();
-    let each: Vec<Value> = match input {
-        Value::Array(items)
-            if count == items.len() && !items.first().is_some_and(Value::is_u64) =>
-        {
-            items
-        }
-        one => vec![one],
-    };
-    Ok(each
-        .into_iter()
-        .map(|item| {
-            let mut single = fields.clone();
-            single.insert("input".into(), item);
-            Value::Object(single).to_string()
+impl ParsedEmbeddings {
+    /// Parses `body`; bodies this rule cannot key are [`Uncacheable`].
+    pub fn parse(body: &[u8]) -> Result<Self, Uncacheable> {
+        let value: Value = serde_json::from_slice(body).map_err(|_| Uncacheable::NotAnObject)?;
+        let Value::Object(mut fields) = value else {
+            return Err(Uncacheable::NotAnObject);
+        };
+        let model = match fields.get("model") {
+            Some(Value::String(m)) if !m.is_empty() && m.len() <= crate::wire::MAX_NAME_BYTES => {
+                m.clone()
+            }
+            _ => return Err(Uncacheable::Model),
+        };
+        fields.remove("user");
+        let inputs = split_inputs(fields.remove("input").ok_or(Uncacheable::Input)?)?;
+        Ok(Self {
+            model,
+            fields,
+            inputs,
         })
-        .collect())
+    }
+
+    /// One key per input, in the request's order.
+    pub fn keys(&self) -> Vec<EmbeddingKey> {
+        let mut params: Vec<(&String, String)> = self
+            .fields
+            .iter()
+            .map(|(name, v)| (name, v.to_string()))
+            .collect();
+        params.sort();
+        self.inputs
+            .iter()
+            .map(|input| {
+                let mut h = Sha256::new();
+                let mut field = |bytes: &[u8]| {
+                    h.update((bytes.len() as u64).to_le_bytes());
+                    h.update(bytes);
+                };
+                field(b"prewarm-embeddings-v1");
+                field(self.model.as_bytes());
+                for (name, v) in &params {
+                    field(name.as_bytes());
+                    field(v.as_bytes());
+                }
+                match input {
+                    Value::String(t) => {
+                        field(b"text");
+                        field(t.as_bytes());
+                    }
+                    ids => {
+                        field(b"tokens");
+                        for id in ids
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_u64)
+                        {
+                            field(&id.to_le_bytes());
+                        }
+                    }
+                }
+                h.finalize().into()
+            })
+            .collect()
+    }
+
+    /// Each input as a request of its own (the same fields but `user`; `input` that one input),
+    /// in input order: its key is the input's. What the gateway re-sends to recompute an entry.
+    pub fn single_input_requests(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .map(|input| {
+                let mut single = self.fields.clone();
+                single.insert("input".into(), input.clone());
+                Value::Object(single).to_string()
+            })
+            .collect()
+    }
+}
+
+/// The keys of an embeddings request body.
+pub fn request_keys(body: &[u8]) -> Result<EmbeddingsRequest, Uncacheable> {
+    let parsed = ParsedEmbeddings::parse(body)?;
+    Ok(EmbeddingsRequest {
+        keys: parsed.keys(),
+        model: parsed.model,
+    })
 }
 
 /// A key as 64 lowercase hex digits, as it travels between filter and gateway.
@@ -151,41 +174,23 @@ pub fn key_from_hex(hex: &str) -> Option<EmbeddingKey> {
     Some(key)
 }
 
-enum Input<'a> {
-    Text(&'a str),
-    Tokens(Vec<u64>),
+fn is_token_ids(v: &Value) -> bool {
+    matches!(v, Value::Array(ids) if !ids.is_empty() && ids.iter().all(Value::is_u64))
 }
 
-fn token_ids(items: &[Value]) -> Option<Vec<u64>> {
-    items.iter().map(Value::as_u64).collect()
-}
-
-fn inputs(input: &Value) -> Result<Vec<Input<'_>>, Uncacheable> {
-    let found = match input {
-        Value::String(s) => vec![Input::Text(s)],
+/// The request's `input` as its inputs: a string is one, a list of strings or of token-id lists
+/// is one each, a list of token ids is one.
+fn split_inputs(input: Value) -> Result<Vec<Value>, Uncacheable> {
+    match input {
+        Value::String(_) => Ok(vec![input]),
         Value::Array(items) if items.len() > MAX_INPUTS && !items.iter().all(Value::is_u64) => {
-            return Err(Uncacheable::TooManyInputs)
+            Err(Uncacheable::TooManyInputs)
         }
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(Input::Text)
-            .collect(),
-        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => {
-            vec![Input::Tokens(token_ids(items).ok_or(Uncacheable::Input)?)]
-        }
-        Value::Array(items) if !items.is_empty() => items
-            .iter()
-            .map(|item| match item {
-                Value::Array(ids) if !ids.is_empty() => {
-                    token_ids(ids).map(Input::Tokens).ok_or(Uncacheable::Input)
-                }
-                _ => Err(Uncacheable::Input),
-            })
-            .collect::<Result<_, _>>()?,
-        _ => return Err(Uncacheable::Input),
-    };
-    Ok(found)
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => Ok(items),
+        ids if is_token_ids(&ids) => Ok(vec![ids]),
+        Value::Array(items) if !items.is_empty() && items.iter().all(is_token_ids) => Ok(items),
+        _ => Err(Uncacheable::Input),
+    }
 }
 
 /// One input's cached embedding.
@@ -357,13 +362,15 @@ mod tests {
             r#"{"model":"m","input":[[1,2],[3]],"encoding_format":"base64"}"#,
             r#"{"model":"m","input":[1,2,3]}"#,
         ] {
-            let singles = single_input_requests(body.as_bytes()).unwrap_or_default();
+            let singles = ParsedEmbeddings::parse(body.as_bytes())
+                .map(|p| p.single_input_requests())
+                .unwrap_or_default();
             let each: Vec<EmbeddingKey> = singles.iter().flat_map(|s| keys(s)).collect();
             assert_eq!(each, keys(body), "{body}");
             assert!(singles.iter().all(|s| !s.contains("\"user\"")));
         }
         assert_eq!(
-            single_input_requests(br#"{"model":"m","input":[]}"#),
+            ParsedEmbeddings::parse(br#"{"model":"m","input":[]}"#),
             Err(Uncacheable::Input)
         );
     }

@@ -329,7 +329,7 @@ pub struct EmbeddingSeen {
     pub model: String,
     /// The input's key ([`crate::embed_cache::key_hex`]).
     pub key: String,
-    /// The input as a request of its own ([`crate::embed_cache::single_input_requests`]), at most
+    /// The input as a request of its own ([`crate::embed_cache::ParsedEmbeddings::single_input_requests`]), at most
     /// [`MAX_EMBEDDING_REQUEST_BYTES`]; sent when the entry is stored from a pod's response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,

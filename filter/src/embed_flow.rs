@@ -11,8 +11,7 @@
 //! (`embed_reports`), which keeps the hot ones warm (`embed_warm`).
 
 use prewarm_core::embed_cache::{
-    hit_response, request_keys, single_input_requests, split_response, CachedEmbedding,
-    EmbeddingKey,
+    hit_response, split_response, CachedEmbedding, EmbeddingKey, ParsedEmbeddings,
 };
 
 use crate::embed_shared;
@@ -37,33 +36,27 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
     if !config.caches(model) {
         return Lookup::Pass;
     }
-    let Ok(request) = request_keys(body) else {
+    let Ok(parsed) = ParsedEmbeddings::parse(body) else {
         host.count(Metric::EmbeddingUncacheable, 1);
         return Lookup::Pass;
     };
+    let keys = parsed.keys();
     let now = host.now_ms();
-    let found = lookup(host, worker, &request.keys, now);
+    let found = lookup(host, worker, &keys, now);
     let reports = config.warmed_by_gateway();
     let Some(entries) = found else {
         host.count(Metric::EmbeddingMisses, 1);
         // what recomputes each input, for the gateway once the pod's response is stored
-        let singles = reports.then(|| single_input_requests(body).ok()).flatten();
+        let singles = reports.then(|| parsed.single_input_requests());
         return Lookup::Forward(Capture {
-            model: request.model,
-            keys: request.keys,
+            model: parsed.model,
+            keys,
             singles,
             body: Vec::new(),
             reading: true,
         });
     };
-    let capture = Capture {
-        model: request.model.clone(),
-        keys: request.keys,
-        singles: None,
-        body: Vec::new(),
-        reading: true,
-    };
-    let reply = hit_response(&request.model, &capture.keys, &entries, now / 1000);
+    let reply = hit_response(&parsed.model, &keys, &entries, now / 1000);
     let headers: [(&str, &[u8]); 2] = [
         ("content-type", b"application/json"),
         ("x-prewarm-cache", b"hit"),
@@ -71,8 +64,8 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
     if host.send_response(200, &headers, &reply) {
         host.count(Metric::EmbeddingHits, 1);
         if reports {
-            for key in &capture.keys {
-                if !worker.embed_reports.hit(&capture.model, key) {
+            for key in &keys {
+                if !worker.embed_reports.hit(&parsed.model, key) {
                     host.count(Metric::EmbeddingReportsDropped, 1);
                 }
             }
@@ -80,7 +73,14 @@ pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body
         Lookup::Answered
     } else {
         host.count(Metric::EmbeddingReplyFailures, 1);
-        Lookup::Forward(capture)
+        // not stored as a report: the pod's answer would only repeat what the cache holds
+        Lookup::Forward(Capture {
+            model: parsed.model,
+            keys,
+            singles: None,
+            body: Vec::new(),
+            reading: true,
+        })
     }
 }
 

@@ -294,6 +294,14 @@ fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
     assert_eq!(request(&other, &ow, two).1, Verdict::Pause);
 }
 
+/// The first call taken from `host` whose path starts with `prefix`.
+fn take_call(host: &FakeHost, prefix: &str) -> crate::fake_host::RecordedCall {
+    host.take_calls()
+        .into_iter()
+        .find(|c| path_of(c).starts_with(prefix))
+        .unwrap_or_else(|| panic!("a call to {prefix}"))
+}
+
 fn path_of(call: &crate::fake_host::RecordedCall) -> String {
     call.headers
         .iter()
@@ -320,11 +328,7 @@ fn a_stored_input_and_its_hits_are_reported_to_the_gateway_with_the_request_that
     );
     let mut root = crate::root::RootTasks::default();
     root.on_tick(&host, &w);
-    let post = host
-        .take_calls()
-        .into_iter()
-        .find(|c| path_of(c) == "/v1/signals")
-        .expect("a batch");
+    let post = take_call(&host, "/v1/signals");
     let batch = SignalBatch::decode(&post.body).unwrap();
     let keys = request_keys(two.as_bytes()).unwrap().keys;
     let stored: Vec<_> = batch
@@ -367,11 +371,7 @@ fn the_gateways_warm_entries_answer_a_proxy_that_never_saw_the_input() {
     let w = worker();
     let mut root = crate::root::RootTasks::default();
     root.on_tick(&host, &w);
-    let poll = host
-        .take_calls()
-        .into_iter()
-        .find(|c| path_of(c).starts_with("/v1/embeddings/warm"))
-        .expect("a warm poll");
+    let poll = take_call(&host, "/v1/embeddings/warm");
     assert_eq!(path_of(&poll), "/v1/embeddings/warm?after=0");
     let key = request_keys(ONE.as_bytes()).unwrap().keys[0];
     let now = host.now_ms_for_tests();
@@ -429,11 +429,7 @@ fn a_failing_warm_poll_does_not_mark_the_gateway_down() {
     let w = worker();
     let mut root = crate::root::RootTasks::default();
     root.on_tick(&host, &w);
-    let calls = host.take_calls();
-    let warm = calls
-        .iter()
-        .find(|c| path_of(c).starts_with("/v1/embeddings/warm"))
-        .expect("a warm poll");
+    let warm = take_call(&host, "/v1/embeddings/warm");
     host.set_reply(Some(404), b"");
     root.on_call_response(&host, &w, warm.token, 0);
     assert_eq!(host.metric(Metric::EmbeddingWarmFetchFailures), 1);

@@ -78,12 +78,19 @@ impl Gateway {
             .set_experiment(current.as_ref().map(|(r, report)| (r, report)));
     }
 
-    /// Notes as an event, once each, every comparison (overall and on the new pods) that became
-    /// significant, with the requests it took.
-    pub fn note_significance(&self) {
-        let Some((_, report)) = self.current_report() else {
+    /// One check of the running experiment, on one report: its first significances noted
+    /// ([`Self::note_significance`]), then its grey release ([`Self::check_release`]).
+    pub async fn check_experiment(self: &std::sync::Arc<Self>) {
+        let Some((running, report)) = self.current_report() else {
             return;
         };
+        self.note_significance(&report);
+        self.check_release(running, report).await;
+    }
+
+    /// Notes as an event, once each, every comparison (overall and on the new pods) that became
+    /// significant, with the requests it took.
+    fn note_significance(&self, report: &ExperimentReport) {
         let mut found = Vec::new();
         for (cohort, arms, comparisons) in [
             ("", &report.arms, &report.comparisons),
@@ -122,10 +129,11 @@ impl Gateway {
 
     /// One check of the running experiment's grey release (`attribution::release`): advances
     /// it, rolls it back (with an event, a metric and a log line naming the reason) or holds.
-    pub async fn check_release(self: &std::sync::Arc<Self>) {
-        let Some((running, report)) = self.current_report() else {
-            return;
-        };
+    async fn check_release(
+        self: &std::sync::Arc<Self>,
+        running: RunningExperiment,
+        report: ExperimentReport,
+    ) {
         let (Some(release), Some(state), Some(first)) = (
             &running.definition.release,
             &running.release,

@@ -250,8 +250,7 @@ pub const VERDICT_CHECK_MS: u64 = 1_000;
 /// The gateway's own rollbacks: a grey release's and an adapter rollout's.
 async fn verdict_loop(gateway: Arc<Gateway>) {
     loop {
-        gateway.note_significance();
-        gateway.check_release().await;
+        gateway.check_experiment().await;
         gateway.check_rollout_watches().await;
         if !pause(&gateway, Duration::from_millis(VERDICT_CHECK_MS)).await {
             break;
