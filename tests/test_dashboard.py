@@ -53,15 +53,6 @@ def pod_spec(pod_id: str, url: str) -> dict:
     return {"id": pod_id, "address": url.removeprefix("http://"), "max_loras": 2, "max_cpu_loras": 4}
 
 
-def feedback(gw: Gateway, model: str, key: str, count: int) -> None:
-    """Raises a prefix's hotness by `count` successful responses (+0.5 each)."""
-    batch = {"version": "1.0", "source": "test", "signals": [
-        {"kind": "feedback", "model": model, "prefix": key.split("-")[1], "outcome": "succeeded",
-         "count": count}]}
-    r = gw.signals(batch)
-    assert r.status_code == 202 and r.json()["feedback"] == 1, r.text
-
-
 @dataclass
 class Fleet:
     gw: Gateway
@@ -77,7 +68,7 @@ class Fleet:
         assert r.status_code == 201, r.text
         key = r.json()["key"]
         if boost:
-            feedback(self.gw, model, key, boost)
+            self.gw.feedback(model, key, boost)
         self.templates[key] = (model, tenant)
         return key
 

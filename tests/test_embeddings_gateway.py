@@ -7,6 +7,7 @@ paraphrases, a new template reaches the index by the background refresh, and bad
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,50 @@ def test_a_model_dir_without_the_files_is_refused_before_binding(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 64, out.stderr
     assert "embeddings.model_dir" in out.stderr and "model.safetensors" in out.stderr
+
+
+def test_warmup_sampling_covers_the_semantic_groups(tmp_path, minilm):
+    """`warmup.sampling = "groups"`: a joining pod's plan takes one prompt of every semantic group
+    before a second of any. Ten templates: eight are one support text under different ticket
+    numbers (one group), made the hottest by feedback, and two are of other topics. With a first
+    tier of three, `groups` holds each topic once; `hottest` (a second gateway, same pool) holds
+    three support texts."""
+    password_texts = [f"Ticket {i}. {PASSWORD}" for i in range(8)]
+
+    def plan_of(sampling: str, embeddings: dict, name: str) -> tuple[dict, set, set]:
+        gw = start_gateway(tmp_path, {**embeddings, "state": {"dir": str(tmp_path / name)},
+                                      "warmup": {"sampling": sampling, "first_tier": 3, "second_tier": 100}},
+                           name=name)
+        try:
+            wait_until(lambda: requests.get(f"{gw.url}/readyz", timeout=5).status_code == 200, 60, what="ready")
+            password = {add(gw, t) for t in password_texts}
+            for key in password:
+                gw.feedback(MODEL, key, 4)
+            others = {add(gw, COOKING), add(gw, ASTRONOMY)}
+            if embeddings:
+                def grouped() -> bool:
+                    g = gw.get("/admin/prompts/groups", params={"k": 10}).json()
+                    return g["index"]["prompts"] == 10 and g["total"] == 3
+                wait_until(grouped, 60, what="ten templates indexed in three groups")
+                time.sleep(2.5)  # the refresh that indexed them hands their groups to the fleet
+            r = gw.admin("POST", "/admin/pods", json={"id": "joining", "address": "127.0.0.1:9"})
+            assert r.status_code == 201, r.text
+            return gw.get("/admin/pods/joining/plan").json(), password, others
+        finally:
+            gw.proc.stop()
+
+    plan, password, others = plan_of("groups", {"embeddings": {"model_dir": str(minilm), "refresh_seconds": 1}},
+                                     "groups")
+    first = set(plan["first_tier"])
+    assert len(first) == 3 and others <= first and len(first & password) == 1, plan
+    assert first | set(plan["second_tier"]) == password | others, plan
+
+    plan, password, others = plan_of("hottest", {}, "hottest")
+    assert set(plan["first_tier"]) <= password and len(plan["first_tier"]) == 3, plan
+
+
+def test_groups_sampling_without_embeddings_is_refused(tmp_path):
+    path = write_config(tmp_path, {"warmup": {"sampling": "groups"}}, "bad")
+    out = subprocess.run([str(bin_path("prewarm-gateway")), "check-config", "--config", str(path)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 64 and "warmup.sampling" in out.stderr, out

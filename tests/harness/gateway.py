@@ -90,6 +90,14 @@ class Gateway:
         headers.setdefault("Authorization", f"Bearer {SIGNAL_TOKEN}")
         return requests.post(f"{self.url}/v1/signals", json=batch, headers=headers, timeout=30, **kwargs)
 
+    def feedback(self, model: str, key: str, count: int) -> None:
+        """Raises a prefix's hotness by `count` successful responses (+0.5 each)."""
+        batch = {"version": "1.0", "source": "test", "signals": [
+            {"kind": "feedback", "model": model, "prefix": key.split("-")[1], "outcome": "succeeded",
+             "count": count}]}
+        r = self.signals(batch)
+        assert r.status_code == 202 and r.json()["feedback"] == 1, r.text
+
 
 def fingerprint(model: str, text: str, block_tokens: int = 64) -> list[str]:
     """Core's block hashes of `text` for `model` (`prewarm-gateway fingerprint`)."""

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use prewarm_core::wire::MAX_RESIDENT_ADAPTERS;
 
 use super::GatewayConfig;
+use crate::policy::Sampling;
 
 /// `field: value: must be lo..hi` when `value` is outside `lo..=hi`.
 pub fn out_of_range(field: &str, value: u64, lo: u64, hi: u64) -> Option<String> {
@@ -95,6 +96,13 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
     p.extend(config.kv.validate("kv."));
     p.extend(config.lora.validate("lora."));
     p.extend(config.warmup.validate("warmup."));
+    if config.warmup.sampling == Sampling::Groups && config.embeddings.model_dir.is_none() {
+        p.push(
+            "warmup.sampling: \"groups\": needs embeddings.model_dir (the groups are the \
+             prompt index's)"
+                .into(),
+        );
+    }
     p.extend(config.routing.validate("routing."));
     if let Some(problem) = config.experiment.as_ref().and_then(|e| e.problem()) {
         p.push(format!("experiment.{problem}"));
@@ -199,6 +207,7 @@ mod tests {
         c.registry.max_manifest_files = 0;
         c.registry.rollout_min_requests = 0;
         c.hotness.decay_factor = 1.5;
+        c.warmup.sampling = crate::policy::Sampling::Groups;
         c.pods.static_pods = vec![PodSpec::new("a", "h:1"), PodSpec::new("a", "h:2")];
         c.pods.gold_pool_share = 1.0;
         c.experiment =
@@ -217,6 +226,7 @@ mod tests {
                 "registry.max_manifest_files",
                 "registry.rollout_min_requests",
                 "hotness.decay_factor",
+                "warmup.sampling",
                 "experiment.arms"
             ],
             "{problems:?}"

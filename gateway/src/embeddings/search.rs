@@ -21,7 +21,7 @@ use super::ivf_pq::{exact, IvfPq, IvfPqParams};
 use super::kmeans::squared_distance;
 use super::minilm::{EmbedError, MiniLm, DIM, MAX_BATCH};
 use super::EmbeddingsConfig;
-use crate::policy::PrefixKey;
+use crate::policy::{PrefixKey, SemanticGroups};
 
 /// Re-ranked candidates per result (the shortlist is `RERANK × k`): recall@10 ≥ 0.95 in the
 /// index's tests, where PQ distances alone give ~0.8.
@@ -115,9 +115,9 @@ impl PromptIndex {
     }
 
     /// Leader clustering of the hottest prompts: each prompt, hottest first, joins the first
-    /// group whose leader it is at least `min_cosine` close to, else leads a new group. Groups
-    /// come hottest first.
-    pub fn groups(&self, min_cosine: f32) -> Vec<PromptGroup> {
+    /// group whose leader it is at least `min_cosine` close to, else leads a new group. Returns
+    /// each group's leader and each clustered prompt with its group (prompt indices).
+    fn cluster(&self, min_cosine: f32) -> (Vec<usize>, Vec<(usize, usize)>) {
         let mut order: Vec<usize> = (0..self.prompts.len()).collect();
         order.sort_by(|a, b| {
             let h = |i: &usize| self.prompts.get(*i).map_or(0.0, |p| p.hotness);
@@ -126,32 +126,51 @@ impl PromptIndex {
         order.truncate(MAX_GROUPED_PROMPTS);
         let max_distance = 2.0 - 2.0 * min_cosine;
         let mut leaders: Vec<usize> = Vec::new();
-        let mut groups: Vec<PromptGroup> = Vec::new();
+        let mut members = Vec::with_capacity(order.len());
         for i in order {
-            let (Some(v), Some(p)) = (self.vector(i), self.prompts.get(i)) else {
-                continue;
-            };
+            let Some(v) = self.vector(i) else { continue };
             let joined = leaders.iter().position(|&l| {
                 self.vector(l)
                     .is_some_and(|lv| squared_distance(lv, v) <= max_distance)
             });
-            match joined.and_then(|g| groups.get_mut(g)) {
-                Some(group) => {
-                    group.members += 1;
-                    group.hotness += p.hotness;
-                }
-                None => {
-                    leaders.push(i);
-                    groups.push(PromptGroup {
-                        leader: p.clone(),
-                        members: 1,
-                        hotness: p.hotness,
-                    });
-                }
+            let group = joined.unwrap_or_else(|| {
+                leaders.push(i);
+                leaders.len() - 1
+            });
+            members.push((i, group));
+        }
+        (leaders, members)
+    }
+
+    /// The semantic groups ([`Self::cluster`]), hottest first.
+    pub fn groups(&self, min_cosine: f32) -> Vec<PromptGroup> {
+        let (leaders, members) = self.cluster(min_cosine);
+        let mut groups: Vec<PromptGroup> = leaders
+            .iter()
+            .filter_map(|&l| self.prompts.get(l))
+            .map(|leader| PromptGroup {
+                leader: leader.clone(),
+                members: 0,
+                hotness: 0.0,
+            })
+            .collect();
+        for (i, g) in members {
+            if let (Some(group), Some(p)) = (groups.get_mut(g), self.prompts.get(i)) {
+                group.members += 1;
+                group.hotness += p.hotness;
             }
         }
         groups.sort_by(|a, b| b.hotness.total_cmp(&a.hotness));
         groups
+    }
+
+    /// Each clustered prompt's group, for warm-up sampling (`warmup.sampling = "groups"`).
+    pub fn semantic_groups(&self, min_cosine: f32) -> SemanticGroups {
+        let (_, members) = self.cluster(min_cosine);
+        members
+            .into_iter()
+            .filter_map(|(i, g)| Some((*self.keys.get(i)?, u32::try_from(g).ok()?)))
+            .collect()
     }
 }
 

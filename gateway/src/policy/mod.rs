@@ -46,6 +46,6 @@ pub use prefix_key::{HotPrefix, PrefixKey};
 pub use replicas::{replica_sets, AdapterDemand, SlotCandidate};
 pub use routing::{PodRoute, RoutingConfig, RoutingTableBuilder};
 pub use warmup::{
-    candidates_for, plan_warmup, plan_warmup_scoped, ScopedCandidates, WarmupAction, WarmupConfig,
-    WarmupPlan, WarmupProgress,
+    candidates_for, plan_warmup, plan_warmup_scoped, PlanScope, Sampling, ScopedCandidates,
+    SemanticGroups, WarmupAction, WarmupConfig, WarmupPlan, WarmupProgress,
 };

@@ -3,8 +3,10 @@
 //! [`plan_warmup`]: the pod's adapters first; then, of the hot prefixes (hottest first), those
 //! whose placement — core's `placement::place` over the candidate pods *with the new pod
 //! included*, keyed by the prefix's routing key — is the new pod: exactly the keys that move to
-//! it. The first `first_tier` (100) of them form the first tier, the next up to `second_tier`
-//! (1,000) the second, the rest are left to be warmed lazily (by traffic and keep-warm).
+//! it, in the order `warmup.sampling` gives them ([`sampling`]: hottest first by default, or the
+//! pool's semantic groups covered by hotness). The first `first_tier` (100) of them form the
+//! first tier, the next up to `second_tier` (1,000) the second, the rest are left to be warmed
+//! lazily (by traffic and keep-warm).
 //!
 //! [`WarmupProgress`] is the progress of one plan: phases adapters → first tier → second tier
 //! (released in batches of `batch_size`; the next batch starts when the previous one finished) →
@@ -25,6 +27,10 @@ use serde::{Deserialize, Serialize};
 
 use super::rules::Problems;
 use super::{HotPrefix, PrefixKey};
+
+pub mod sampling;
+
+pub use sampling::{Sampling, SemanticGroups};
 
 /// The `[warmup]` configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +59,8 @@ pub struct WarmupConfig {
     pub kv_usage_high: f64,
     /// Hot prefixes considered when planning (default 100,000).
     pub max_candidates: usize,
+    /// The order the moving keys are taken in: `hottest` (default) or `groups` ([`sampling`]).
+    pub sampling: Sampling,
 }
 
 impl Default for WarmupConfig {
@@ -69,6 +77,7 @@ impl Default for WarmupConfig {
             waiting_high: 4,
             kv_usage_high: 0.85,
             max_candidates: 100_000,
+            sampling: Sampling::Hottest,
         }
     }
 }
@@ -127,13 +136,26 @@ pub fn plan_warmup(
     hot: &[HotPrefix],
     config: &WarmupConfig,
 ) -> WarmupPlan {
-    plan_warmup_scoped(pod, candidates, &HashMap::new(), adapters, hot, config)
+    let scope = PlanScope {
+        scoped: &HashMap::new(),
+        groups: &SemanticGroups::new(),
+    };
+    plan_warmup_scoped(pod, candidates, scope, adapters, hot, config)
 }
 
 /// Placement candidates of the models that not every pod serves, by chain seed
 /// (`PrefixKey::model`): an adapter's prefixes are placed among the pods serving the adapter,
 /// as the filter places a request among the pods the routing table lists for its model.
 pub type ScopedCandidates<'a> = HashMap<u64, Vec<PlacementCandidate<'a>>>;
+
+/// What a plan reads of the fleet besides the pods and the hot prefixes.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanScope<'s, 'a> {
+    /// The candidates of the scoped models.
+    pub scoped: &'s ScopedCandidates<'a>,
+    /// The pool's semantic groups (read with `sampling = "groups"`).
+    pub groups: &'s SemanticGroups,
+}
 
 /// The candidates a prefix of the model with chain seed `model` is placed among: its scope when
 /// it has one, else every candidate (the filter's fallback when no pod lists the model).
@@ -145,11 +167,12 @@ pub fn candidates_for<'c, 'a>(
     scoped.get(&model).map_or(all, Vec::as_slice)
 }
 
-/// [`plan_warmup`] where the prefixes of scoped models move only among their scope's pods.
+/// [`plan_warmup`] where the prefixes of scoped models move only among their scope's pods, and
+/// `sampling = "groups"` reads the scope's semantic groups.
 pub fn plan_warmup_scoped(
     pod: &str,
     candidates: &[PlacementCandidate<'_>],
-    scoped: &ScopedCandidates<'_>,
+    scope: PlanScope<'_, '_>,
     adapters: &[String],
     hot: &[HotPrefix],
     config: &WarmupConfig,
@@ -165,23 +188,22 @@ pub fn plan_warmup_scoped(
     if !candidates.iter().any(|c| c.id == pod) {
         return plan;
     }
+    let mut moved = Vec::new();
     for h in hot.iter().take(config.max_candidates) {
         plan.considered += 1;
-        let among = candidates_for(h.key.model, candidates, scoped);
+        let among = candidates_for(h.key.model, candidates, scope.scoped);
         let Some(me) = among.iter().position(|c| c.id == pod) else {
             continue;
         };
-        if !wins(h.routing_key.0, me, among) {
-            continue;
-        }
-        if plan.first_tier.len() < config.first_tier {
-            plan.first_tier.push(h.key);
-        } else if plan.second_tier.len() < config.second_tier {
-            plan.second_tier.push(h.key);
-        } else {
-            plan.lazy.push(h.key);
+        if wins(h.routing_key.0, me, among) {
+            moved.push(h);
         }
     }
+    let seed = xxhash_rust::xxh3::xxh3_64(pod.as_bytes());
+    let mut keys = sampling::order(moved, config.sampling, scope.groups, seed).into_iter();
+    plan.first_tier = keys.by_ref().take(config.first_tier).collect();
+    plan.second_tier = keys.by_ref().take(config.second_tier).collect();
+    plan.lazy = keys.collect();
     plan
 }
 

@@ -51,7 +51,7 @@ pub use pod::{
 use crate::policy::lora::LoraObservation;
 use crate::policy::{
     HotnessConfig, LoraConfig, PodRoute, PromptPool, RoutingConfig, RoutingTableBuilder,
-    WarmupConfig,
+    SemanticGroups, WarmupConfig,
 };
 use crate::registry::AdapterRegistry;
 
@@ -127,6 +127,8 @@ pub struct Fleet {
     journal: Option<Vec<(u64, Action)>>,
     /// The running experiment, which the table carries to the filters.
     experiment: Option<RunningExperiment>,
+    /// The pool's semantic groups, from the prompt index ([`Fleet::set_semantic_groups`]).
+    semantic_groups: SemanticGroups,
     /// The gateway's first health round is done ([`Fleet::settle`]).
     settled: bool,
     /// The latest `now` an input brought.
@@ -153,6 +155,7 @@ impl Fleet {
             notes: Vec::new(),
             journal: None,
             experiment: None,
+            semantic_groups: SemanticGroups::new(),
             settled: false,
             now_ms,
             config,

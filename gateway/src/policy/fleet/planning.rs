@@ -9,7 +9,9 @@ use prewarm_core::PlacementCandidate;
 use super::action::Note;
 use super::pod::PodHealth;
 use super::Fleet;
-use crate::policy::{plan_warmup_scoped, Tier, WarmupPlan, WarmupProgress};
+use crate::policy::{
+    plan_warmup_scoped, PlanScope, SemanticGroups, Tier, WarmupPlan, WarmupProgress,
+};
 
 /// Which pods count as placement candidates besides the planned one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,14 +55,24 @@ impl Fleet {
             .collect();
         let hot = self.hot_prefixes(self.config.warmup.max_candidates);
         let scopes = self.adapter_scopes(&candidates, now_ms);
+        let scope = PlanScope {
+            scoped: &scopes,
+            groups: &self.semantic_groups,
+        };
         Some(plan_warmup_scoped(
             pod_id,
             &candidates,
-            &scopes,
+            scope,
             &adapters,
             &hot,
             &self.config.warmup,
         ))
+    }
+
+    /// The pool's semantic groups, which plans read with `warmup.sampling = "groups"` (the
+    /// gateway's prompt index sets them after each rebuild; without it every key is ungrouped).
+    pub fn set_semantic_groups(&mut self, groups: SemanticGroups) {
+        self.semantic_groups = groups;
     }
 
     /// Plans `pod_id`'s warm-up and starts it (its steps come out of [`Fleet::tick`]); a pod

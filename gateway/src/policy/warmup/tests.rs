@@ -87,7 +87,11 @@ fn an_adapters_prefixes_move_only_among_the_pods_serving_it() {
         ..WarmupConfig::default()
     };
     for (i, pod) in pods.iter().enumerate() {
-        let plan = plan_warmup_scoped(pod, &all, &scoped, &[], &prefixes, &config);
+        let scope = PlanScope {
+            scoped: &scoped,
+            groups: &SemanticGroups::new(),
+        };
+        let plan = plan_warmup_scoped(pod, &all, scope, &[], &prefixes, &config);
         if i == 1 || i == 4 {
             let want = prefixes
                 .iter()
@@ -102,14 +106,11 @@ fn an_adapters_prefixes_move_only_among_the_pods_serving_it() {
         }
     }
     // unscoped models still spread over every pod
-    let plan = plan_warmup_scoped(
-        "pod-0",
-        &all,
-        &ScopedCandidates::new(),
-        &[],
-        &prefixes,
-        &config,
-    );
+    let scope = PlanScope {
+        scoped: &ScopedCandidates::new(),
+        groups: &SemanticGroups::new(),
+    };
+    let plan = plan_warmup_scoped("pod-0", &all, scope, &[], &prefixes, &config);
     assert!(!plan.first_tier.is_empty());
     assert_eq!(candidates_for(7, &all, &scoped).len(), 6);
 }
