@@ -192,8 +192,8 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
         assert c["welch"]["p"] < 0.01 and c["mann_whitney"]["p"] < 0.01, c
         assert report["hours"] and sum(a["requests"] for a in report["hours"][-1]["arms"]) > 0
         text = stack.gateway.get("/metrics").text
-        assert 'prewarm_experiment_p_value{experiment="ab",arm="other",test="welch"}' in text
-        assert 'prewarm_experiment_ttfb_seconds{experiment="ab",arm="prefix",quantile="0.95"}' in text
+        assert 'prewarm_experiment_p_value{experiment="ab",arm="other",cohort="all",test="welch"}' in text
+        assert 'prewarm_experiment_ttfb_seconds{experiment="ab",arm="prefix",cohort="all",quantile="0.95"}' in text
         assert metric(stack.gateway, 'prewarm_outcomes_ingested_total{kind="accepted"}') >= sent
         # the power estimate: significant at this size, so the requests it needs are within it
         assert 0 < c["requests_needed"] <= max(prefix["requests"], off["requests"]) * 2, c

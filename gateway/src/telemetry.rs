@@ -20,12 +20,12 @@
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
-//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm` (outcome records since the start) |
-//! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
-//! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm` (5xx and 429 over requests) |
-//! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm` (cached over prompt tokens, of responses reporting both) |
-//! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm` (the arm's mean time to first byte minus the first arm's) |
-//! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `test` (welch / mann_whitney, against the first arm) |
+//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm`, `cohort` (outcome records since the start; `cohort`: `all`, or `new_pods` — served by pods that joined since) |
+//! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `cohort`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
+//! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm`, `cohort` (5xx and 429 over requests) |
+//! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm`, `cohort` (cached over prompt tokens, of responses reporting both) |
+//! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm`, `cohort` (the arm's mean time to first byte minus the first arm's) |
+//! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `cohort`, `test` (welch / mann_whitney, against the first arm) |
 //! | `prewarm_experiment_release_step` | gauge | `experiment` (the grey release's step; -1: rolled back) |
 //! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors / warmup) |
 //! | `prewarm_embedding_reports_total` | counter | `kind` (added / hits / ignored / evicted: the filters' embedding-cache reports) |
@@ -46,6 +46,10 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
+/// The `cohort` label of an experiment's series over all its requests.
+pub const COHORT_ALL: &str = "all";
+/// The `cohort` label of an experiment's series over the pods that joined since it started.
+pub const COHORT_NEW_PODS: &str = "new_pods";
 /// Every metric the gateway exports.
 pub struct Telemetry {
     registry: Registry,
@@ -314,36 +318,54 @@ impl Telemetry {
         let set = |family: &Family<Labels, Gauge<f64, AtomicU64>>, pairs: &[(&str, &str)], v| {
             family.get_or_create(&labels(pairs)).set(v);
         };
-        for (arm, summary) in e.arms.iter().zip(&report.arms) {
+        for arm in &e.arms {
             let pairs = [("experiment", e.id.as_str()), ("arm", arm.name.as_str())];
             set(&self.experiment_arm_weight, &pairs, arm.weight);
-            set(&self.experiment_requests, &pairs, summary.requests as f64);
-            for (q, v) in [("0.5", summary.ttfb_p50_ms), ("0.95", summary.ttfb_p95_ms)] {
-                if let Some(ms) = v {
-                    let with_q = [pairs[0], pairs[1], ("quantile", q)];
-                    set(&self.experiment_ttfb, &with_q, ms / 1000.0);
+        }
+        // Every arm since the start (`all`), and on the pods that joined since (`new_pods`:
+        // where a warm-up setting acts).
+        for (cohort, arms, comparisons) in [
+            (COHORT_ALL, &report.arms, &report.comparisons),
+            (
+                COHORT_NEW_PODS,
+                &report.new_pods.arms,
+                &report.new_pods.comparisons,
+            ),
+        ] {
+            for summary in arms {
+                let pairs = [
+                    ("experiment", e.id.as_str()),
+                    ("arm", summary.arm.as_str()),
+                    ("cohort", cohort),
+                ];
+                set(&self.experiment_requests, &pairs, summary.requests as f64);
+                for (q, v) in [("0.5", summary.ttfb_p50_ms), ("0.95", summary.ttfb_p95_ms)] {
+                    if let Some(ms) = v {
+                        let with_q = [pairs[0], pairs[1], pairs[2], ("quantile", q)];
+                        set(&self.experiment_ttfb, &with_q, ms / 1000.0);
+                    }
+                }
+                if let Some(r) = summary.error_rate {
+                    set(&self.experiment_error_ratio, &pairs, r);
+                }
+                if let Some(r) = summary.cached_token_ratio {
+                    set(&self.experiment_cached_ratio, &pairs, r);
                 }
             }
-            if let Some(r) = summary.error_rate {
-                set(&self.experiment_error_ratio, &pairs, r);
-            }
-            if let Some(r) = summary.cached_token_ratio {
-                set(&self.experiment_cached_ratio, &pairs, r);
-            }
-        }
-        for c in &report.comparisons {
-            if let Some(diff) = c.ttfb_mean_diff_ms {
-                let pairs = [("experiment", e.id.as_str()), ("arm", c.arm.as_str())];
-                set(&self.experiment_ttfb_diff, &pairs, diff / 1000.0);
-            }
-            for (test, result) in [("welch", c.welch), ("mann_whitney", c.mann_whitney)] {
-                if let Some(r) = result {
-                    let pairs = [
-                        ("experiment", e.id.as_str()),
-                        ("arm", c.arm.as_str()),
-                        ("test", test),
-                    ];
-                    set(&self.experiment_p_value, &pairs, r.p);
+            for c in comparisons {
+                let pairs = [
+                    ("experiment", e.id.as_str()),
+                    ("arm", c.arm.as_str()),
+                    ("cohort", cohort),
+                ];
+                if let Some(diff) = c.ttfb_mean_diff_ms {
+                    set(&self.experiment_ttfb_diff, &pairs, diff / 1000.0);
+                }
+                for (test, result) in [("welch", c.welch), ("mann_whitney", c.mann_whitney)] {
+                    if let Some(r) = result {
+                        let with_test = [pairs[0], pairs[1], pairs[2], ("test", test)];
+                        set(&self.experiment_p_value, &with_test, r.p);
+                    }
                 }
             }
         }
@@ -403,6 +425,57 @@ mod tests {
             "prewarm_gold_pool_pods 0",
         ] {
             assert!(text.contains(name), "{name} not in\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_experiment_is_exported_for_all_requests_and_for_the_new_pods_apart() {
+        use crate::attribution::ledger::OutcomeLedger;
+        use crate::attribution::report::report;
+        use prewarm_core::wire::OutcomeRecord;
+
+        let definition = serde_json::from_value(serde_json::json!({"id": "e", "arms": [
+            {"name": "warm", "weight": 0.5}, {"name": "cold", "weight": 0.5}]}))
+        .unwrap();
+        let running = RunningExperiment {
+            definition,
+            started_ms: 1_000,
+            release: None,
+            events: Vec::new(),
+            joined_pods: vec!["new".into()],
+            significant: Vec::new(),
+        };
+        let record = |arm: &str, pod: &str, i: u64| OutcomeRecord {
+            arm: Some(format!("e/{arm}")),
+            pod: Some(pod.into()),
+            model: None,
+            at_ms: 2_000 + i,
+            ttfb_ms: if arm == "warm" { 100 } else { 300 } + i % 7,
+            status: 200,
+            stream: false,
+            prompt_tokens: None,
+            cached_tokens: None,
+        };
+        let records: Vec<OutcomeRecord> = (0..40)
+            .flat_map(|i| {
+                let pod = if i % 4 == 0 { "new" } else { "old" };
+                [record("warm", pod, i), record("cold", pod, i)]
+            })
+            .collect();
+        let mut ledger = OutcomeLedger::default();
+        ledger.ingest(&records, 10_000, |p| p == "new");
+        let t = Telemetry::new();
+        t.set_experiment(Some((&running, &report(&ledger, &running, 10_000, false))));
+        let text = t.render();
+        for series in [
+            "prewarm_experiment_arm_weight{experiment=\"e\",arm=\"cold\"} 0.5",
+            "prewarm_experiment_requests{experiment=\"e\",arm=\"cold\",cohort=\"all\"} 40",
+            "prewarm_experiment_requests{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 10",
+            "prewarm_experiment_p_value{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\",test=\"welch\"}",
+            "prewarm_experiment_ttfb_mean_diff_seconds{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 0.2",
+            "prewarm_experiment_ttfb_seconds{experiment=\"e\",arm=\"warm\",cohort=\"all\",quantile=\"0.5\"}",
+        ] {
+            assert!(text.contains(series), "{series} not in\n{text}");
         }
     }
 }
