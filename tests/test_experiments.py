@@ -37,7 +37,8 @@ def test_the_experiment_api_names_bad_fields_runs_one_at_a_time_and_survives_a_r
     try:
         for body, field in [
             (experiment("e", (0.5, 0.4)), "arms: weights sum to 0.9"),
-            (experiment("e", other_settings={"keep_warm": 1}), "arms[1].settings"),
+            (experiment("e", other_settings={"keep_warm": 1}), "arms[1].settings.keep_warm"),
+            (experiment("e", other_settings={"budget": 1}), "arms[1].settings"),
             (experiment("e", other_settings={"routing": "random"}), "arms[1].settings.routing"),
             (experiment("has space"), "id:"),
             ({"id": "e", "arms": [{"name": "only", "weight": 1}]}, "arms: 1 arms"),
@@ -57,7 +58,8 @@ def test_the_experiment_api_names_bad_fields_runs_one_at_a_time_and_survives_a_r
         assert gw.get("/admin/experiments/f").status_code == 404
         detail = gw.get("/admin/experiments/e").json()
         assert [a["weight"] for a in detail["definition"]["arms"]] == [0.25, 0.75]
-        assert detail["definition"]["arms"][1]["settings"] == {"warmup": False, "routing": "prefix"}
+        assert detail["definition"]["arms"][1]["settings"] == {"warmup": False, "keep_warm": True,
+                                                              "routing": "prefix"}
         assert gw.get("/v1/routing").json()["experiment"] == detail["definition"]
         assert metric(gw, 'prewarm_experiment_arm_weight{experiment="e",arm="other"}') == 0.75
         # only the admin token starts or ends one
@@ -147,6 +149,42 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
         off = sum(3 for a in arms.values() if a == "exp/other")
         assert stack.envoy.metric("prewarm.unrouted.arm_off") - unrouted_before == off
         assert stack.envoy.metric("prewarm.experiment.assigned") >= 60
+        assert stack.envoy.wasm_failures() == {}
+    finally:
+        stack.close()
+
+
+def test_an_arm_without_keep_warm_leaves_its_prefixes_to_the_pods_caches(tmp_path):
+    """Arm `other` with `keep_warm: false`: through the real Envoy and filter, the prefix a user
+    of that arm makes hot reaches the gateway's pool marked `keep_warm: false` (keep-warm leaves
+    it alone), the one a user of the first arm makes hot is kept warm."""
+    stack = Stack(tmp_path, StackSpec(pods=2)).start()
+    try:
+        definition = experiment("kw", (0.5, 0.5), {"keep_warm": False})
+        r = stack.gateway.admin("POST", "/admin/experiments", json=definition)
+        assert r.status_code == 201, r.text
+        stack.wait_envoy_routes(*[p.address for p in stack.pods])
+        candidates = [f"user-{n}" for n in range(40)]
+        out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(definition)],
+                             input="".join(json.dumps(u) + "\n" for u in candidates),
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        arm_of = dict(zip(candidates, (json.loads(line) for line in out.splitlines())))
+        users = {arm: next(u for u in candidates if arm_of[u] == arm) for arm in ("prefix", "other")}
+        templates = {"prefix": 7101, "other": 7102}
+        for arm, user in users.items():
+            for k in range(4):  # a streak of similar prompts: the filter signals the prefix
+                status, _, _ = stack.post("/v1/completions", {"model": BASE_MODEL, "max_tokens": 1,
+                                                              "prompt": question(templates[arm], k)},
+                                          user=user)
+                assert status == 200
+
+        def pool() -> dict:
+            prompts = stack.gateway.get("/admin/prompts", params={"k": 100}).json()["prompts"]
+            return {arm: [p["keep_warm"] for p in prompts if p["preview"].startswith(f"t{i} ")]
+                    for arm, i in templates.items()}
+        got = wait_until(lambda: (p := pool())["prefix"] and p["other"] and p, 30,
+                         what="both arms' prefixes in the pool")
+        assert got == {"prefix": [True], "other": [False]}, got
         assert stack.envoy.wasm_failures() == {}
     finally:
         stack.close()

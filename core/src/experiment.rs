@@ -25,9 +25,13 @@
 //!
 //! An arm's settings are the policies it changes, each defaulting to what prewarm does without
 //! an experiment: `warmup` (a joining pod is warmed before the arm's requests reach it; `false`
-//! routes them to a pod as soon as it is up, cold) and `routing` (`prefix`: the filter's prefix
-//! rule; `off`: the filter leaves the request to Envoy's load balancer, the baseline every
-//! router is measured against). Unknown settings are refused, never ignored.
+//! routes them to a pod as soon as it is up, cold, and withholds the arm's prefill signals),
+//! `keep_warm` (the hot prefixes the arm's requests signal join the warm set of the pod they
+//! route to, which keep-warm re-prefills as they near eviction; `false`: its signals still
+//! prefill a new pattern once, but nothing re-prefills them — a prefix another arm also
+//! signals is kept warm for that arm) and `routing` (`prefix`: the filter's prefix rule;
+//! `off`: the filter leaves the request to Envoy's load balancer, the baseline every router is
+//! measured against). Unknown settings are refused, never ignored.
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
@@ -59,6 +63,9 @@ pub struct ArmSettings {
     /// Whether a joining pod is warmed before the arm's requests reach it.
     #[serde(default = "yes")]
     pub warmup: bool,
+    /// Whether keep-warm keeps the prefixes the arm's requests signal warm on their pods.
+    #[serde(default = "yes")]
+    pub keep_warm: bool,
     /// How the filter routes the arm's requests.
     #[serde(default)]
     pub routing: ArmRouting,
@@ -68,6 +75,7 @@ impl Default for ArmSettings {
     fn default() -> Self {
         Self {
             warmup: true,
+            keep_warm: true,
             routing: ArmRouting::Prefix,
         }
     }

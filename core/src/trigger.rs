@@ -128,6 +128,7 @@ impl PrefillDecision {
                 PatternState::New
             },
             priority: priority(rate_per_minute, config),
+            keep_warm: true,
         }
     }
 }

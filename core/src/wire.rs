@@ -90,6 +90,18 @@ pub struct PrefillSignal {
     pub state: PatternState,
     /// In [0, 100).
     pub priority: u8,
+    /// Whether the prefix joins its pod's warm set (kept warm); `false` from an experiment arm
+    /// with `keep_warm: false`. Absent: `true`.
+    #[serde(default = "keep_warm_default", skip_serializing_if = "is_true")]
+    pub keep_warm: bool,
+}
+
+fn keep_warm_default() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// An adapter is busy: keep it resident.
@@ -705,6 +717,7 @@ mod tests {
                     prefix_text: "text".into(),
                     state: PatternState::New,
                     priority: 12,
+                    keep_warm: true,
                 }),
                 Signal::Pin(PinSignal {
                     adapter: "sql-lora".into(),
@@ -729,6 +742,21 @@ mod tests {
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.contains(r#""prefix":["ffffffffffffffff","0000000000000001"]"#));
         assert!(text.contains(r#""kind":"prefill""#));
+        assert_eq!(SignalBatch::decode(&bytes).unwrap(), b);
+    }
+
+    #[test]
+    fn keep_warm_is_sent_only_when_off_and_absent_means_on() {
+        let mut b = batch();
+        let text = String::from_utf8(b.encode()).unwrap();
+        assert!(!text.contains("keep_warm"), "{text}");
+        if let Some(Signal::Prefill(p)) = b.signals.first_mut() {
+            p.keep_warm = false;
+        }
+        let bytes = b.encode();
+        assert!(String::from_utf8(bytes.clone())
+            .unwrap()
+            .contains(r#""keep_warm":false"#));
         assert_eq!(SignalBatch::decode(&bytes).unwrap(), b);
     }
 

@@ -1,7 +1,7 @@
 //! Native scenario tests of experiment arms: assignment, the arm header, and each arm's view.
 
 use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment};
-use prewarm_core::wire::RoutingTable;
+use prewarm_core::wire::{RoutingTable, Signal};
 
 use crate::config::FilterConfig;
 use crate::fake_host::FakeHost;
@@ -187,6 +187,30 @@ fn without_a_user_the_tenant_then_the_connection_is_the_unit() {
     assert_eq!(host.metric(Metric::ArmNoUnit), 1);
 }
 
+/// The first of `user-0..` whose arm is `arm` (`<experiment>/<arm>`).
+fn user_of(e: &Experiment, arm: &str) -> String {
+    (0..100)
+        .map(|u| format!("user-{u}"))
+        .find(|u| e.header_value(e.arm_of(u.as_bytes())).as_deref() == Some(arm))
+        .unwrap()
+}
+
+/// Three similar prompts (the filter's default streak, which makes a prefill signal) from
+/// `user` on `system`'s template; returns the signals queued for the gateway.
+fn streak(host: &FakeHost, worker: &Worker, user: &str, system: &str) -> Vec<Signal> {
+    for q in 0..3 {
+        let body = chat_body("m", &format!("{system} {}", template()), &format!("q {q}"));
+        send(
+            host,
+            worker,
+            "/v1/chat/completions",
+            &[("x-prewarm-user", user.as_bytes())],
+            &body,
+        );
+    }
+    worker.queue.take(host).records
+}
+
 #[test]
 fn an_arm_without_warmup_keeps_its_prompts_from_the_gateways_warm_ups() {
     let host = FakeHost::new();
@@ -197,30 +221,32 @@ fn an_arm_without_warmup_keeps_its_prompts_from_the_gateways_warm_ups() {
     };
     let e = experiment(cold);
     worker.table.install(7, experiment_table(e.clone()));
-    let user_of = |arm: &str| {
-        (0..100)
-            .map(|u| format!("user-{u}"))
-            .find(|u| e.header_value(e.arm_of(u.as_bytes())).as_deref() == Some(arm))
-            .unwrap()
-    };
-    let signals_of = |user: &str| {
-        // three similar prompts make a prefill signal (the filter's default streak)
-        for q in 0..3 {
-            let body = chat_body("m", &template(), &format!("question {q}"));
-            send(
-                &host,
-                &worker,
-                "/v1/chat/completions",
-                &[("x-prewarm-user", user.as_bytes())],
-                &body,
-            );
-        }
-        worker.queue.take(&host).records.len()
-    };
-    assert_eq!(signals_of(&user_of("exp/other")), 0, "withheld");
+    let other = streak(&host, &worker, &user_of(&e, "exp/other"), "Acme");
+    assert!(other.is_empty(), "withheld");
     assert!(host.metric(Metric::ArmSignalsWithheld) >= 1);
-    assert!(
-        signals_of(&user_of("exp/warm")) >= 1,
-        "the warm arm's go out"
-    );
+    let warm = streak(&host, &worker, &user_of(&e, "exp/warm"), "Acme");
+    assert!(!warm.is_empty(), "the warm arm's go out");
+}
+
+#[test]
+fn an_arm_without_keep_warm_marks_its_prefill_signals_and_the_other_does_not() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let no_keep = ArmSettings {
+        keep_warm: false,
+        ..ArmSettings::default()
+    };
+    let e = experiment(no_keep);
+    worker.table.install(7, experiment_table(e.clone()));
+    let keep_warm_of = |user: &str, system: &str| {
+        streak(&host, &worker, user, system)
+            .iter()
+            .filter_map(|s| match s {
+                Signal::Prefill(p) => Some(p.keep_warm),
+                _ => None,
+            })
+            .collect::<Vec<bool>>()
+    };
+    assert_eq!(keep_warm_of(&user_of(&e, "exp/other"), "Acme"), vec![false]);
+    assert_eq!(keep_warm_of(&user_of(&e, "exp/warm"), "Zenith"), vec![true]);
 }

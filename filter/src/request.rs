@@ -15,7 +15,7 @@
 
 use prewarm_core::experiment::ArmRouting;
 use prewarm_core::prefix::{record, PromptKeys};
-use prewarm_core::wire::{ServedRecord, MAX_NAME_BYTES};
+use prewarm_core::wire::{ServedRecord, Signal, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::DirectMode;
@@ -288,9 +288,11 @@ impl RequestFlow {
             },
         );
         if settings.warmup {
-            worker
-                .queue
-                .enqueue(host, observed.prefill.into_iter().collect());
+            let mut prefill = observed.prefill;
+            if let Some(Signal::Prefill(p)) = prefill.as_mut() {
+                p.keep_warm = settings.keep_warm;
+            }
+            worker.queue.enqueue(host, prefill.into_iter().collect());
         } else if observed.prefill.is_some() {
             host.count(Metric::ArmSignalsWithheld, 1);
         }

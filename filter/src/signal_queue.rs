@@ -185,6 +185,7 @@ mod tests {
             prefix_text: "x".repeat(text_bytes),
             state: PatternState::New,
             priority: 1,
+            keep_warm: true,
         })
     }
 

@@ -65,6 +65,7 @@ fn encoded_batches(count: usize) -> Vec<Vec<u8>> {
                             prefix_text: text.clone(),
                             state: PatternState::New,
                             priority: (n % 100) as u8,
+                            keep_warm: true,
                         }),
                         5..=8 => Signal::Feedback(FeedbackSignal {
                             model: "llama-3-8b".into(),

@@ -56,6 +56,7 @@ fn signal(i: usize, fp: &FingerprintConfig) -> PrefillSignal {
         prefix_text: text,
         state: PatternState::New,
         priority: (i % 100) as u8,
+        keep_warm: true,
     }
 }
 

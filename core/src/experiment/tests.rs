@@ -129,22 +129,25 @@ fn problems_name_the_field() {
 #[test]
 fn unknown_settings_are_refused_and_missing_ones_default() {
     let json = r#"{"id":"e","arms":[{"name":"a","weight":0.5},
-        {"name":"b","weight":0.5,"settings":{"warmup":false,"routing":"off"}}]}"#;
+        {"name":"b","weight":0.5,"settings":{"warmup":false,"keep_warm":false,"routing":"off"}}]}"#;
     let e: Experiment = serde_json::from_str(json).unwrap();
     assert_eq!(e.arms[0].settings, ArmSettings::default());
     assert_eq!(
         e.arms[1].settings,
         ArmSettings {
             warmup: false,
+            keep_warm: false,
             routing: ArmRouting::Off
         }
     );
     assert!(e.needs_warming_pods());
-    let bad = r#"{"id":"e","arms":[{"name":"a","weight":1,"settings":{"keep_warm":1}}]}"#;
+    let bad = r#"{"id":"e","arms":[{"name":"a","weight":1,"settings":{"budget":1}}]}"#;
     let err = serde_json::from_str::<Experiment>(bad)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("keep_warm"), "{err}");
+    assert!(err.contains("budget"), "{err}");
+    let bad = r#"{"id":"e","arms":[{"name":"a","weight":1,"settings":{"keep_warm":1}}]}"#;
+    assert!(serde_json::from_str::<Experiment>(bad).is_err());
     let bad = r#"{"id":"e","arms":[{"name":"a","weight":1,"settings":{"routing":"random"}}]}"#;
     assert!(serde_json::from_str::<Experiment>(bad).is_err());
 }

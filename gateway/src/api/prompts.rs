@@ -41,6 +41,8 @@ pub struct PromptSummary {
     pub adoptions: u32,
     pub successes: u32,
     pub last_signal_ms: u64,
+    /// Keep-warm keeps it warm (`false`: only experiment arms without keep-warm signalled it).
+    pub keep_warm: bool,
 }
 
 pub async fn top(
@@ -73,6 +75,7 @@ pub async fn top(
             adoptions: v.adoptions,
             successes: v.successes,
             last_signal_ms: v.last_signal_ms,
+            keep_warm: v.keep_warm,
         })
         .collect();
     Ok(Json(json!({

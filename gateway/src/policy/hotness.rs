@@ -171,6 +171,9 @@ pub struct PromptView<'a> {
     pub adoptions: u32,
     pub successes: u32,
     pub last_signal_ms: u64,
+    /// Keep-warm keeps it warm on its pod: `false` while only experiment arms without
+    /// keep-warm have signalled it.
+    pub keep_warm: bool,
 }
 
 const NO_NAME: NameId = NameId::MAX;
@@ -218,6 +221,7 @@ struct Entry {
     successes: u32,
     endpoint: Endpoint,
     origin: Origin,
+    keep_warm: bool,
 }
 
 /// The prompt pool. See the module docs.
@@ -507,6 +511,8 @@ impl PromptPool {
         let boost = self.config.signal_boost * (1.0 + f64::from(signal.priority.min(99)) / 100.0);
         if let Some(e) = self.entries.get_mut(&key) {
             e.last_signal_ms = self.last_now_ms;
+            // one arm that keeps it warm is enough
+            e.keep_warm |= signal.keep_warm;
             self.boost(&key, boost);
             return Ok(key);
         }
@@ -535,6 +541,7 @@ impl PromptPool {
                 successes: 0,
                 endpoint: signal.endpoint,
                 origin: Origin::Dynamic,
+                keep_warm: signal.keep_warm,
             },
         );
         self.order.insert((score.to_bits(), key));
@@ -640,6 +647,7 @@ impl PromptPool {
                 if let Some(e) = self.entries.get_mut(&key) {
                     self.order.remove(&(e.score.to_bits(), key));
                     e.origin = Origin::Static;
+                    e.keep_warm = true;
                     e.score = e.score.max(floor);
                     self.templates += 1;
                     let n = entry_bytes(e.text.len(), e.blocks.len());
@@ -663,6 +671,7 @@ impl PromptPool {
                         successes: 0,
                         endpoint: template.endpoint,
                         origin: Origin::Static,
+                        keep_warm: true,
                     },
                 );
                 self.templates += 1;
@@ -694,6 +703,7 @@ impl PromptPool {
             adoptions: e.adoptions,
             successes: e.successes,
             last_signal_ms: e.last_signal_ms,
+            keep_warm: e.keep_warm,
         }
     }
 

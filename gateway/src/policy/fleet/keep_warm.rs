@@ -1,7 +1,9 @@
 //! Keep-warm: vLLM cannot pin KV blocks nor adapters, so warmth is kept by re-touching. Every
 //! keep-warm period each routable pod's KV model names the warm prefixes nearing eviction
 //! (within its prefill budget) and its LoRA model the adapters to touch. A warm prefix the pool
-//! has retired leaves the pod's warm set, so it stops holding a slot of the warm budget.
+//! has retired leaves the pod's warm set, so it stops holding a slot of the warm budget, and so
+//! does one only experiment arms without keep-warm signal (`keep_warm: false`, whatever put it
+//! there: a signal's prefill, a warm-up).
 //!
 //! Also the modelled hit ratio of each routable pod: of the hot prefixes (the pool's hottest, up
 //! to the warm-up tiers' size) that placement routes to the pod, the share its KV model believes
@@ -27,7 +29,8 @@ impl Fleet {
             let pool = &self.pool;
             let (due, touches) = match self.pods.get_mut(&id) {
                 Some(pod) => {
-                    pod.kv.retain_warm(|k| pool.get(k).is_some());
+                    pod.kv
+                        .retain_warm(|k| pool.get(k).is_some_and(|v| v.keep_warm));
                     (pod.kv.keep_warm(now_ms), pod.lora.keep_warm(now_ms))
                 }
                 None => continue,

@@ -69,6 +69,7 @@ fn pattern_signal(model: &str, text: &str, state: PatternState) -> Signal {
         prefix_text: text.into(),
         state,
         priority: 50,
+        keep_warm: true,
     })
 }
 
@@ -379,6 +380,56 @@ fn a_new_pattern_is_prefilled_at_once_and_a_known_one_incrementally() {
     let (_, actions) = fleet.on_signals(served, 2_000);
     assert!(prefills(&actions).is_empty());
     assert!(prefills(&fleet.tick(3_000)).is_empty());
+}
+
+fn not_kept_warm(signal: Signal) -> Signal {
+    match signal {
+        Signal::Prefill(p) => Signal::Prefill(PrefillSignal {
+            keep_warm: false,
+            ..p
+        }),
+        other => other,
+    }
+}
+
+/// An experiment arm without keep-warm (its signals say `keep_warm: false`): its known pattern
+/// is never re-prefilled where keep-warm re-prefills the same pattern from a keep-warm arm, and
+/// a keep-warm arm's signal for the prefix turns keep-warm on for it.
+#[test]
+fn keep_warm_re_prefills_only_what_an_arm_with_keep_warm_signalled() {
+    let config = gateway_config();
+    let t = text(9);
+    let key = PrefixKey::new(
+        "base",
+        *BlockChain::of("base", t.as_bytes(), &FingerprintConfig::default())
+            .blocks
+            .last()
+            .unwrap(),
+    );
+    let known = || pattern_signal("base", &t, PatternState::Known);
+
+    let mut fleet = fleet_of(&config, 2);
+    fleet.on_signals(batch(vec![not_kept_warm(known())]), 2_000);
+    assert!(!fleet.pool().get(&key).unwrap().keep_warm);
+    assert!(prefills(&fleet.tick(3_000)).is_empty(), "not re-prefilled");
+    assert!(warm_holders(&fleet, &key, 3_000).is_empty());
+    // the other arm signals it too: kept warm from then on
+    fleet.on_signals(batch(vec![known()]), 4_000);
+    assert!(fleet.pool().get(&key).unwrap().keep_warm);
+    assert_eq!(prefills(&fleet.tick(5_000)).len(), 1);
+
+    // a new pattern of the arm without keep-warm is prefilled once, then left alone
+    let mut fleet = fleet_of(&config, 2);
+    let (_, actions) = fleet.on_signals(
+        batch(vec![not_kept_warm(prefill_signal("base", &t))]),
+        2_000,
+    );
+    assert_eq!(prefills(&actions).len(), 1);
+    fleet.tick(3_000);
+    assert!(
+        warm_holders(&fleet, &key, 3_000).is_empty(),
+        "left the warm set"
+    );
 }
 
 fn holders(fleet: &Fleet, adapter: &str) -> Vec<String> {

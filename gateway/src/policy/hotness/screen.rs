@@ -102,6 +102,7 @@ mod tests {
             prefix_text: text.into(),
             state: PatternState::New,
             priority: 0,
+            keep_warm: true,
         }
     }
 

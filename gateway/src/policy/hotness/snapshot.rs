@@ -31,6 +31,17 @@ pub struct PromptRecord {
     pub successes: u32,
     #[serde(default)]
     pub last_signal_ms: u64,
+    /// Absent (every record before this field, and every kept-warm one): `true`.
+    #[serde(default = "kept_warm", skip_serializing_if = "is_kept_warm")]
+    pub keep_warm: bool,
+}
+
+fn kept_warm() -> bool {
+    true
+}
+
+fn is_kept_warm(b: &bool) -> bool {
+    *b
 }
 
 /// An entry for a snapshot being written: serialises exactly as a [`PromptRecord`], its text,
@@ -48,6 +59,7 @@ pub struct SharedRecord {
     adoptions: u32,
     successes: u32,
     last_signal_ms: u64,
+    keep_warm: bool,
 }
 
 /// [`PromptRecord`]'s fields, borrowed.
@@ -64,6 +76,8 @@ struct RecordRef<'a> {
     adoptions: u32,
     successes: u32,
     last_signal_ms: u64,
+    #[serde(skip_serializing_if = "is_kept_warm")]
+    keep_warm: bool,
 }
 
 impl Serialize for SharedRecord {
@@ -80,6 +94,7 @@ impl Serialize for SharedRecord {
             adoptions: self.adoptions,
             successes: self.successes,
             last_signal_ms: self.last_signal_ms,
+            keep_warm: self.keep_warm,
         }
         .serialize(serializer)
     }
@@ -107,6 +122,7 @@ impl PromptPool {
                     adoptions: e.adoptions,
                     successes: e.successes,
                     last_signal_ms: e.last_signal_ms,
+                    keep_warm: e.keep_warm,
                 })
             })
             .collect()
@@ -130,6 +146,7 @@ impl PromptPool {
                     adoptions: v.adoptions,
                     successes: v.successes,
                     last_signal_ms: v.last_signal_ms,
+                    keep_warm: v.keep_warm,
                 })
             })
             .collect()
@@ -197,6 +214,7 @@ impl PromptPool {
                 successes: r.successes,
                 endpoint: r.endpoint,
                 origin: r.origin,
+                keep_warm: r.keep_warm || r.origin == Origin::Static,
             },
         );
         match r.origin {

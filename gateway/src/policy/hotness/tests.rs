@@ -28,6 +28,7 @@ fn prefill(model: &str, text: &str, priority: u8) -> PrefillSignal {
         prefix_text: text.into(),
         state: PatternState::New,
         priority,
+        keep_warm: true,
     }
 }
 
@@ -589,6 +590,12 @@ fn export_and_restore_round_trip() {
     let mut pool = PromptPool::new(HotnessConfig::default(), 0);
     pool.apply_prefill(prefill("m", &text(1, 2), 20), 0)
         .unwrap();
+    // an experiment arm without keep-warm signalled this one
+    let not_kept = PrefillSignal {
+        keep_warm: false,
+        ..prefill("m", &text(3, 2), 10)
+    };
+    let not_kept_key = pool.apply_prefill(not_kept, 0).unwrap();
     pool.add_template(
         Template {
             model: "n".into(),
@@ -622,6 +629,13 @@ fn export_and_restore_round_trip() {
         );
     }
     assert_eq!(restored.templates(), 1);
+    assert!(!restored.get(&not_kept_key).unwrap().keep_warm);
+    assert_eq!(json.matches(r#""keep_warm":false"#).count(), 1, "{json}");
+    // the same record from before the field: kept warm
+    let mut value = serde_json::to_value(records.iter().find(|r| !r.keep_warm).unwrap()).unwrap();
+    value.as_object_mut().unwrap().remove("keep_warm");
+    let old: PromptRecord = serde_json::from_value(value).unwrap();
+    assert!(old.keep_warm);
     let mut broken = records[0].clone();
     broken.blocks.clear();
     assert_eq!(
