@@ -320,9 +320,15 @@ def matches(page: Page, gw: Gateway) -> Optional[dict]:
     shown = {
         "pods": [{k: p[k] for k in ("id", "routable", "phase")} for p in dom["pods"]],
         "cells": sorted((a, pod, cell) for a, pod, cell, _ in dom["cells"]),
-        "prefixes": [(k, round(h, 6), placed) for k, h, placed in dom["prefixes"]],
+        "prefixes": [(k, placed) for k, _, placed in dom["prefixes"]],
     }
-    return dom if shown == api and dom["refreshes"] > 0 else None
+    # Hotness decays between the page's last refresh and this read: equal within 1 % (seconds
+    # of decay on a loaded machine; a feedback or a signal moves it by far more).
+    hot_api = [h for _, h, _ in api["prefixes"]]
+    hot_shown = [h for _, h, _ in dom["prefixes"]]
+    api = {**api, "prefixes": [(k, placed) for k, _, placed in api["prefixes"]]}
+    same_hotness = len(hot_api) == len(hot_shown) and hot_shown == pytest.approx(hot_api, rel=1e-2)
+    return dom if shown == api and same_hotness and dom["refreshes"] > 0 else None
 
 
 @pytest.fixture
@@ -357,7 +363,8 @@ def test_dashboard_shows_the_admin_api_and_follows_changes(tmp_path, browser):
         # Heatmap rows are coloured by the adapter's hotness: its prompts' summed hotness.
         pool = f.gw.get("/admin/prompts?k=1000").json()["prompts"]
         for adapter, (hot, _) in dom["heat"].items():
-            assert hot == pytest.approx(sum(p["hotness"] for p in pool if p["model"] == adapter), abs=1e-6)
+            assert hot == pytest.approx(sum(p["hotness"] for p in pool if p["model"] == adapter),
+                                        rel=1e-2, abs=1e-6)
         assert dom["heat"]["sql-lora"][0] > 0 == dom["heat"]["chat-lora"][0]
         assert dom["heat"]["sql-lora"][1] > dom["heat"]["chat-lora"][1]
         keys = [k for k, _, _ in dom["prefixes"]]

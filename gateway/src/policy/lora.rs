@@ -219,8 +219,10 @@ pub struct AdapterResidency {
     pub tier: Tier,
     pub priority: u8,
     pub pinned: bool,
-    /// Registered on the pod (loaded).
+    /// Registered on the pod (loaded), or its load decided.
     pub registered: bool,
+    /// Its load is in flight: registered but not served (not routed to) until the pod answers.
+    pub loading: bool,
     /// Modelled to hold a GPU slot.
     pub in_gpu: bool,
     /// When it entered its GPU slot (ms), if it holds one.
@@ -235,6 +237,9 @@ struct AdapterState {
     priority: u8,
     pinned: bool,
     registered: bool,
+    /// A `Load` was decided and the pod has not answered it yet: the adapter counts against the
+    /// pod's registration slots but is not served (vLLM answers 404 for it until the load ends).
+    loading: bool,
     registered_since_ms: u64,
     gpu_since_ms: Option<u64>,
     /// Last use, then the use before it.
@@ -449,6 +454,7 @@ impl LoraResidency {
         state.record_use(now_ms);
         if !state.registered {
             state.registered = true;
+            state.loading = true;
             state.registered_since_ms = now_ms;
             decisions.push(LoraDecision::Load(adapter.to_string()));
         }
@@ -504,6 +510,7 @@ impl LoraResidency {
     pub fn observe_use(&mut self, adapter: &str, now_ms: u64) {
         let state = self.state(adapter);
         state.record_use(now_ms);
+        state.loading = false;
         if !state.registered {
             state.registered = true;
             state.registered_since_ms = now_ms;
@@ -569,13 +576,15 @@ impl LoraResidency {
     /// (a pinned adapter the pod lost is loaded again).
     pub fn reconcile(&mut self, observed: &LoraObservation, now_ms: u64) -> Vec<LoraDecision> {
         for (name, a) in self.adapters.iter_mut() {
-            if a.registered && !observed.registered.iter().any(|r| r == name) {
+            // A load in flight is not listed yet; its answer decides (`loaded`, `record_failure`).
+            if a.registered && !a.loading && !observed.registered.iter().any(|r| r == name) {
                 a.registered = false;
                 a.gpu_since_ms = None;
             }
         }
         for name in &observed.registered {
             let a = self.state(name);
+            a.loading = false;
             if !a.registered {
                 a.registered = true;
                 a.registered_since_ms = now_ms;
@@ -602,6 +611,13 @@ impl LoraResidency {
         out
     }
 
+    /// The pod answered a `Load` of `adapter`: from now on it is served (routed to).
+    pub fn loaded(&mut self, adapter: &str) {
+        if let Some(a) = self.adapters.get_mut(adapter) {
+            a.loading = false;
+        }
+    }
+
     /// A decision failed on the pod: the model reverts what it assumed.
     pub fn record_failure(&mut self, decision: &LoraDecision) {
         let Some(a) = self.adapters.get_mut(decision.adapter()) else {
@@ -610,6 +626,7 @@ impl LoraResidency {
         match decision {
             LoraDecision::Load(_) => {
                 a.registered = false;
+                a.loading = false;
                 a.gpu_since_ms = None;
             }
             LoraDecision::Touch(_) => a.gpu_since_ms = None,
@@ -650,6 +667,7 @@ impl LoraResidency {
                 priority: a.priority,
                 pinned: a.pinned,
                 registered: a.registered,
+                loading: a.loading,
                 in_gpu: a.gpu_since_ms.is_some(),
                 gpu_since_ms: a.gpu_since_ms,
                 last_use_ms: a.uses[0],
@@ -657,11 +675,12 @@ impl LoraResidency {
             .collect()
     }
 
-    /// Registered adapters (what the pod serves without a disk load), by name.
+    /// Registered adapters (what the pod serves without a disk load), by name; an adapter whose
+    /// load is in flight is not served yet.
     pub fn served(&self) -> impl Iterator<Item = &str> {
         self.adapters
             .iter()
-            .filter(|(_, a)| a.registered)
+            .filter(|(_, a)| a.registered && !a.loading)
             .map(|(n, _)| n.as_str())
     }
 
@@ -669,7 +688,7 @@ impl LoraResidency {
     pub fn resident(&self) -> impl Iterator<Item = &str> {
         self.adapters
             .iter()
-            .filter(|(_, a)| a.registered && a.gpu_since_ms.is_some())
+            .filter(|(_, a)| a.registered && !a.loading && a.gpu_since_ms.is_some())
             .map(|(n, _)| n.as_str())
     }
 }

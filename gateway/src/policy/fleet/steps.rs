@@ -140,6 +140,11 @@ impl Fleet {
         for d in failed {
             pod.lora.record_failure(d);
         }
+        for d in &calls.decisions {
+            if let (LoraDecision::Load(name), false) = (d, failed.contains(d)) {
+                pod.lora.loaded(name);
+            }
+        }
         if let Cause::Warmup(step) = &calls.cause {
             let (pod, epoch) = (calls.pod.clone(), calls.epoch);
             self.end_step(&pod, Some(epoch), step, Some(failed.is_empty()), now_ms);

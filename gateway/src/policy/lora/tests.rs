@@ -261,6 +261,8 @@ fn reconcile_follows_the_pod_and_restores_pins() {
     let mut p = pod(2, 3);
     p.pin("pinned", Tier::Gold, 0).unwrap();
     p.ensure_resident("a", Tier::Bronze, 0, 0).unwrap();
+    p.loaded("pinned");
+    p.loaded("a");
     // the pod restarted: nothing registered, someone else loaded "x", "y" is running
     let observed = LoraObservation {
         registered: vec!["x".into(), "y".into()],
@@ -284,7 +286,43 @@ fn reconcile_follows_the_pod_and_restores_pins() {
             ("z".into(), false, false),
         ]
     );
+    // "pinned" is registered again once the pod answers its load.
+    assert_eq!(p.served().collect::<Vec<_>>(), vec!["x", "y"]);
+    p.loaded("pinned");
     assert_eq!(p.served().collect::<Vec<_>>(), vec!["pinned", "x", "y"]);
+}
+
+#[test]
+fn an_adapter_is_served_only_once_its_load_is_answered() {
+    let mut p = pod(2, 3);
+    assert_eq!(
+        p.ensure_resident("a", Tier::Bronze, 0, 0).unwrap(),
+        vec![load("a"), touch("a")]
+    );
+    assert!(
+        p.served().next().is_none(),
+        "vLLM answers 404 until the load ends"
+    );
+    assert!(p.resident().next().is_none());
+    // A health poll during the load does not list it yet, and does not undo it.
+    let before = LoraObservation::default();
+    assert_eq!(p.reconcile(&before, S), vec![]);
+    assert!(p.adapters()[0].registered && p.adapters()[0].loading);
+    // Registration slots count it meanwhile: two more fill them, a fourth needs a victim.
+    p.ensure_resident("b", Tier::Bronze, 0, 2 * S).unwrap();
+    p.ensure_resident("c", Tier::Bronze, 0, 3 * S).unwrap();
+    let fourth = p.ensure_resident("d", Tier::Bronze, 0, 4 * S).unwrap();
+    assert!(matches!(fourth[0], LoraDecision::Unload(_)), "{fourth:?}");
+    p.loaded("b");
+    assert!(p.served().any(|a| a == "b") && !p.served().any(|a| a == "c"));
+    // The pod listing it, or serving it, ends the load as well.
+    let listed = LoraObservation {
+        registered: vec!["b".into(), "c".into(), "d".into()],
+        ..LoraObservation::default()
+    };
+    p.reconcile(&listed, 5 * S);
+    p.observe_use("d", 6 * S);
+    assert_eq!(p.served().collect::<Vec<_>>(), vec!["b", "c", "d"]);
 }
 
 #[test]
@@ -307,6 +345,7 @@ fn failures_revert_the_model_and_remove_unloads() {
     p.record_failure(&d[0]);
     assert!(p.served().next().is_none());
     p.ensure_resident("a", Tier::Bronze, 0, 0).unwrap();
+    p.loaded("a");
     p.record_failure(&touch("a"));
     assert!(in_gpu(&p).is_empty());
     assert_eq!(p.served().collect::<Vec<_>>(), vec!["a"]);
