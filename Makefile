@@ -129,7 +129,7 @@ bench-embedding-warmup: build
 ## Issue 20's headline: experiment warm-vs-cold (warm-up on vs off, 0.5/0.5) through the real Envoy
 ## on the demo's trace slice and scale-up (tools/bench-experiment.py); writes out/bench-experiment/.
 bench-experiment: build
-	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-experiment.py
+	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-experiment.py $(EXPERIMENT_ARGS)
 
 ## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
 ## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an

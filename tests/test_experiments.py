@@ -13,7 +13,7 @@ import requests
 
 from harness import bin_path, wait_until
 from harness.gateway import READ_TOKEN, start_gateway
-from harness.stack import BASE_MODEL, Stack, StackSpec, question_text as question
+from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, question_text as question
 
 ARM_HEADER = "x-prewarm-arm"
 SEEN_ARM = "x-seen-arm"
@@ -40,6 +40,8 @@ def test_the_experiment_api_names_bad_fields_runs_one_at_a_time_and_survives_a_r
             (experiment("e", other_settings={"keep_warm": 1}), "arms[1].settings.keep_warm"),
             (experiment("e", other_settings={"budget": 1}), "arms[1].settings"),
             (experiment("e", other_settings={"routing": "random"}), "arms[1].settings.routing"),
+            (experiment("e", other_settings={"residency_rule": "seed_keep"}), "arms[1].settings.residency_rule"),
+            ({**experiment("e"), "unit": "pod"}, "unit"),
             (experiment("has space"), "id:"),
             ({"id": "e", "arms": [{"name": "only", "weight": 1}]}, "arms: 1 arms"),
             ({"id": "e"}, "body: missing field `arms`"),
@@ -363,3 +365,58 @@ def test_a_release_whose_warm_up_is_slow_is_rolled_back_and_a_fast_one_is_not(tm
         gw.proc.stop()
         for p in (a, fast, slow):
             p.stop()
+
+
+def arms_of(definition: dict, units: list[str]) -> dict[str, str]:
+    """core's `Experiment::arm_of` for each unit, through `prewarm-gateway arm`."""
+    out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(definition)],
+                         input="".join(json.dumps(u) + "\n" for u in units),
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return dict(zip(units, (json.loads(line) for line in out.splitlines())))
+
+
+def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_residency_rule(tmp_path):
+    """`unit: "tenant"`: through the real Envoy and filter, every user of a tenant gets the
+    tenant's arm and a request without a tenant gets none; the gateway gives each registered
+    adapter the residency rule of its tenant's arm on every pod (GET /admin/pods/{id})."""
+    tenants = [f"tenant-{t}" for t in range(6)]
+    adapters = [AdapterSpec(f"lora-{t}", tenant=tenant) for t, tenant in enumerate(tenants)]
+    stack = Stack(tmp_path, StackSpec(pods=2, adapters=adapters, envoy_mutate=seen_arm_header)).start()
+    try:
+        definition = {"id": "slots", "unit": "tenant", "arms": [
+            {"name": "keep", "weight": 0.5, "settings": {"residency_rule": "seed_keep"}},
+            {"name": "lru", "weight": 0.5}]}
+        r = stack.gateway.admin("POST", "/admin/experiments", json=definition)
+        assert r.status_code == 201, r.text
+        stack.wait_envoy_routes(*[p.address for p in stack.pods])
+        wait_until(lambda: stack.envoy.metric("prewarm.table.generation") >= stack.routing()["generation"]
+                   and "experiment" in stack.routing(), 30, what="Envoy adopts the table with the experiment")
+        arm_of = arms_of(definition, tenants)
+        assert set(arm_of.values()) == {"keep", "lru"}, arm_of
+        for n, tenant in enumerate(tenants):
+            for user in ("alice", "bob"):
+                status, headers, _ = stack.post(
+                    "/v1/completions", {"model": f"lora-{n}", "prompt": question(n, 0), "max_tokens": 1},
+                    user=user, tenant=tenant, headers={ARM_HEADER: "slots/keep"})
+                assert status == 200
+                assert headers.get(SEEN_ARM) == f"slots/{arm_of[tenant]}", (tenant, user, headers)
+        no_unit = stack.envoy.metric("prewarm.experiment.no_unit")
+        status, headers, _ = stack.post("/v1/completions", {"model": BASE_MODEL, "prompt": question(9, 0),
+                                                            "max_tokens": 1}, user="alice")
+        assert status == 200 and not (headers.get(SEEN_ARM) or "").startswith("slots/"), headers
+        assert stack.envoy.metric("prewarm.experiment.no_unit") == no_unit + 1
+
+        want = {f"lora-{n}": "seed_keep" if arm_of[t] == "keep" else "lru2" for n, t in enumerate(tenants)}
+
+        def rules(pod: str) -> dict:
+            lora = stack.gateway.get(f"/admin/pods/{pod}").json()["lora"]
+            return {a["name"]: a["residency_rule"] for a in lora if a["name"] in want}
+        for p in stack.pods:
+            wait_until(lambda: rules(p.id) == want, 15, what=f"the arms' rules on {p.id}")
+        r = stack.gateway.admin("DELETE", "/admin/experiments/slots")
+        assert r.status_code == 200, r.text
+        for p in stack.pods:
+            wait_until(lambda: set(rules(p.id).values()) == {"lru2"}, 15, what=f"[lora]'s rule again on {p.id}")
+        assert stack.envoy.wasm_failures() == {}
+    finally:
+        stack.close()

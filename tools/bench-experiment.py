@@ -2,8 +2,9 @@
 
 Issue 20's headline test: through the real Envoy and filter, one stack (the gateway, 3 podsim
 pods and a 4th joining mid-replay, exactly the demo's: tools/demo.py's trace slice, join time,
-time scale, profile, KV blocks, LoRA slots and gateway/filter settings of its `prewarm` run), an
-experiment `warm-vs-cold` posted before the replay:
+time scale, profile, KV blocks, LoRA slots and gateway/filter settings of its `prewarm` run; with
+`--joins N`, N pods join at once — an autoscaler's scale-up by several pods), an experiment
+`warm-vs-cold` posted before the replay:
 
 - arm `warm` (first, the reference): `warmup: true`, prefix routing;
 - arm `cold`: `warmup: false`, prefix routing — it withholds its prefill signals and routes to
@@ -47,8 +48,8 @@ sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import demo  # noqa: E402  (tools/demo.py: the slice, the stack's settings, the replay)
-from demo import (NEW_POD, PROFILE, fleet_observations,  # noqa: E402
-                  log, replayer, trace_args)
+from demo import (PROFILE, fleet_observations, joining,  # noqa: E402
+                  log, new_pod_ids, replayer, trace_args)
 from harness import bin_path, wait_until  # noqa: E402
 from harness.envoy import _http_manager  # noqa: E402
 from harness.stack import Stack, StackSpec, pod_metric  # noqa: E402
@@ -81,6 +82,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--until-s", type=float, default=d.until_s, help="trace slice: requests before this trace second")
     p.add_argument("--join-s", type=float, default=d.join_s, help="trace second at which the 4th pod joins")
+    p.add_argument("--joins", type=int, default=d.joins, choices=range(1, 9), metavar="{1..8}",
+                   help="pods that join at --join-s (pod-3, pod-4, ...): a scale-up by several pods at once")
     p.add_argument("--time-scale", type=float, default=d.time_scale, help="trace (and podsim model) seconds per real second")
     p.add_argument("--kv-blocks", type=int, default=d.kv_blocks, help="podsim KV blocks (16 tokens) per pod")
     p.add_argument("--max-loras", type=int, default=d.max_loras)
@@ -156,7 +159,8 @@ class Poller(threading.Thread):
         gw = self.stack.gateway
         detail = gw.get(f"/admin/experiments/{EXPERIMENT_ID}").json()
         report = detail["report"]
-        warmup = self.stack.warmup(NEW_POD) if any(p.id == NEW_POD for p in self.stack.pods) else None
+        first_new = new_pod_ids(1)[0]
+        warmup = self.stack.warmup(first_new) if any(p.id == first_new for p in self.stack.pods) else None
         table = self.stack.routing()
         new = report["new_pods"]
         c = new["comparisons"][0] if new["comparisons"] else None
@@ -186,7 +190,7 @@ class Poller(threading.Thread):
             line += (f", cold-warm mean {fmt(c['ttfb_mean_diff_ms'], '{:+.0f} ms')}, welch p {fmt(w, '{:.2g}')}, "
                      f"mann-whitney p {fmt(m, '{:.2g}')}")
         if warmup:
-            line += f" | {NEW_POD} warm-up {warmup['phase']} (routable {warmup['routable']})"
+            line += f" | {first_new} warm-up {warmup['phase']} (routable {warmup['routable']})"
         counts = (tuple(entry["new_pod_requests"].items()), bool(warmup and warmup["routable"]))
         if counts != self.last_counts or len(self.polls) % 5 == 0:
             log(line)
@@ -261,9 +265,9 @@ def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Option
     return out
 
 
-def access_log_by_arm(path: Path, new_pod_address: str, first_tier_done_ms: Optional[int]) -> dict:
-    """Envoy's access log: per arm, completions and those sent to the new pod (before its first
-    tier was done)."""
+def access_log_by_arm(path: Path, new_pod_addresses: set[str], first_tier_done_ms: Optional[int]) -> dict:
+    """Envoy's access log: per arm, completions and those sent to the new pods (before their
+    first tiers were done)."""
     out = {arm: {"completions": 0, "to_new_pod": 0, "to_new_pod_before_first_tier_done": 0} for arm in ARMS}
     out["none"] = dict(out["warm"])
     if not path.exists():
@@ -281,7 +285,7 @@ def access_log_by_arm(path: Path, new_pod_address: str, first_tier_done_ms: Opti
             arm = (e.get("arm") or "").removeprefix(EXPERIMENT_ID + "/") or "none"
             a = out.setdefault(arm, {"completions": 0, "to_new_pod": 0, "to_new_pod_before_first_tier_done": 0})
             a["completions"] += 1
-            if e.get("upstream") == new_pod_address:
+            if e.get("upstream") in new_pod_addresses:
                 a["to_new_pod"] += 1
                 if first_tier_done_ms is not None and int(e["start_ms"]) < first_tier_done_ms:
                     a["to_new_pod_before_first_tier_done"] += 1
@@ -310,7 +314,7 @@ def main() -> int:
         (out / name).unlink(missing_ok=True)
     assignment = json.loads(subprocess_run(replayer("assignment", *trace_args(args))))
     log(f"trace: {assignment['requests']} requests (trace 0-{args.until_s:g}s), {assignment['users']} prefix groups, "
-        f"{len(assignment['adapters'])} ServeGen adapters; {NEW_POD} joins at trace {args.join_s:g}s; x{args.time_scale:g}")
+        f"{len(assignment['adapters'])} ServeGen adapters; {joining(args)} at trace {args.join_s:g}s; x{args.time_scale:g}")
     access_log = out / "access.log"
     stack = Stack(out / "stack", spec(args, assignment, access_log))
     poller = progress = None
@@ -332,7 +336,7 @@ def main() -> int:
         join_spare = stack.join_spare
 
         def timed_join(index: int = 0):
-            join_wall_ms["at"] = int(time.time() * 1000)
+            join_wall_ms.setdefault("at", int(time.time() * 1000))
             return join_spare(index)
         stack.join_spare = timed_join  # demo.live calls it at the join time
 
@@ -355,12 +359,13 @@ def main() -> int:
         poller.join(timeout=30)
         poller.poll()  # the final report
         final = stack.gateway.get(f"/admin/experiments/{EXPERIMENT_ID}").json()
-        warmup_reply = stack.gateway.get(f"/admin/pods/{NEW_POD}/warmup").json()
-        warmup = warmup_reply.get("warmup")
+        new_pods = new_pod_ids(args.joins)
+        warmup_replies = {p: stack.gateway.get(f"/admin/pods/{p}/warmup").json() for p in new_pods}
+        warmups = {p: r.get("warmup") for p, r in warmup_replies.items()}
         fleet = fleet_observations(stack)
         fleet["filter"] = {m: stack.envoy.metric(m) for m in FILTER_METRICS}
         fleet["pods_requests"] = {p.id: pod_metric(p, "vllm:request_success_total") for p in stack.pods}
-        new_pod_address = stack.pod(NEW_POD).address
+        new_pod_addresses = {stack.pod(p).address for p in new_pods}
     finally:
         signal.alarm(0)
         if poller:
@@ -373,14 +378,16 @@ def main() -> int:
     arm_by_user = arms_of([r["user"] for r in records])
     for r in records:
         r["arm"] = arm_by_user.get(r["user"])
-    first_tier_done_ms = (warmup or {}).get("first_tier_done_ms")
+    # the first tiers were all done when the last was (None while one was not)
+    dones = [(w or {}).get("first_tier_done_ms") for w in warmups.values()]
+    first_tier_done_ms = max(dones) if dones and None not in dones else None
     join_ms = join_wall_ms.get("at")
     # trace second at which the first tier was done: the join's trace second plus the real
     # seconds since the join, times the time scale
     warm_done_trace_s = (args.join_s + (first_tier_done_ms - join_ms) / 1000 * args.time_scale
                          if first_tier_done_ms and join_ms else None)
     by_arm = records_by_arm(records, args.join_s, warm_done_trace_s)
-    access = access_log_by_arm(access_log, new_pod_address, first_tier_done_ms)
+    access = access_log_by_arm(access_log, new_pod_addresses, first_tier_done_ms)
     power = None
     sds = {arm: by_arm[arm]["new_pod"]["ttft_sd_ms"] for arm in ARMS}
     means = {arm: by_arm[arm]["new_pod"]["ttft_mean_ms"] for arm in ARMS}
@@ -392,7 +399,7 @@ def main() -> int:
                  "requests_per_arm": round((2.5758 + 0.8416) ** 2 * (sd["warm"] ** 2 + sd["cold"] ** 2) / diff ** 2)}
     result = {
         "experiment": EXPERIMENT,
-        "run": {"trace": str(demo.TRACE), "until_s": args.until_s, "join_s": args.join_s,
+        "run": {"trace": str(demo.TRACE), "until_s": args.until_s, "join_s": args.join_s, "joins": args.joins,
                 "time_scale": args.time_scale, "kv_blocks": args.kv_blocks, "profile": PROFILE,
                 "requests": assignment["requests"], "wall_s": round(time.monotonic() - t0, 1),
                 "join_wall_ms": join_ms, "new_pod_first_tier_done_trace_s": warm_done_trace_s},
@@ -404,8 +411,8 @@ def main() -> int:
         "records_by_arm": records_by_arm_check(by_arm, final),
         "access_log_by_arm": access,
         "power": power,
-        "new_pod_warmup": warmup,
-        "new_pod_first_tier_warmed": warmup_reply.get("first_tier_warmed"),
+        "new_pod_warmup": warmups,
+        "new_pod_first_tier_warmed": {p: r.get("first_tier_warmed") for p, r in warmup_replies.items()},
         "fleet": fleet,
     }
     (out / "report.json").write_text(json.dumps(result, indent=1))
@@ -437,7 +444,7 @@ def print_table(result: dict, args) -> None:
     w = result["run"]
     print()
     print(f"bench-experiment: {w['requests']} mooncake-synthetic requests (trace 0-{w['until_s']:g}s) at x{w['time_scale']:g}, "
-          f"3 pods + {NEW_POD} joining at {w['join_s']:g}s, experiment {EXPERIMENT_ID} (warm 0.5 / cold 0.5); "
+          f"3 pods + {joining(args)} at {w['join_s']:g}s, experiment {EXPERIMENT_ID} (warm 0.5 / cold 0.5); "
           f"{w['wall_s']:.0f} s")
     print("From the gateway's report (the filter's outcome records: time to first byte at the proxy, real time):")
     rows = [("requests", lambda a: fmt(a.get("requests"), "{:,}")),
@@ -473,17 +480,19 @@ def print_table(result: dict, args) -> None:
                 f"after {sum(wb['new_pod_requests'].values())} new-pod requests" if wb else "never"))
     else:
         print("new pods: not significant at any poll (both tests p < 0.01 never held)")
-    ws = result["new_pod_warmup"] or {}
     join = w["join_wall_ms"]
-    if ws:
+    for pod, ws in result["new_pod_warmup"].items():
+        if not ws:
+            print(f"{pod} warm-up: none reported")
+            continue
         done = ws.get("first_tier_done_ms")
-        print(f"{NEW_POD} warm-up: adapters {ws['adapters']['done']}/{ws['adapters']['total']}, first tier "
+        print(f"{pod} warm-up: adapters {ws['adapters']['done']}/{ws['adapters']['total']}, first tier "
               f"{ws['first_tier']['done']}/{ws['first_tier']['total']}, second tier "
               f"{ws['second_tier']['done']}/{ws['second_tier']['total']}; first tier done "
-              + (f"{(done - join) / 1000:.1f} s after the join (≈ trace {w['new_pod_first_tier_done_trace_s']:.0f} s)"
-                 if done and join else "never"))
+              + (f"{(done - join) / 1000:.1f} s after the join (≈ trace "
+                 f"{w['join_s'] + (done - join) / 1000 * w['time_scale']:.0f} s)" if done and join else "never"))
     acc = result["access_log_by_arm"]
-    print("Envoy's access log, completions to the new pod (before its first tier was done): "
+    print("Envoy's access log, completions to the new pods (before their first tiers were done): "
           + ", ".join(f"{arm} {acc[arm]['to_new_pod']} ({acc[arm]['to_new_pod_before_first_tier_done']})" for arm in ARMS))
     ra = result["records_by_arm"]
     print("\nThe replay's records by arm (model time TTFT, the filter's arm_of on each record's user):")

@@ -65,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--until-s", type=float, default=900, help="trace slice: requests before this trace second")
     p.add_argument("--join-s", type=float, default=600, help="trace second at which the 4th pod joins")
+    p.add_argument("--joins", type=int, default=1, choices=range(1, 9), metavar="{1..8}",
+                   help="pods that join at --join-s (pod-3, pod-4, ...): 1, or a scale-up by several at once")
     p.add_argument("--time-scale", type=float, default=6, help="trace (and podsim model) seconds per real second")
     p.add_argument("--kv-blocks", type=int, default=524288, help="podsim KV blocks (16 tokens) per pod")
     p.add_argument("--max-loras", type=int, default=4)
@@ -74,6 +76,11 @@ def parse_args() -> argparse.Namespace:
                    help=f"runs to make, comma-separated, of {', '.join(MODES)} (the report compares them)")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
     return p.parse_args()
+
+
+def new_pod_ids(joins: int) -> list[str]:
+    """The ids of the pods that join (the spares, after the 3 the stack starts with)."""
+    return [f"pod-{3 + i}" for i in range(joins)]
 
 
 def replayer(*argv) -> list[str]:
@@ -114,17 +121,20 @@ class Progress(threading.Thread):
         table = self.stack.routing()
         line = f"gateway: {prompts['total']} hot prefixes; routing table gen {table['generation']}: " \
                f"{', '.join(p['id'] for p in table['pods'])}"
-        if any(p.id == NEW_POD for p in self.stack.pods):
-            w = self.stack.warmup(NEW_POD)
+        joined = {p.id for p in self.stack.pods}
+        for pod in new_pod_ids(len(self.stack.spares)):
+            if pod not in joined:
+                continue
+            w = self.stack.warmup(pod)
             if w:
                 def tier(t):
                     return f"{t['done']}/{t['total']}" + (f" ({t['in_flight']} in flight)" if t["in_flight"] else "") \
                         + (f" ({t['skipped']} skipped)" if t.get("skipped") else "")
-                line += f" | {NEW_POD} warming: phase {w['phase']}, adapters {tier(w['adapters'])}, " \
+                line += f" | {pod} warming: phase {w['phase']}, adapters {tier(w['adapters'])}, " \
                         f"first tier {tier(w['first_tier'])}, second tier {tier(w['second_tier'])}, " \
                         f"routable {w['routable']}"
             else:
-                line += f" | {NEW_POD}: announced, waiting for its first health check"
+                line += f" | {pod}: announced, waiting for its first health check"
         if line != self.last:
             log(line)
             self.last = line
@@ -152,7 +162,7 @@ def stack_spec(args, mode: str, assignment: dict) -> StackSpec:
     alone = mode == "filter-alone"
     s = args.time_scale
     return StackSpec(
-        pods=3, spare_pods=1,
+        pods=3, spare_pods=args.joins,
         podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--num-gpu-blocks", str(args.kv_blocks),
                       "--max-model-len", "262144", "--max-num-seqs", "512"],
         adapters=[AdapterSpec(a["name"], tier=a["tier"], tenant=a["tenant"], rank=ADAPTER_RANK)
@@ -189,11 +199,11 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
                f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter"))
         stack.start()
         log(f"[{mode}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
-            + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (spare {stack.spares[0].address})")
+            + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (joining: {', '.join(p.address for p in stack.spares)})")
         progress = Progress(stack)
         progress.start()
         log(f"[{mode}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of trace) "
-            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {NEW_POD} joins at trace {args.join_s:g}s")
+            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {joining(args)} at trace {args.join_s:g}s")
         live(args, stack, workdir)
         (workdir / "fleet.json").write_text(json.dumps(fleet_observations(stack), indent=1))
         (workdir / "filter.json").write_text(json.dumps({"direct_calls": filter_direct_calls(stack)}, indent=1))
@@ -205,10 +215,16 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
             stack.stop()
 
 
+def joining(args) -> str:
+    """The pods that join, for log lines: "pod-3 joins", "pod-3, pod-4 join"."""
+    ids = new_pod_ids(args.joins)
+    return ", ".join(ids) + (" joins" if len(ids) == 1 else " join")
+
+
 def live(args, stack: Stack, workdir: Path) -> None:
-    """`prewarm-replay live` through Envoy, its lines passed through; the new pod is started and
+    """`prewarm-replay live` through Envoy, its lines passed through; the new pods are started and
     announced when the replay reaches `--join-s` (timed from its `replay: started` line)."""
-    new_pod = stack.spares[0].address
+    new_pod = ",".join(p.address for p in stack.spares)
     argv = replayer("live", *trace_args(args), "--target", stack.envoy.url,
                     "--time-scale", f"{args.time_scale:g}", "--model-time",
                     "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--scale-at", f"{args.join_s:g}",
@@ -218,8 +234,10 @@ def live(args, stack: Stack, workdir: Path) -> None:
                     "--json", workdir / "replay.json")
 
     def join():
-        log(f"trace {args.join_s:g}s: starting {NEW_POD} and announcing it (POST /admin/pods)")
-        stack.join_spare(0)
+        log(f"trace {args.join_s:g}s: starting {', '.join(new_pod_ids(args.joins))} and announcing "
+            "them (POST /admin/pods)")
+        for i in range(len(stack.spares)):
+            stack.join_spare(i)
 
     timer = threading.Timer(args.join_s / args.time_scale, join)
     timer.daemon = True
@@ -287,7 +305,7 @@ def main() -> int:
     try:
         print()
         print(f"prewarm demo: {assignment['requests']} mooncake-synthetic requests (trace 0-{args.until_s:g}s) "
-              f"at x{args.time_scale:g}, 3 pods + {NEW_POD} joining at {args.join_s:g}s; "
+              f"at x{args.time_scale:g}, 3 pods + {joining(args)} at {args.join_s:g}s; "
               f"times are model time ({PROFILE})", flush=True)
         modes_run = [m for m in MODES if m in modes]
         runs = [f"--run={LABELS[m]}={args.out / m}" for m in modes_run]

@@ -5,8 +5,10 @@
 //!
 //! ## Assignment
 //!
-//! A request's *unit* is its user (the filter's trusted user header, else the body's `user`
-//! when configured), else its tenant, else its connection. Its arm is the one whose interval of
+//! A request's *unit* is, by the experiment's `unit`: `user` (the default) — its user (the
+//! filter's trusted user header, else the body's `user` when configured), else its tenant, else
+//! its connection; `tenant` — its tenant only (a request without one gets no arm). Its arm is
+//! the one whose interval of
 //! the arms' cumulative weights holds `u = h(unit) ∈ (0, 1)`, with `h` the top 53 bits of
 //! xxh3 seeded by a hash of the experiment's id. So:
 //! - a unit keeps its arm for as long as the weights stand (every VM, every proxy, any
@@ -32,11 +34,19 @@
 //! signals is kept warm for that arm) and `routing` (`prefix`: the filter's prefix rule;
 //! `off`: the filter leaves the request to Envoy's load balancer, the baseline every router is
 //! measured against). Unknown settings are refused, never ignored.
+//!
+//! Settings of per-pod state that all of a pod's users share can only be compared between
+//! units that partition that state. `residency_rule` (which adapters keep their GPU slot,
+//! [`ResidencyRule`]) is one: the gateway applies an arm's rule to the adapters of the tenants
+//! in the arm, so it needs `unit: "tenant"` (refused otherwise) — every adapter then belongs
+//! to one arm, through its registered tenant (an adapter without a tenant keeps the gateway's
+//! rule).
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use crate::placement::unit_interval;
+pub use crate::residency::ResidencyRule;
 
 /// Most arms an experiment has.
 pub const MAX_ARMS: usize = 8;
@@ -69,6 +79,10 @@ pub struct ArmSettings {
     /// How the filter routes the arm's requests.
     #[serde(default)]
     pub routing: ArmRouting,
+    /// Which of the arm's tenants' adapters keep their GPU slot (the gateway's `[lora]
+    /// residency_rule` when absent); only with `unit: "tenant"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residency_rule: Option<ResidencyRule>,
 }
 
 impl Default for ArmSettings {
@@ -77,6 +91,7 @@ impl Default for ArmSettings {
             warmup: true,
             keep_warm: true,
             routing: ArmRouting::Prefix,
+            residency_rule: None,
         }
     }
 }
@@ -96,11 +111,31 @@ pub struct Arm {
     pub settings: ArmSettings,
 }
 
+/// What an experiment assigns to arms (module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// The request's user, else its tenant, else its connection.
+    #[default]
+    User,
+    /// The request's tenant; a request without one gets no arm.
+    Tenant,
+}
+
+impl Unit {
+    fn is_user(&self) -> bool {
+        *self == Unit::User
+    }
+}
+
 /// An experiment: its id and arms, and how the first arm is released when it is a grey release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Experiment {
     pub id: String,
+    /// What is assigned to arms (default `user`).
+    #[serde(default, skip_serializing_if = "Unit::is_user")]
+    pub unit: Unit,
     pub arms: Vec<Arm>,
     /// A grey release of the first arm: the gateway drives the arms' weights (filters only read
     /// them).
@@ -211,7 +246,8 @@ const NAME_RULE: &str = "must be 1 to 64 of A-Z a-z 0-9 . _ -";
 impl Experiment {
     /// The first thing wrong with the experiment, as `field: value: rule`: an id or arm name
     /// that is not [`is_experiment_name`], fewer than 2 or more than [`MAX_ARMS`] arms, two arms
-    /// with one name, a weight outside [0, 1], weights that do not sum to 1.
+    /// with one name, a weight outside [0, 1], a `residency_rule` without `unit: "tenant"`,
+    /// weights that do not sum to 1.
     pub fn problem(&self) -> Option<String> {
         if !is_experiment_name(&self.id) {
             return Some(format!("id: {:?}: {NAME_RULE}", self.id));
@@ -237,6 +273,12 @@ impl Experiment {
                 return Some(format!(
                     "arms[{i}].weight: {}: must be a number in [0, 1]",
                     arm.weight
+                ));
+            }
+            if arm.settings.residency_rule.is_some() && self.unit != Unit::Tenant {
+                return Some(format!(
+                    "arms[{i}].settings.residency_rule: needs \"unit\": \"tenant\" (a pod's GPU \
+                     slots are shared by all its users; only tenants partition its adapters)"
                 ));
             }
         }

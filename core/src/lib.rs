@@ -19,6 +19,7 @@ pub mod placement;
 pub mod prefix;
 pub mod rate;
 pub mod request;
+pub mod residency;
 pub mod route;
 pub mod similarity;
 pub mod tokens;

@@ -1,12 +1,12 @@
 //! The filter's side of experiments (`prewarm_core::experiment`): an inspected request's unit
-//! — its user, else its tenant, else its connection (Envoy's `connection.id`) — picks its arm
-//! of the table's experiment. The client's own arm header was removed with the headers
+//! — its user, else its tenant, else its connection (Envoy's `connection.id`); with the
+//! experiment's `unit: "tenant"`, its tenant only — picks its arm of the table's experiment. The client's own arm header was removed with the headers
 //! (`request::on_headers`); the filter sets its own, and the arm's settings choose whether the
 //! filter routes the request and with which view of the table (`routing::TableCache::view`).
-//! A request with no unit (no user, no tenant, no connection id) gets no arm and is routed as
-//! without an experiment, counted.
+//! A request with no unit (no user, no tenant, no connection id; no tenant for a tenant
+//! experiment) gets no arm and is routed as without an experiment, counted.
 
-use prewarm_core::experiment::{ArmSettings, Experiment};
+use prewarm_core::experiment::{ArmSettings, Experiment, Unit};
 
 use crate::host::{Host, Metric};
 
@@ -26,8 +26,16 @@ pub fn assign<H: Host + ?Sized>(
     tenant: Option<&str>,
 ) -> Option<ArmChoice> {
     let connection;
-    let unit: &[u8] = match user.or(tenant) {
+    let named = match experiment.unit {
+        Unit::User => user.or(tenant),
+        Unit::Tenant => tenant,
+    };
+    let unit: &[u8] = match named {
         Some(name) => name.as_bytes(),
+        None if experiment.unit == Unit::Tenant => {
+            host.count(Metric::ArmNoUnit, 1);
+            return None;
+        }
         None => {
             connection = host.property(&["connection", "id"]);
             match connection.as_deref() {

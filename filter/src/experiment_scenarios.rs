@@ -1,6 +1,6 @@
 //! Native scenario tests of experiment arms: assignment, the arm header, and each arm's view.
 
-use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment};
+use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{RoutingTable, Signal};
 
 use crate::config::FilterConfig;
@@ -15,6 +15,7 @@ const ENDPOINT: &str = "x-gateway-destination-endpoint";
 fn experiment(cold: ArmSettings) -> Experiment {
     Experiment {
         id: "exp".into(),
+        unit: Unit::User,
         arms: vec![
             Arm {
                 name: "warm".into(),
@@ -184,6 +185,51 @@ fn without_a_user_the_tenant_then_the_connection_is_the_unit() {
         header(&host, ENDPOINT).is_some(),
         "and routed as without one"
     );
+    assert_eq!(host.metric(Metric::ArmNoUnit), 1);
+}
+
+#[test]
+fn a_tenant_experiment_assigns_by_tenant_alone() {
+    let worker = Worker::new(FilterConfig::default());
+    let e = Experiment {
+        unit: Unit::Tenant,
+        ..experiment(ArmSettings::default())
+    };
+    worker.table.install(7, experiment_table(e.clone()));
+    let body = chat_body("m", &template(), "q");
+    let host = FakeHost::new();
+    host.properties
+        .borrow_mut()
+        .insert("connection.id".into(), 77u64.to_le_bytes().to_vec());
+    // Every user of a tenant gets the tenant's arm, whatever their own would be.
+    let tenants: Vec<String> = (0..40).map(|t| format!("tenant-{t}")).collect();
+    let arms: Vec<_> = tenants.iter().map(|t| e.arm_of(t.as_bytes())).collect();
+    assert!(arms.contains(&0) && arms.contains(&1), "both arms drawn");
+    for (tenant, arm) in tenants.iter().zip(&arms) {
+        for user in ["u-1", "u-2", "u-3"] {
+            send(
+                &host,
+                &worker,
+                "/v1/chat/completions",
+                &[
+                    ("x-prewarm-user", user.as_bytes()),
+                    ("x-prewarm-tenant", tenant.as_bytes()),
+                ],
+                &body,
+            );
+            assert_eq!(header(&host, ARM), e.header_value(*arm), "{tenant} {user}");
+        }
+    }
+    // A user without a tenant (even on a connection) gets no arm, counted, and is routed.
+    send(
+        &host,
+        &worker,
+        "/v1/chat/completions",
+        &[("x-prewarm-user", b"u-1")],
+        &body,
+    );
+    assert_eq!(header(&host, ARM), None);
+    assert!(header(&host, ENDPOINT).is_some());
     assert_eq!(host.metric(Metric::ArmNoUnit), 1);
 }
 

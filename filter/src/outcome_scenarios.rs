@@ -44,6 +44,7 @@ fn experiment_worker() -> Worker {
     let mut t = table(&[("p1", "127.0.0.1:1001", &[])]);
     t.experiment = Some(Experiment {
         id: "exp".into(),
+        unit: Default::default(),
         arms: vec![
             Arm {
                 name: "only".into(),

@@ -7,6 +7,7 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 fn experiment(weights: &[f64]) -> Experiment {
     Experiment {
         id: "warm-vs-cold".into(),
+        unit: Unit::User,
         arms: weights
             .iter()
             .enumerate()
@@ -111,6 +112,10 @@ fn problems_name_the_field() {
             "arms: weights sum to 1.1",
         ),
         (
+            Box::new(|e| e.arms[1].settings.residency_rule = Some(ResidencyRule::SeedKeep)),
+            "arms[1].settings.residency_rule: needs \"unit\": \"tenant\"",
+        ),
+        (
             Box::new(|e| {
                 let arm = e.arms[0].clone();
                 e.arms = vec![arm; MAX_ARMS + 1];
@@ -137,7 +142,8 @@ fn unknown_settings_are_refused_and_missing_ones_default() {
         ArmSettings {
             warmup: false,
             keep_warm: false,
-            routing: ArmRouting::Off
+            routing: ArmRouting::Off,
+            residency_rule: None,
         }
     );
     assert!(e.needs_warming_pods());
@@ -228,4 +234,32 @@ fn the_first_arms_weight_moves_and_the_others_keep_their_proportions() {
         "the others share it equally"
     );
     assert_eq!(rolled_back.problem(), None);
+}
+
+#[test]
+fn a_tenant_experiment_may_set_the_residency_rule_and_a_user_one_is_written_as_before() {
+    let json = r#"{"id":"e","unit":"tenant","arms":[{"name":"a","weight":0.5},
+        {"name":"b","weight":0.5,"settings":{"residency_rule":"seed_keep"}}]}"#;
+    let e: Experiment = serde_json::from_str(json).unwrap();
+    assert_eq!(e.unit, Unit::Tenant);
+    assert_eq!(e.arms[0].settings.residency_rule, None);
+    assert_eq!(
+        e.arms[1].settings.residency_rule,
+        Some(ResidencyRule::SeedKeep)
+    );
+    assert_eq!(e.problem(), None);
+    let written = serde_json::to_string(&e).unwrap();
+    assert!(written.contains(r#""unit":"tenant""#), "{written}");
+    // The default unit and an absent rule are not written: older filters read the table.
+    let plain = serde_json::to_string(&experiment(&[0.5, 0.5])).unwrap();
+    assert!(
+        !plain.contains("unit") && !plain.contains("residency_rule"),
+        "{plain}"
+    );
+    for bad in [
+        r#"{"id":"e","unit":"connection","arms":[{"name":"a","weight":1}]}"#,
+        r#"{"id":"e","unit":"tenant","arms":[{"name":"a","weight":1,"settings":{"residency_rule":"lru"}}]}"#,
+    ] {
+        assert!(serde_json::from_str::<Experiment>(bad).is_err(), "{bad}");
+    }
 }

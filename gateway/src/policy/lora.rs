@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 
+pub use prewarm_core::residency::{ResidencyRule, KEEP_REUSE_MS};
 use serde::{Deserialize, Serialize};
 
 use super::rules::Problems;
@@ -68,22 +69,6 @@ pub struct LoraConfig {
     /// Which adapters a GPU slot keeps beyond the tier rules (default `lru2`: none).
     pub residency_rule: ResidencyRule,
 }
-
-/// Which adapters keep their GPU slot beyond the tier rules.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResidencyRule {
-    /// None: every unpinned adapter past its minimum residency is a victim, in LRU-2 order.
-    #[default]
-    Lru2,
-    /// The seed deployment's keep rule: an adapter whose last two uses were less than
-    /// [`KEEP_REUSE_MS`] apart and whose priority (normalised to [0, 1]) is above 0.7, or whose
-    /// priority is above 0.95, is kept (not a victim, and touched as protected adapters are).
-    SeedKeep,
-}
-
-/// The seed keep rule's reuse distance.
-pub const KEEP_REUSE_MS: u64 = 30_000;
 
 impl Default for LoraConfig {
     fn default() -> Self {
@@ -229,6 +214,9 @@ pub struct AdapterResidency {
     pub gpu_since_ms: Option<u64>,
     /// Its last use (ms), if any.
     pub last_use_ms: Option<u64>,
+    /// The rule that decides whether it keeps its GPU slot (`[lora]`'s, or its tenant's
+    /// experiment arm's).
+    pub residency_rule: ResidencyRule,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -260,6 +248,10 @@ pub struct LoraResidency {
     config: LoraConfig,
     slots: LoraSlots,
     adapters: BTreeMap<String, AdapterState>,
+    /// Adapters whose residency rule is not `config.residency_rule` (an experiment arm's, for
+    /// its tenants' adapters), and the generation of the fleet's rules they came from.
+    rules: BTreeMap<String, ResidencyRule>,
+    rules_generation: u64,
 }
 
 /// Adapters remembered beyond the registered ones (for LRU-2 history), per registration slot.
@@ -271,6 +263,8 @@ impl LoraResidency {
             config,
             slots,
             adapters: BTreeMap::new(),
+            rules: BTreeMap::new(),
+            rules_generation: 0,
         }
     }
 
@@ -318,9 +312,26 @@ impl LoraResidency {
         }
     }
 
-    /// Whether the residency rule keeps `a` (see [`ResidencyRule::SeedKeep`]).
-    fn kept(&self, a: &AdapterState) -> bool {
-        if self.config.residency_rule != ResidencyRule::SeedKeep {
+    /// Takes the fleet's per-adapter residency rules of `generation` (a copy only when the
+    /// generation is new to this pod).
+    pub fn set_rules(&mut self, generation: u64, rules: &BTreeMap<String, ResidencyRule>) {
+        if self.rules_generation != generation {
+            self.rules = rules.clone();
+            self.rules_generation = generation;
+        }
+    }
+
+    /// The residency rule of adapter `name`.
+    pub fn rule_of(&self, name: &str) -> ResidencyRule {
+        self.rules
+            .get(name)
+            .copied()
+            .unwrap_or(self.config.residency_rule)
+    }
+
+    /// Whether the residency rule of `name` keeps `a` (see [`ResidencyRule::SeedKeep`]).
+    fn kept(&self, name: &str, a: &AdapterState) -> bool {
+        if self.rule_of(name) != ResidencyRule::SeedKeep {
             return false;
         }
         let priority = f64::from(a.priority.min(99)) / 99.0;
@@ -331,12 +342,12 @@ impl LoraResidency {
         (reused && priority > 0.7) || priority > 0.95
     }
 
-    fn gpu_eligible(&self, v: &AdapterState, incoming: Tier, now_ms: u64) -> bool {
+    fn gpu_eligible(&self, name: &str, v: &AdapterState, incoming: Tier, now_ms: u64) -> bool {
         let Some(since) = v.gpu_since_ms else {
             return false;
         };
         !v.pinned
-            && !self.kept(v)
+            && !self.kept(name, v)
             && now_ms.saturating_sub(since) >= self.config.min_residency_ms(v.tier)
             && (v.tier <= incoming || self.gpu_count(Some(v.tier)) > self.guaranteed_slots(v.tier))
     }
@@ -360,9 +371,9 @@ impl LoraResidency {
 
     fn gpu_victim(&self, exclude: &str, incoming: Tier, now_ms: u64) -> Option<String> {
         self.pick(
-            self.adapters
-                .iter()
-                .filter(|(n, a)| n.as_str() != exclude && self.gpu_eligible(a, incoming, now_ms)),
+            self.adapters.iter().filter(|(n, a)| {
+                n.as_str() != exclude && self.gpu_eligible(n, a, incoming, now_ms)
+            }),
             now_ms,
         )
     }
@@ -427,7 +438,7 @@ impl LoraResidency {
                     self.adapters.iter().filter(|(n, a)| {
                         n.as_str() != adapter
                             && **n != exclude_also
-                            && self.gpu_eligible(a, tier, now_ms)
+                            && self.gpu_eligible(n, a, tier, now_ms)
                     }),
                     now_ms,
                 )
@@ -547,7 +558,7 @@ impl LoraResidency {
                     a.priority,
                     a.pinned,
                     a.gpu_since_ms.is_some(),
-                    self.kept(a),
+                    self.kept(n, a),
                 )
             })
             .collect();
@@ -671,6 +682,7 @@ impl LoraResidency {
                 in_gpu: a.gpu_since_ms.is_some(),
                 gpu_since_ms: a.gpu_since_ms,
                 last_use_ms: a.uses[0],
+                residency_rule: self.rule_of(n),
             })
             .collect()
     }

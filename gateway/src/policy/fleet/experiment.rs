@@ -3,11 +3,14 @@
 //! (`attribution::release`). One at a time: arms of two experiments on the same traffic would
 //! confound each other's outcomes.
 
-use prewarm_core::experiment::Experiment;
+use std::collections::BTreeMap;
+
+use prewarm_core::experiment::{Experiment, ResidencyRule, Unit};
 use serde::{Deserialize, Serialize};
 
 use super::Fleet;
 use crate::attribution::release::{ReleaseState, Rollback};
+use crate::registry::AdapterRecord;
 
 /// Events an experiment keeps (the oldest are dropped).
 pub const MAX_EVENTS: usize = 64;
@@ -64,7 +67,66 @@ pub enum ExperimentError {
     NotRunning(String),
 }
 
+/// The residency rules of an experiment by tenant: each registered adapter whose tenant's arm
+/// sets `residency_rule` has that rule on every pod (the others keep `[lora]`'s), so an arm's
+/// rule decides the GPU slots of its tenants' adapters and no other's. `generation` grows
+/// with each change; a pod copies the rules when it has not seen the generation.
+#[derive(Debug, Clone, Default)]
+pub struct ArmRules {
+    rules: BTreeMap<String, ResidencyRule>,
+    generation: u64,
+}
+
 impl Fleet {
+    /// The tenant experiment running, if one is.
+    fn tenant_experiment(&self) -> Option<&Experiment> {
+        self.experiment
+            .as_ref()
+            .map(|r| &r.definition)
+            .filter(|e| e.unit == Unit::Tenant)
+    }
+
+    /// The rule `experiment`'s arms give adapter `record` (none: `[lora]`'s).
+    fn arm_rule_of(experiment: &Experiment, record: &AdapterRecord) -> Option<ResidencyRule> {
+        let tenant = record.tenant.as_deref()?;
+        let arm = experiment.arms.get(experiment.arm_of(tenant.as_bytes()))?;
+        arm.settings.residency_rule
+    }
+
+    /// Brings every pod's LoRA model to the arms' residency rules (a grey release's step or a
+    /// registration changes them; checked each tick, without allocating while they stand).
+    pub(super) fn apply_arm_rules(&mut self) {
+        let current = &self.arm_rules.rules;
+        let changed = match self.tenant_experiment() {
+            None => !current.is_empty(),
+            Some(e) => {
+                let mut ruled = 0;
+                let differs = self.registry.iter().any(|a| {
+                    let rule = Self::arm_rule_of(e, a);
+                    ruled += usize::from(rule.is_some());
+                    rule != current.get(&a.name).copied()
+                });
+                differs || ruled != current.len()
+            }
+        };
+        if changed {
+            let rules = match self.tenant_experiment() {
+                None => BTreeMap::new(),
+                Some(e) => self
+                    .registry
+                    .iter()
+                    .filter_map(|a| Some((a.name.clone(), Self::arm_rule_of(e, a)?)))
+                    .collect(),
+            };
+            self.arm_rules.rules = rules;
+            self.arm_rules.generation += 1;
+        }
+        let ArmRules { rules, generation } = &self.arm_rules;
+        for pod in self.pods.values_mut() {
+            pod.lora.set_rules(*generation, rules);
+        }
+    }
+
     /// The running experiment.
     pub fn experiment(&self) -> Option<&RunningExperiment> {
         self.experiment.as_ref()

@@ -127,6 +127,8 @@ pub struct Fleet {
     journal: Option<Vec<(u64, Action)>>,
     /// The running experiment, which the table carries to the filters.
     experiment: Option<RunningExperiment>,
+    /// The residency rules a tenant experiment's arms give their tenants' adapters.
+    arm_rules: experiment::ArmRules,
     /// The pool's semantic groups, from the prompt index ([`Fleet::set_semantic_groups`]).
     semantic_groups: SemanticGroups,
     /// The gateway's first health round is done ([`Fleet::settle`]).
@@ -155,6 +157,7 @@ impl Fleet {
             notes: Vec::new(),
             journal: None,
             experiment: None,
+            arm_rules: experiment::ArmRules::default(),
             semantic_groups: SemanticGroups::new(),
             settled: false,
             now_ms,
@@ -398,6 +401,7 @@ impl Fleet {
     /// due; the routing table.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
         self.at(now_ms);
+        self.apply_arm_rules();
         let mut actions = self.warmup_steps(now_ms);
         let keep_warm_due = now_ms >= self.next_keep_warm_ms;
         self.refresh_placement(keep_warm_due, now_ms);

@@ -10,6 +10,7 @@ use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
 
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
+use crate::policy::lora::ResidencyRule;
 use crate::policy::{PrefixKey, Tier, WarmupAction};
 
 fn gateway_config() -> GatewayConfig {
@@ -790,4 +791,86 @@ fn only_pods_joining_after_the_first_health_round_count_as_new() {
         fleet.experiment().unwrap().joined_pods,
         vec!["p1".to_string()]
     );
+}
+
+fn register_for(fleet: &mut Fleet, name: &str, tenant: &str) {
+    let request = crate::registry::RegisterAdapter {
+        name: name.into(),
+        path: format!("/adapters/{name}"),
+        version: None,
+        tenant: Some(tenant.into()),
+        tier: Some(Tier::Bronze),
+        rank: None,
+        alpha: None,
+        target_modules: None,
+        pinned: Some(false),
+    };
+    let version = crate::registry::AdapterVersion {
+        version: "1".into(),
+        path: request.path.clone(),
+        rank: None,
+        alpha: None,
+        target_modules: Vec::new(),
+        manifest: None,
+        registered_at_ms: 0,
+    };
+    fleet.registry_mut().register(&request, version).unwrap();
+}
+
+fn rules_on(fleet: &Fleet, pod: &str, adapters: &[String]) -> Vec<ResidencyRule> {
+    let lora = &fleet.pod(pod).unwrap().lora;
+    adapters.iter().map(|a| lora.rule_of(a)).collect()
+}
+
+#[test]
+fn a_tenant_experiment_gives_each_tenants_adapters_its_arms_residency_rule() {
+    use prewarm_core::experiment::{Experiment, Unit};
+    let mut fleet = fleet_of(&gateway_config(), 2);
+    let adapters: Vec<String> = (0..12).map(|i| format!("lora-{i}")).collect();
+    for (i, a) in adapters.iter().enumerate() {
+        register_for(&mut fleet, a, &format!("tenant-{}", i / 2));
+    }
+    let json = serde_json::json!({"id": "keep", "unit": "tenant", "arms": [
+        {"name": "seed", "weight": 0.5, "settings": {"residency_rule": "seed_keep"}},
+        {"name": "lru", "weight": 0.5},
+    ]});
+    let definition: Experiment = serde_json::from_value(json).unwrap();
+    assert_eq!(definition.unit, Unit::Tenant);
+    let expected: Vec<ResidencyRule> = (0..12)
+        .map(|i| {
+            let arm = definition.arm_of(format!("tenant-{}", i / 2).as_bytes());
+            if arm == 0 {
+                ResidencyRule::SeedKeep
+            } else {
+                ResidencyRule::Lru2
+            }
+        })
+        .collect();
+    assert!(expected.contains(&ResidencyRule::SeedKeep) && expected.contains(&ResidencyRule::Lru2));
+    fleet.tick(2_000);
+    assert_eq!(
+        rules_on(&fleet, "p0", &adapters),
+        vec![ResidencyRule::Lru2; 12]
+    );
+
+    fleet.start_experiment(definition, 2_100).unwrap();
+    fleet.tick(2_200);
+    for pod in ["p0", "p1"] {
+        assert_eq!(rules_on(&fleet, pod, &adapters), expected, "{pod}");
+    }
+    // A pod that joins later takes the rules too; ending the experiment restores [lora]'s.
+    let config = gateway_config();
+    let mut spec = PodSpec::new("p2", "10.0.0.2:8000");
+    spec.max_loras = 2;
+    fleet.add_pod(config.pod_shape(&spec), 2_300).unwrap();
+    fleet.tick(2_400);
+    assert_eq!(rules_on(&fleet, "p2", &adapters), expected);
+    fleet.end_experiment("keep").unwrap();
+    fleet.tick(2_500);
+    for pod in ["p0", "p1", "p2"] {
+        assert_eq!(
+            rules_on(&fleet, pod, &adapters),
+            vec![ResidencyRule::Lru2; 12]
+        );
+    }
 }

@@ -471,3 +471,38 @@ fn the_seed_keep_rule_keeps_a_reused_high_priority_adapter() {
     p.ensure_resident("top", Tier::Bronze, 97, 0).unwrap();
     assert!(p.ensure_resident("new", Tier::Bronze, 0, 100 * S).is_err());
 }
+
+/// A per-adapter rule (an experiment arm's) overrides `[lora]`'s for that adapter only, and a
+/// pod takes a generation of rules once.
+#[test]
+fn an_adapters_own_rule_decides_its_slot_and_no_others() {
+    let slots = LoraSlots {
+        max_loras: 1,
+        max_cpu_loras: 4,
+    };
+    let keep_hot = BTreeMap::from([("hot".to_string(), ResidencyRule::SeedKeep)]);
+    for (rules, kept) in [(BTreeMap::new(), false), (keep_hot.clone(), true)] {
+        let mut p = LoraResidency::new(slots, LoraConfig::default());
+        p.set_rules(1, &rules);
+        p.ensure_resident("hot", Tier::Bronze, 80, 0).unwrap();
+        p.observe_use("hot", 10 * S);
+        assert_eq!(
+            p.ensure_resident("new", Tier::Bronze, 0, 20 * S).is_err(),
+            kept
+        );
+        let view = p.adapters();
+        let hot = view.iter().find(|a| a.name == "hot").unwrap();
+        assert_eq!(hot.residency_rule == ResidencyRule::SeedKeep, kept);
+    }
+    // The same reused, high-priority history under another adapter's name is not kept.
+    let mut p = LoraResidency::new(slots, LoraConfig::default());
+    p.set_rules(1, &keep_hot);
+    p.ensure_resident("other", Tier::Bronze, 80, 0).unwrap();
+    p.observe_use("other", 10 * S);
+    assert!(p.ensure_resident("new", Tier::Bronze, 0, 20 * S).is_ok());
+    // A generation already taken is not copied again; a new one replaces the rules.
+    p.set_rules(1, &BTreeMap::new());
+    assert_eq!(p.rule_of("hot"), ResidencyRule::SeedKeep);
+    p.set_rules(2, &BTreeMap::new());
+    assert_eq!(p.rule_of("hot"), ResidencyRule::Lru2);
+}
