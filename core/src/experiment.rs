@@ -8,9 +8,8 @@
 //! A request's *unit* is, by the experiment's `unit`: `user` (the default) — its user (the
 //! filter's trusted user header, else the body's `user` when configured), else its tenant, else
 //! its connection; `tenant` — its tenant only (a request without one gets no arm). Its arm is
-//! the one whose interval of
-//! the arms' cumulative weights holds `u = h(unit) ∈ (0, 1)`, with `h` the top 53 bits of
-//! xxh3 seeded by a hash of the experiment's id. So:
+//! the one whose interval of the arms' cumulative weights holds `u = h(unit) ∈ (0, 1)`, with
+//! `h` the top 53 bits of xxh3 seeded by a hash of the experiment's id. So:
 //! - a unit keeps its arm for as long as the weights stand (every VM, every proxy, any
 //!   restart: nothing is stored);
 //! - units are split independently of any other experiment (the id salts the hash);

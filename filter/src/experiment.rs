@@ -1,8 +1,9 @@
 //! The filter's side of experiments (`prewarm_core::experiment`): an inspected request's unit
 //! — its user, else its tenant, else its connection (Envoy's `connection.id`); with the
-//! experiment's `unit: "tenant"`, its tenant only — picks its arm of the table's experiment. The client's own arm header was removed with the headers
-//! (`request::on_headers`); the filter sets its own, and the arm's settings choose whether the
-//! filter routes the request and with which view of the table (`routing::TableCache::view`).
+//! experiment's `unit: "tenant"`, its tenant only — picks its arm of the table's experiment.
+//! The client's own arm header was removed with the headers (`request::on_headers`); the
+//! filter sets its own, and the arm's settings choose whether the filter routes the request
+//! and with which view of the table (`routing::TableCache::view`).
 //! A request with no unit (no user, no tenant, no connection id; no tenant for a tenant
 //! experiment) gets no arm and is routed as without an experiment, counted.
 
