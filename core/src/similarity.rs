@@ -257,7 +257,10 @@ mod tests {
     }
 
     proptest! {
-        /// The estimate is within 0.25 of the exact value (four standard errors at k = 64).
+        /// The estimate is within 5/16 of the exact value: five standard errors at k = 64
+        /// (√(J(1−J)/k) ≤ 1/16). At four (0.25), 1 of 200,000 random cases of these
+        /// strategies was over (by 0.0001), enough to fail a clean-clone CI run of f61ffa3 (three
+        /// builds each draw 256 cases); none of them was over five.
         #[test]
         fn estimate_is_close_to_exact(
             shared in proptest::collection::vec(0usize..5000, 0..400),
@@ -268,7 +271,7 @@ mod tests {
             let b = text_from(&[shared, only_b].concat());
             let est = Sketch::of(&a, 64).jaccard(&Sketch::of(&b, 64));
             let exact = exact_jaccard(&a, &b);
-            prop_assert!((est - exact).abs() <= 0.25, "est {est} exact {exact}");
+            prop_assert!((est - exact).abs() <= 0.3125, "est {est} exact {exact}");
         }
     }
 }
