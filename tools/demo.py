@@ -235,7 +235,7 @@ def live(args, stack: Stack, workdir: Path) -> None:
 
     def join():
         log(f"trace {args.join_s:g}s: starting {', '.join(new_pod_ids(args.joins))} and announcing "
-            "them (POST /admin/pods)")
+            f"{'it' if args.joins == 1 else 'them'} (POST /admin/pods)")
         for i in range(len(stack.spares)):
             stack.join_spare(i)
 
