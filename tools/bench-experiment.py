@@ -10,10 +10,12 @@ time scale, profile, KV blocks, LoRA slots and gateway/filter settings of its `p
 - arm `cold`: `warmup: false`, prefix routing — it withholds its prefill signals and routes to
   the joining pod as soon as it is up, before its warm-up;
 
-0.5 / 0.5 by the filter's stable hash of each request's `user` (the trace's prefix group).
+0.5 / 0.5 by the filter's stable hash of each request's `user` (the trace's prefix group) and the
+experiment's id (`--experiment-id`, default `warm-vs-cold`): the same id gives the same split
+every run, another id another split (a re-randomisation of which groups each arm gets).
 `prewarm-replay live` replays the demo's slice of the shared mooncake-synthetic trace through
 Envoy (tools/demo.py's `live`, which also starts and announces the 4th pod at the join time).
-While it runs, `GET /admin/experiments/warm-vs-cold` is polled every `--poll-s` seconds; the
+While it runs, `GET /admin/experiments/{id}` is polled every `--poll-s` seconds; the
 first poll at which the new pods' comparison has both tests (Welch, Mann-Whitney) at p < 0.01
 is recorded with each arm's new-pod requests then. At the end it prints one table (per arm,
 overall and on the new pods: requests, time to first byte p50/p95 as the filter measured it
@@ -54,12 +56,17 @@ from harness import bin_path, wait_until  # noqa: E402
 from harness.envoy import _http_manager  # noqa: E402
 from harness.stack import Stack, StackSpec, pod_metric  # noqa: E402
 
-EXPERIMENT_ID = "warm-vs-cold"
 ARMS = ("warm", "cold")
-EXPERIMENT = {"id": EXPERIMENT_ID, "arms": [
-    {"name": "warm", "weight": 0.5, "settings": {"warmup": True, "routing": "prefix"}},
-    {"name": "cold", "weight": 0.5, "settings": {"warmup": False, "routing": "prefix"}},
-]}
+
+
+def experiment(experiment_id: str) -> dict:
+    """The experiment posted: warm-up on vs off, 0.5 / 0.5. The filter's hash of a unit mixes in
+    the id, so another id is another split of the same units (a re-randomisation)."""
+    return {"id": experiment_id, "arms": [
+        {"name": "warm", "weight": 0.5, "settings": {"warmup": True, "routing": "prefix"}},
+        {"name": "cold", "weight": 0.5, "settings": {"warmup": False, "routing": "prefix"}},
+    ]}
+
 SIGNIFICANCE = 0.01
 FILTER_METRICS = ["prewarm.experiment.assigned", "prewarm.experiment.no_unit",
                   "prewarm.experiment.signals_withheld", "prewarm.outcomes.enqueued",
@@ -88,6 +95,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-blocks", type=int, default=d.kv_blocks, help="podsim KV blocks (16 tokens) per pod")
     p.add_argument("--max-loras", type=int, default=d.max_loras)
     p.add_argument("--max-cpu-loras", type=int, default=d.max_cpu_loras)
+    p.add_argument("--experiment-id", default="warm-vs-cold",
+                   help="the experiment's id; the arms' split of the trace's users depends on it")
     p.add_argument("--poll-s", type=float, default=2.0, help="seconds between polls of the experiment's report")
     p.add_argument("--max-minutes", type=float, default=15.0, help="the whole run is stopped after this")
     p.add_argument("--out", type=Path, default=REPO / "out" / "bench-experiment")
@@ -96,7 +105,7 @@ def parse_args() -> argparse.Namespace:
 
 # --- the filter's arm assignment, for the per-request breakdown ---
 
-def arms_of(units: list[str], experiment: dict = EXPERIMENT) -> dict[str, str]:
+def arms_of(units: list[str], experiment: dict) -> dict[str, str]:
     """The arm the filter gives each unit: core's `Experiment::arm_of`, through the gateway
     binary's `arm` command (one implementation of the rule)."""
     distinct = sorted(set(units))
@@ -138,9 +147,9 @@ class Poller(threading.Thread):
     comparison is significant (both tests p < 0.01), in either direction and with the warm arm
     faster."""
 
-    def __init__(self, stack: Stack, every_s: float, deadline: float):
+    def __init__(self, stack: Stack, experiment_id: str, every_s: float, deadline: float):
         super().__init__(daemon=True)
-        self.stack, self.every_s, self.deadline = stack, every_s, deadline
+        self.stack, self.experiment_id, self.every_s, self.deadline = stack, experiment_id, every_s, deadline
         self.stop_event = threading.Event()
         self.started = time.monotonic()
         self.polls: list[dict] = []
@@ -157,7 +166,7 @@ class Poller(threading.Thread):
 
     def poll(self) -> None:
         gw = self.stack.gateway
-        detail = gw.get(f"/admin/experiments/{EXPERIMENT_ID}").json()
+        detail = gw.get(f"/admin/experiments/{self.experiment_id}").json()
         report = detail["report"]
         first_new = new_pod_ids(1)[0]
         warmup = self.stack.warmup(first_new) if any(p.id == first_new for p in self.stack.pods) else None
@@ -265,7 +274,8 @@ def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Option
     return out
 
 
-def access_log_by_arm(path: Path, new_pod_addresses: set[str], first_tier_done_ms: Optional[int]) -> dict:
+def access_log_by_arm(path: Path, experiment_id: str, new_pod_addresses: set[str],
+                      first_tier_done_ms: Optional[int]) -> dict:
     """Envoy's access log: per arm, completions and those sent to the new pods (before their
     first tiers were done)."""
     out = {arm: {"completions": 0, "to_new_pod": 0, "to_new_pod_before_first_tier_done": 0} for arm in ARMS}
@@ -282,7 +292,7 @@ def access_log_by_arm(path: Path, new_pod_addresses: set[str], first_tier_done_m
                 continue
             if e.get("path") != "/v1/completions":
                 continue
-            arm = (e.get("arm") or "").removeprefix(EXPERIMENT_ID + "/") or "none"
+            arm = (e.get("arm") or "").removeprefix(experiment_id + "/") or "none"
             a = out.setdefault(arm, {"completions": 0, "to_new_pod": 0, "to_new_pod_before_first_tier_done": 0})
             a["completions"] += 1
             if e.get("upstream") in new_pod_addresses:
@@ -316,6 +326,8 @@ def main() -> int:
     log(f"trace: {assignment['requests']} requests (trace 0-{args.until_s:g}s), {assignment['users']} prefix groups, "
         f"{len(assignment['adapters'])} ServeGen adapters; {joining(args)} at trace {args.join_s:g}s; x{args.time_scale:g}")
     access_log = out / "access.log"
+    eid = args.experiment_id
+    definition = experiment(eid)
     stack = Stack(out / "stack", spec(args, assignment, access_log))
     poller = progress = None
     t0 = time.monotonic()
@@ -323,14 +335,14 @@ def main() -> int:
         log(f"starting 3 podsim pods ({PROFILE}, time scale {args.time_scale:g}, {args.kv_blocks} KV blocks each), "
             "the gateway and Envoy with the prewarm filter")
         stack.start()
-        r = stack.gateway.admin("POST", "/admin/experiments", json=EXPERIMENT)
+        r = stack.gateway.admin("POST", "/admin/experiments", json=definition)
         if r.status_code != 201:
             raise RuntimeError(f"POST /admin/experiments: {r.status_code} {r.text}")
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
         wait_until(lambda: (stack.envoy.metric("prewarm.table.generation")
                             >= stack.routing()["generation"]) and "experiment" in stack.routing(),
                    30, what="Envoy adopts the table with the experiment")
-        log(f"experiment {EXPERIMENT_ID} posted (warm 0.5 / cold 0.5) and adopted by Envoy; started_ms {r.json()['started_ms']}")
+        log(f"experiment {eid} posted (warm 0.5 / cold 0.5) and adopted by Envoy; started_ms {r.json()['started_ms']}")
 
         join_wall_ms: dict = {}
         join_spare = stack.join_spare
@@ -341,7 +353,7 @@ def main() -> int:
         stack.join_spare = timed_join  # demo.live calls it at the join time
 
         deadline = t0 + args.max_minutes * 60
-        poller = Poller(stack, args.poll_s, deadline)
+        poller = Poller(stack, eid, args.poll_s, deadline)
         poller.start()
         progress = demo.Progress(stack)
         progress.start()
@@ -350,7 +362,7 @@ def main() -> int:
         served = sum(1 for line in (out / "outcomes.jsonl").read_text().splitlines() if json.loads(line).get("error") is None)
         # the filter sends its outcome records with its signals, each tick: wait for the last ones
         try:
-            wait_until(lambda: sum(a["requests"] for a in stack.gateway.get(f"/admin/experiments/{EXPERIMENT_ID}")
+            wait_until(lambda: sum(a["requests"] for a in stack.gateway.get(f"/admin/experiments/{eid}")
                                    .json()["report"]["arms"]) >= served, 30, interval=0.5,
                        what="every served request's outcome at the gateway")
         except TimeoutError as e:
@@ -358,7 +370,7 @@ def main() -> int:
         poller.stop_event.set()
         poller.join(timeout=30)
         poller.poll()  # the final report
-        final = stack.gateway.get(f"/admin/experiments/{EXPERIMENT_ID}").json()
+        final = stack.gateway.get(f"/admin/experiments/{eid}").json()
         new_pods = new_pod_ids(args.joins)
         warmup_replies = {p: stack.gateway.get(f"/admin/pods/{p}/warmup").json() for p in new_pods}
         warmups = {p: r.get("warmup") for p, r in warmup_replies.items()}
@@ -375,7 +387,7 @@ def main() -> int:
         stack.stop()
 
     records = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
-    arm_by_user = arms_of([r["user"] for r in records])
+    arm_by_user = arms_of([r["user"] for r in records], definition)
     for r in records:
         r["arm"] = arm_by_user.get(r["user"])
     # the first tiers were all done when the last was (None while one was not)
@@ -387,7 +399,7 @@ def main() -> int:
     warm_done_trace_s = (args.join_s + (first_tier_done_ms - join_ms) / 1000 * args.time_scale
                          if first_tier_done_ms and join_ms else None)
     by_arm = records_by_arm(records, args.join_s, warm_done_trace_s)
-    access = access_log_by_arm(access_log, new_pod_addresses, first_tier_done_ms)
+    access = access_log_by_arm(access_log, eid, new_pod_addresses, first_tier_done_ms)
     power = None
     sds = {arm: by_arm[arm]["new_pod"]["ttft_sd_ms"] for arm in ARMS}
     means = {arm: by_arm[arm]["new_pod"]["ttft_mean_ms"] for arm in ARMS}
@@ -398,7 +410,7 @@ def main() -> int:
         power = {"mean_diff_real_ms": diff, "sd_real_ms": sd,
                  "requests_per_arm": round((2.5758 + 0.8416) ** 2 * (sd["warm"] ** 2 + sd["cold"] ** 2) / diff ** 2)}
     result = {
-        "experiment": EXPERIMENT,
+        "experiment": definition,
         "run": {"trace": str(demo.TRACE), "until_s": args.until_s, "join_s": args.join_s, "joins": args.joins,
                 "time_scale": args.time_scale, "kv_blocks": args.kv_blocks, "profile": PROFILE,
                 "requests": assignment["requests"], "wall_s": round(time.monotonic() - t0, 1),
@@ -444,7 +456,7 @@ def print_table(result: dict, args) -> None:
     w = result["run"]
     print()
     print(f"bench-experiment: {w['requests']} mooncake-synthetic requests (trace 0-{w['until_s']:g}s) at x{w['time_scale']:g}, "
-          f"3 pods + {joining(args)} at {w['join_s']:g}s, experiment {EXPERIMENT_ID} (warm 0.5 / cold 0.5); "
+          f"3 pods + {joining(args)} at {w['join_s']:g}s, experiment {result['experiment']['id']} (warm 0.5 / cold 0.5); "
           f"{w['wall_s']:.0f} s")
     print("From the gateway's report (the filter's outcome records: time to first byte at the proxy, real time):")
     rows = [("requests", lambda a: fmt(a.get("requests"), "{:,}")),
