@@ -9,6 +9,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from harness import bin_path, wait_until
@@ -420,3 +421,23 @@ def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_re
         assert stack.envoy.wasm_failures() == {}
     finally:
         stack.close()
+
+
+def compare(body: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(bin_path("prewarm-gateway")), "compare"], input=body,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_compare_applies_the_reports_rule_to_samples_a_tool_holds():
+    """`prewarm-gateway compare`: two samples in, the report's tests and verdict out; a shifted
+    sample is significant, the same sample is not; bad input is exit 2 naming the field."""
+    base = [100.0 + (i * 37) % 50 for i in range(150)]
+    shifted = json.loads(compare(json.dumps({"arm": [x + 40 for x in base], "reference": base})).stdout)
+    assert shifted["significant"] and shifted["mean_diff"] == pytest.approx(40.0), shifted
+    assert shifted["welch"]["p"] < 0.01 and shifted["mann_whitney"]["p"] < 0.01
+    same = json.loads(compare(json.dumps({"arm": base, "reference": base})).stdout)
+    assert not same["significant"] and same["welch"]["p"] > 0.9, same
+    for body, field in (('{"arm": [1], "referenc": [2]}', "referenc"), ('{"arm": ["x"], "reference": []}', "line 1"),
+                        (json.dumps({"arm": [], "reference": [0.0] * 1_000_001}), "reference:")):
+        done = compare(body)
+        assert done.returncode == 2 and field in done.stderr, (body[:60], done.stderr)

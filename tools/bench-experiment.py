@@ -20,7 +20,8 @@ first poll at which the new pods' comparison has both tests (Welch, Mann-Whitney
 is recorded with each arm's new-pod requests then. At the end it prints one table (per arm,
 overall and on the new pods: requests, time to first byte p50/p95 as the filter measured it
 (real time), cached-token ratio, the p-values, which arm is faster, "significant after N
-requests") and a breakdown of the replay's own records (model time) by arm, and writes
+requests") and a breakdown of the replay's own records (model time) by arm and cohort, each
+cohort tested by the report's rule (`prewarm-gateway compare`), and writes
 `report.json` under `--out` (out/bench-experiment/).
 
 The per-request breakdown needs each record's arm: the filter's assignment is core's
@@ -227,10 +228,19 @@ def pct(xs: list[float], q: float) -> Optional[float]:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Optional[float]) -> dict:
+COHORTS = (("all", "all"), ("old_pods_after_join", "old pods, after the join"),
+           ("new_pod", "new pod"), ("new_pod_before_first_tier_done", "new pod, before its first tier"),
+           ("new_pod_first_hot_at_join", "new pod, first of a prefix hot at join"),
+           ("new_pod_first_of_group", "new pod, first of its group there"),
+           ("new_pod_groups_seen_before_join", "new pod, groups seen before the join"))
+
+
+def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Optional[float]) -> tuple[dict, dict]:
     """The replay's own records (model time) by arm: all, on the new pod, and on the new pod
-    before/after its first tier was done, and its first requests of prefixes hot at the join."""
+    before/after its first tier was done, and its first requests of prefixes hot at the join;
+    and each cohort's TTFTs by arm (for `cohort_tests`)."""
     out: dict = {}
+    samples: dict = {}
     seen_before_join = {r["user"] for r in records if r["arrival_s"] < join_s}
     for arm in ARMS:
         mine = [r for r in records if r["arm"] == arm and r.get("ttft_ms") is not None]
@@ -256,21 +266,35 @@ def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Option
             if (r["pod"], r["user"]) not in groups:
                 groups.add((r["pod"], r["user"]))
                 firsts.append(r)
-        out[arm] = {
-            "all": summary(mine),
-            "old_pods_after_join": summary([r for r in mine if r.get("pod_new_since_s") is None
-                                            and r["arrival_s"] >= join_s]),
-            "new_pod": summary(new),
-            "new_pod_first_5min": summary(window),
-            "new_pod_before_first_tier_done": summary(before),
-            "new_pod_first_hot_at_join": summary([r for r in new if r["first_hot_at_join"]]),
+        cohorts = {
+            "all": mine,
+            "old_pods_after_join": [r for r in mine if r.get("pod_new_since_s") is None and r["arrival_s"] >= join_s],
+            "new_pod": new,
+            "new_pod_first_5min": window,
+            "new_pod_before_first_tier_done": before,
+            "new_pod_first_hot_at_join": [r for r in new if r["first_hot_at_join"]],
             # a group's first request on the new pod: cached tokens there came from a warm-up
             # (or another group's shared blocks), not from the group's own earlier requests
-            "new_pod_first_of_group": summary(firsts),
-            "new_pod_groups_seen_before_join": summary(
-                [r for r in new if r["user"] in seen_before_join]),
-            "failed": sum(1 for r in records if r["arm"] == arm and r.get("error")),
+            "new_pod_first_of_group": firsts,
+            "new_pod_groups_seen_before_join": [r for r in new if r["user"] in seen_before_join],
         }
+        out[arm] = {key: summary(rs) for key, rs in cohorts.items()}
+        out[arm]["failed"] = sum(1 for r in records if r["arm"] == arm and r.get("error"))
+        for key, rs in cohorts.items():
+            samples.setdefault(key, {})[arm] = [r["ttft_ms"] for r in rs]
+    return out, samples
+
+
+def cohort_tests(samples: dict) -> dict:
+    """Each cohort's cold TTFTs against the warm arm's (the report's orientation: `mean_diff` > 0
+    when warm is faster), by the report's own rule: `prewarm-gateway compare` (Welch's t and
+    Mann-Whitney U, significant when both p < 0.01)."""
+    out = {}
+    for key, by in samples.items():
+        body = json.dumps({"arm": by.get("cold", []), "reference": by.get("warm", [])})
+        done = subprocess.run([str(bin_path("prewarm-gateway")), "compare"], input=body,
+                              capture_output=True, text=True, timeout=60, check=True)
+        out[key] = json.loads(done.stdout)
     return out
 
 
@@ -398,7 +422,7 @@ def main() -> int:
     # seconds since the join, times the time scale
     warm_done_trace_s = (args.join_s + (first_tier_done_ms - join_ms) / 1000 * args.time_scale
                          if first_tier_done_ms and join_ms else None)
-    by_arm = records_by_arm(records, args.join_s, warm_done_trace_s)
+    by_arm, samples = records_by_arm(records, args.join_s, warm_done_trace_s)
     access = access_log_by_arm(access_log, eid, new_pod_addresses, first_tier_done_ms)
     power = None
     sds = {arm: by_arm[arm]["new_pod"]["ttft_sd_ms"] for arm in ARMS}
@@ -421,6 +445,7 @@ def main() -> int:
         "polls": poller.polls,
         "replay": replay,
         "records_by_arm": records_by_arm_check(by_arm, final),
+        "records_cohort_tests": cohort_tests(samples),
         "access_log_by_arm": access,
         "power": power,
         "new_pod_warmup": warmups,
@@ -508,17 +533,18 @@ def print_table(result: dict, args) -> None:
           + ", ".join(f"{arm} {acc[arm]['to_new_pod']} ({acc[arm]['to_new_pod_before_first_tier_done']})" for arm in ARMS))
     ra = result["records_by_arm"]
     print("\nThe replay's records by arm (model time TTFT, the filter's arm_of on each record's user):")
-    print(f"{'':42}{'warm':>30}{'cold':>30}")
-    for key, label in (("all", "all"), ("old_pods_after_join", "old pods, after the join"),
-                       ("new_pod", "new pod"), ("new_pod_before_first_tier_done", "new pod, before its first tier"),
-                       ("new_pod_first_hot_at_join", "new pod, first of a prefix hot at join"),
-                       ("new_pod_first_of_group", "new pod, first of its group there"),
-                       ("new_pod_groups_seen_before_join", "new pod, groups seen before the join")):
+    tests = result["records_cohort_tests"]
+    print(f"{'':42}{'warm':>30}{'cold':>30}   welch p / M-W p")
+    for key, label in COHORTS:
         def cell(s: dict) -> str:
             return (f"{s['requests']} | {fmt(s['ttft_p50_ms'], '{:,.0f}')}/{fmt(s['ttft_p95_ms'], '{:,.0f}')} ms"
                     f" | {fmt(s['cached_ratio'], '{:.0%}')}")
-        print(f"{label:42}" + "".join(f"{cell(ra[arm][key]):>30}" for arm in ARMS))
-    print("  (requests | TTFT p50/p95 | cached-token ratio)")
+        t = tests.get(key, {})
+        verdict = (f"   {fmt(p_of(t, 'welch'), '{:.2g}')} / {fmt(p_of(t, 'mann_whitney'), '{:.2g}')}"
+                   + (" SIGNIFICANT" if t.get("significant") else ""))
+        print(f"{label:42}" + "".join(f"{cell(ra[arm][key]):>30}" for arm in ARMS) + verdict)
+    print("  (requests | TTFT p50/p95 | cached-token ratio; the tests: the report's rule on the cohort's cold vs warm TTFTs,"
+          " `prewarm-gateway compare`)")
     print("new pod: requests with cached tokens, of its groups' first requests there: "
           + ", ".join(f"{arm} {ra[arm]['new_pod_first_of_group']['with_cached_tokens']} of "
                       f"{ra[arm]['new_pod_first_of_group']['requests']}" for arm in ARMS)

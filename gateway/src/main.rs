@@ -1,5 +1,5 @@
-//! `prewarm-gateway`: `serve`, `check-config`, `plan`, `status` and `fingerprint`. See
-//! `docs/gateway-config.md`.
+//! `prewarm-gateway`: `serve`, `check-config`, `plan`, `status`, `fingerprint`, `arm` and
+//! `compare`. See `docs/gateway-config.md`.
 //!
 //! Exit codes: 0 success; 64 invalid configuration (every problem printed); 1 runtime failure;
 //! 2 bad command-line usage.
@@ -70,6 +70,31 @@ enum Command {
         #[arg(long)]
         experiment: String,
     },
+    /// Print (JSON) two samples compared by the experiment report's rule (Welch's t and
+    /// Mann-Whitney U, significant when both p < 0.01): reads `{"arm": [..], "reference": [..]}`
+    /// on stdin, for cohorts a tool holds itself.
+    Compare,
+}
+
+fn compare() -> ExitCode {
+    use prewarm_gateway::attribution::compare::{compare, Samples};
+    let samples: Samples = match serde_json::from_reader(std::io::stdin().lock()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("prewarm-gateway compare: stdin: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match compare(&samples) {
+        Ok(c) => {
+            println!("{}", serde_json::to_string(&c).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(problem) => {
+            eprintln!("prewarm-gateway compare: stdin: {problem}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn arm(experiment: &str) -> ExitCode {
@@ -245,6 +270,7 @@ fn main() -> ExitCode {
             jsonl,
         } => fingerprint(&model, block_tokens, jsonl),
         Command::Arm { experiment } => arm(&experiment),
+        Command::Compare => compare(),
         Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
             rt.block_on(prewarm_gateway::status::run(args))
         }),

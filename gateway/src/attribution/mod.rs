@@ -1,8 +1,10 @@
 //! Attribution of experiments: the filters' outcome records (`OutcomeRecord`, one per request,
 //! measured at the proxy) summed in an [`ledger::OutcomeLedger`], and the per-arm report with
 //! its significance tests ([`report`], [`stats`]), the grey release's decisions ([`release`]) and
-//! the warm-up's latency per key they read ([`warmup`]). See docs/experiments.md#outcomes.
+//! the warm-up's latency per key they read ([`warmup`]); two samples held elsewhere compared by
+//! the same rule ([`compare`]). See docs/experiments.md#outcomes.
 
+pub mod compare;
 pub mod ledger;
 pub mod release;
 pub mod report;

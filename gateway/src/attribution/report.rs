@@ -18,7 +18,7 @@
 use serde::Serialize;
 
 use super::ledger::{Bucket, OutcomeLedger, HOUR_MS};
-use super::stats::{mann_whitney, quantile, requests_for, welch, Test};
+use super::stats::{mann_whitney, quantile, requests_for, welch, Moments, Test};
 use crate::policy::fleet::RunningExperiment;
 
 /// The p-value below which an arm differs significantly.
@@ -145,6 +145,32 @@ pub fn new_pods_label(arm_label: &str) -> String {
 /// The suffix of the new pods' labels.
 pub const NEW_PODS: &str = "@new";
 
+/// Both tests of one sample against another, and the report's rule on them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Verdict {
+    pub welch: Option<TestResult>,
+    pub mann_whitney: Option<TestResult>,
+    /// Both tests below [`SIGNIFICANCE`].
+    pub significant: bool,
+}
+
+/// Welch's test on the moments and Mann-Whitney's on the samples of `arm` against `reference`:
+/// the rule of every comparison of the report.
+pub fn verdict(
+    arm: &Moments,
+    arm_sample: &[f64],
+    reference: &Moments,
+    reference_sample: &[f64],
+) -> Verdict {
+    let w = welch(arm, reference);
+    let m = mann_whitney(arm_sample, reference_sample);
+    Verdict {
+        welch: w.map(TestResult::from),
+        mann_whitney: m.map(TestResult::from),
+        significant: w.is_some_and(|t| t.p < SIGNIFICANCE) && m.is_some_and(|t| t.p < SIGNIFICANCE),
+    }
+}
+
 /// The arms and comparisons of the records under `labels` (name, label) since `start`.
 fn cohort(
     ledger: &OutcomeLedger,
@@ -161,10 +187,13 @@ fn cohort(
     let mut comparisons = Vec::new();
     if let (Some((reference, _)), Some(ref_total)) = (labels.first(), totals.first()) {
         for ((name, _), total) in labels.iter().zip(&totals).skip(1) {
-            let w = welch(&total.ttfb, &ref_total.ttfb);
-            let m = mann_whitney(&total.sample, &ref_total.sample);
-            let significant =
-                w.is_some_and(|t| t.p < SIGNIFICANCE) && m.is_some_and(|t| t.p < SIGNIFICANCE);
+            let v = verdict(
+                &total.ttfb,
+                &total.sample,
+                &ref_total.ttfb,
+                &ref_total.sample,
+            );
+            let significant = v.significant;
             let diff = mean(total).zip(mean(ref_total)).map(|(a, r)| a - r);
             comparisons.push(Comparison {
                 arm: name.clone(),
@@ -172,8 +201,8 @@ fn cohort(
                 ttfb_mean_diff_ms: diff,
                 arm_vs_before_ms: mean(total).zip(mean(before)).map(|(a, b)| a - b),
                 reference_vs_before_ms: mean(ref_total).zip(mean(before)).map(|(r, b)| r - b),
-                welch: w.map(TestResult::from),
-                mann_whitney: m.map(TestResult::from),
+                welch: v.welch,
+                mann_whitney: v.mann_whitney,
                 significant,
                 better: significant && diff.is_some_and(|d| d < 0.0),
                 worse: significant && diff.is_some_and(|d| d > 0.0),

@@ -1,0 +1,118 @@
+//! Two samples compared by the report's rule ([`report::verdict`]), for tools that hold the
+//! samples themselves (`prewarm-gateway compare`): a benchmark's per-request cohorts that the
+//! gateway does not label (a new pod's first request of each prefix), a client's own records.
+//! One implementation of the tests and of "significant", whoever asks.
+
+use serde::{Deserialize, Serialize};
+
+use super::report::{verdict, TestResult, POWER, SIGNIFICANCE};
+use super::stats::{requests_for, Moments};
+
+/// The most values a side may have (the report's own samples are smaller).
+pub const MAX_VALUES: usize = 1_000_000;
+
+/// The input: `arm`'s values against `reference`'s (the report's orientation: a positive
+/// difference means the arm's values are the larger).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Samples {
+    pub arm: Vec<f64>,
+    pub reference: Vec<f64>,
+}
+
+/// What `prewarm-gateway compare` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SampleComparison {
+    pub arm_n: u64,
+    pub reference_n: u64,
+    pub arm_mean: Option<f64>,
+    pub reference_mean: Option<f64>,
+    /// The arm's mean minus the reference's.
+    pub mean_diff: Option<f64>,
+    pub welch: Option<TestResult>,
+    pub mann_whitney: Option<TestResult>,
+    /// Both tests below [`SIGNIFICANCE`].
+    pub significant: bool,
+    pub significance: f64,
+    /// Values a side Welch's test needs at [`POWER`] if the observed difference holds.
+    pub values_needed: Option<u64>,
+}
+
+/// Compares `s.arm` with `s.reference`; a side with too many values is an error naming it.
+pub fn compare(s: &Samples) -> Result<SampleComparison, String> {
+    for (field, values) in [("arm", &s.arm), ("reference", &s.reference)] {
+        if values.len() > MAX_VALUES {
+            return Err(format!(
+                "{field}: {} values, at most {MAX_VALUES}",
+                values.len()
+            ));
+        }
+    }
+    let moments = |values: &[f64]| {
+        let mut m = Moments::default();
+        values.iter().for_each(|&x| m.push(x));
+        m
+    };
+    let (a, r) = (moments(&s.arm), moments(&s.reference));
+    let mean = |m: &Moments| (m.n > 0).then_some(m.mean);
+    let v = verdict(&a, &s.arm, &r, &s.reference);
+    Ok(SampleComparison {
+        arm_n: a.n,
+        reference_n: r.n,
+        arm_mean: mean(&a),
+        reference_mean: mean(&r),
+        mean_diff: mean(&a).zip(mean(&r)).map(|(a, r)| a - r),
+        welch: v.welch,
+        mann_whitney: v.mann_whitney,
+        significant: v.significant,
+        significance: SIGNIFICANCE,
+        values_needed: requests_for(&a, &r, SIGNIFICANCE, POWER),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(centre: f64, n: usize) -> Vec<f64> {
+        (0..n).map(|i| centre + (i % 20) as f64).collect()
+    }
+
+    #[test]
+    fn a_clearly_larger_sample_is_significant_and_an_equal_one_is_not() {
+        let larger = compare(&Samples {
+            arm: spread(100.0, 200),
+            reference: spread(50.0, 200),
+        })
+        .unwrap();
+        assert!(larger.significant, "{larger:?}");
+        assert!(larger.mean_diff.unwrap() > 49.0);
+        let equal = compare(&Samples {
+            arm: spread(50.0, 200),
+            reference: spread(50.0, 200),
+        })
+        .unwrap();
+        assert!(!equal.significant, "{equal:?}");
+        assert!(equal.welch.unwrap().p > 0.5 && equal.mann_whitney.unwrap().p > 0.5);
+    }
+
+    #[test]
+    fn tiny_samples_have_no_verdict() {
+        let c = compare(&Samples {
+            arm: vec![1.0],
+            reference: vec![],
+        })
+        .unwrap();
+        assert!(!c.significant && c.welch.is_none() && c.reference_mean.is_none());
+    }
+
+    #[test]
+    fn a_side_over_the_limit_is_refused_by_name() {
+        let e = compare(&Samples {
+            arm: vec![],
+            reference: vec![0.0; MAX_VALUES + 1],
+        })
+        .unwrap_err();
+        assert!(e.starts_with("reference:"), "{e}");
+    }
+}
