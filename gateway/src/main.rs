@@ -77,15 +77,7 @@ enum Command {
 }
 
 fn compare() -> ExitCode {
-    use prewarm_gateway::attribution::compare::{compare, Samples};
-    let samples: Samples = match serde_json::from_reader(std::io::stdin().lock()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("prewarm-gateway compare: stdin: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match compare(&samples) {
+    match prewarm_gateway::attribution::compare::compare_input(std::io::stdin().lock()) {
         Ok(c) => {
             println!("{}", serde_json::to_string(&c).unwrap_or_default());
             ExitCode::SUCCESS

@@ -10,6 +10,8 @@ use super::stats::{requests_for, Moments};
 
 /// The most values a side may have (the report's own samples are smaller).
 pub const MAX_VALUES: usize = 1_000_000;
+/// The most bytes of input read: room for both sides at the limit, ~25 bytes a value.
+pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// The input: `arm`'s values against `reference`'s (the report's orientation: a positive
 /// difference means the arm's values are the larger).
@@ -36,6 +38,21 @@ pub struct SampleComparison {
     pub significance: f64,
     /// Values a side Welch's test needs at [`POWER`] if the observed difference holds.
     pub values_needed: Option<u64>,
+}
+
+/// Reads the input (JSON, at most [`MAX_INPUT_BYTES`]) and compares its two samples.
+pub fn compare_input(input: impl std::io::Read) -> Result<SampleComparison, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    input
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!("more than {MAX_INPUT_BYTES} bytes"));
+    }
+    let samples: Samples = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    compare(&samples)
 }
 
 /// Compares `s.arm` with `s.reference`; a side with too many values is an error naming it.
@@ -73,6 +90,7 @@ pub fn compare(s: &Samples) -> Result<SampleComparison, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn spread(centre: f64, n: usize) -> Vec<f64> {
         (0..n).map(|i| centre + (i % 20) as f64).collect()
@@ -104,6 +122,16 @@ mod tests {
         })
         .unwrap();
         assert!(!c.significant && c.welch.is_none() && c.reference_mean.is_none());
+    }
+
+    #[test]
+    fn input_over_the_byte_limit_or_malformed_is_refused() {
+        let huge = std::io::repeat(b' ').take(MAX_INPUT_BYTES + 1);
+        assert!(compare_input(huge).unwrap_err().starts_with("more than"));
+        let e = compare_input(&br#"{"arm": [1], "ref": []}"#[..]).unwrap_err();
+        assert!(e.contains("unknown field `ref`"), "{e}");
+        let ok = compare_input(&br#"{"arm": [1, 2, 3], "reference": [4, 5, 6]}"#[..]).unwrap();
+        assert_eq!(ok.mean_diff, Some(-3.0));
     }
 
     #[test]
