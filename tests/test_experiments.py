@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
-from harness import bin_path, wait_until
-from harness.gateway import READ_TOKEN, start_gateway
+from harness import wait_until
+from harness.gateway import READ_TOKEN, arms_of, compare, compare_run, start_gateway
 from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, question_text as question
 
 ARM_HEADER = "x-prewarm-arm"
@@ -143,12 +142,8 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
             assert arms.setdefault(user, arm) == arm, f"{user} changed arm"
         assert set(arms.values()) == {"exp/prefix", "exp/other"}, arms
         # `prewarm-gateway arm` (core's rule, for tools) gives every user the arm the filter gave
-        users = sorted(arms)
-        out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment",
-                              json.dumps(experiment("exp", (0.5, 0.5), {"routing": "off"}))],
-                             input="".join(json.dumps(u) + "\n" for u in users),
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        assert [f"exp/{json.loads(line)}" for line in out.splitlines()] == [arms[u] for u in users]
+        assert {u: f"exp/{a}" for u, a in arms_of(experiment("exp", (0.5, 0.5), {"routing": "off"}),
+                                                  list(arms)).items()} == arms
         off = sum(3 for a in arms.values() if a == "exp/other")
         assert stack.envoy.metric("prewarm.unrouted.arm_off") - unrouted_before == off
         assert stack.envoy.metric("prewarm.experiment.assigned") >= 60
@@ -168,10 +163,7 @@ def test_an_arm_without_keep_warm_leaves_its_prefixes_to_the_pods_caches(tmp_pat
         assert r.status_code == 201, r.text
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
         candidates = [f"user-{n}" for n in range(40)]
-        out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(definition)],
-                             input="".join(json.dumps(u) + "\n" for u in candidates),
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        arm_of = dict(zip(candidates, (json.loads(line) for line in out.splitlines())))
+        arm_of = arms_of(definition, candidates)
         users = {arm: next(u for u in candidates if arm_of[u] == arm) for arm in ("prefix", "other")}
         templates = {"prefix": 7101, "other": 7102}
         for arm, user in users.items():
@@ -368,14 +360,6 @@ def test_a_release_whose_warm_up_is_slow_is_rolled_back_and_a_fast_one_is_not(tm
             p.stop()
 
 
-def arms_of(definition: dict, units: list[str]) -> dict[str, str]:
-    """core's `Experiment::arm_of` for each unit, through `prewarm-gateway arm`."""
-    out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(definition)],
-                         input="".join(json.dumps(u) + "\n" for u in units),
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return dict(zip(units, (json.loads(line) for line in out.splitlines())))
-
-
 def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_residency_rule(tmp_path):
     """`unit: "tenant"`: through the real Envoy and filter, every user of a tenant gets the
     tenant's arm and a request without a tenant gets none; the gateway gives each registered
@@ -423,21 +407,16 @@ def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_re
         stack.close()
 
 
-def compare(body: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(bin_path("prewarm-gateway")), "compare"], input=body,
-                          capture_output=True, text=True, timeout=30)
-
-
 def test_compare_applies_the_reports_rule_to_samples_a_tool_holds():
     """`prewarm-gateway compare`: two samples in, the report's tests and verdict out; a shifted
     sample is significant, the same sample is not; bad input is exit 2 naming the field."""
     base = [100.0 + (i * 37) % 50 for i in range(150)]
-    shifted = json.loads(compare(json.dumps({"arm": [x + 40 for x in base], "reference": base})).stdout)
+    shifted = compare([x + 40 for x in base], base)
     assert shifted["significant"] and shifted["mean_diff"] == pytest.approx(40.0), shifted
     assert shifted["welch"]["p"] < 0.01 and shifted["mann_whitney"]["p"] < 0.01
-    same = json.loads(compare(json.dumps({"arm": base, "reference": base})).stdout)
+    same = compare(base, base)
     assert not same["significant"] and same["welch"]["p"] > 0.9, same
     for body, field in (('{"arm": [1], "referenc": [2]}', "referenc"), ('{"arm": ["x"], "reference": []}', "line 1"),
                         (json.dumps({"arm": [], "reference": [0.0] * 1_000_001}), "reference:")):
-        done = compare(body)
+        done = compare_run(body)
         assert done.returncode == 2 and field in done.stderr, (body[:60], done.stderr)

@@ -53,7 +53,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import demo  # noqa: E402  (tools/demo.py: the slice, the stack's settings, the replay)
 from demo import (PROFILE, fleet_observations, joining,  # noqa: E402
                   log, new_pod_ids, replayer, trace_args)
-from harness import bin_path, wait_until  # noqa: E402
+from harness import wait_until  # noqa: E402
+from harness.gateway import arms_of, compare  # noqa: E402
 from harness.envoy import _http_manager  # noqa: E402
 from harness.stack import Stack, StackSpec, pod_metric  # noqa: E402
 
@@ -102,18 +103,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-minutes", type=float, default=15.0, help="the whole run is stopped after this")
     p.add_argument("--out", type=Path, default=REPO / "out" / "bench-experiment")
     return p.parse_args()
-
-
-# --- the filter's arm assignment, for the per-request breakdown ---
-
-def arms_of(units: list[str], experiment: dict) -> dict[str, str]:
-    """The arm the filter gives each unit: core's `Experiment::arm_of`, through the gateway
-    binary's `arm` command (one implementation of the rule)."""
-    distinct = sorted(set(units))
-    lines = "".join(json.dumps(u) + "\n" for u in distinct)
-    out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(experiment)],
-                         input=lines, capture_output=True, text=True, timeout=60, check=True).stdout
-    return dict(zip(distinct, (json.loads(line) or None for line in out.splitlines())))
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -289,13 +278,7 @@ def cohort_tests(samples: dict) -> dict:
     """Each cohort's cold TTFTs against the warm arm's (the report's orientation: `mean_diff` > 0
     when warm is faster), by the report's own rule: `prewarm-gateway compare` (Welch's t and
     Mann-Whitney U, significant when both p < 0.01)."""
-    out = {}
-    for key, by in samples.items():
-        body = json.dumps({"arm": by.get("cold", []), "reference": by.get("warm", [])})
-        done = subprocess.run([str(bin_path("prewarm-gateway")), "compare"], input=body,
-                              capture_output=True, text=True, timeout=60, check=True)
-        out[key] = json.loads(done.stdout)
-    return out
+    return {key: compare(by.get("cold", []), by.get("warm", [])) for key, by in samples.items()}
 
 
 def access_log_by_arm(path: Path, experiment_id: str, new_pod_addresses: set[str],
@@ -411,7 +394,7 @@ def main() -> int:
         stack.stop()
 
     records = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
-    arm_by_user = arms_of([r["user"] for r in records], definition)
+    arm_by_user = arms_of(definition, [r["user"] for r in records])
     for r in records:
         r["arm"] = arm_by_user.get(r["user"])
     # the first tiers were all done when the last was (None while one was not)

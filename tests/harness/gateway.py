@@ -11,7 +11,9 @@
   `/v1/routing` and `/v1/embeddings/warm`), as a dashboard or a filter would; `Gateway.signals(batch)` posts a signal batch
   with the signal token, as a filter does.
 - `fingerprint(model, text)` is core's block chain of `text` (hex hashes), from the gateway
-  binary's `fingerprint` command: what a filter would signal for it.
+  binary's `fingerprint` command: what a filter would signal for it; `arms_of(definition,
+  units)` the arm the filters give each unit (`arm`); `compare(arm, reference)` two samples by
+  the experiment report's rule (`compare`).
 - `to_toml(dict)` renders the small TOML subset the gateway's configuration uses.
 
 The caller stops the process (`gw.proc.stop()`: SIGTERM, SIGKILL after a grace period).
@@ -105,6 +107,30 @@ def fingerprint(model: str, text: str, block_tokens: int = 64) -> list[str]:
                           "--block-tokens", str(block_tokens)],
                          input=text.encode(), capture_output=True, timeout=30, check=True).stdout
     return json.loads(out)["blocks"]
+
+
+def arms_of(definition: dict, units: list[str]) -> dict[str, Optional[str]]:
+    """The arm the filters give each unit in experiment `definition`: core's
+    `Experiment::arm_of`, through `prewarm-gateway arm` (one implementation of the rule)."""
+    distinct = sorted(set(units))
+    out = subprocess.run([str(bin_path("prewarm-gateway")), "arm", "--experiment", json.dumps(definition)],
+                         input="".join(json.dumps(u) + "\n" for u in distinct),
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return dict(zip(distinct, (json.loads(line) or None for line in out.splitlines())))
+
+
+def compare_run(body: str) -> subprocess.CompletedProcess:
+    """`prewarm-gateway compare` on the JSON `body` (`{"arm": [...], "reference": [...]}`)."""
+    return subprocess.run([str(bin_path("prewarm-gateway")), "compare"], input=body,
+                          capture_output=True, text=True, timeout=60)
+
+
+def compare(arm: list[float], reference: list[float]) -> dict:
+    """Two samples by the experiment report's rule (Welch's t, Mann-Whitney U, `significant`
+    when both p < 0.01)."""
+    done = compare_run(json.dumps({"arm": arm, "reference": reference}))
+    done.check_returncode()
+    return json.loads(done.stdout)
 
 
 def write_config(tmp_path: Path, config: Union[dict, str], name: str) -> Path:
