@@ -223,6 +223,9 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
         assert (c["arm"], c["reference"]) == ("other", "prefix")
         assert c["significant"] and c["worse"] and not c["better"], c
         assert c["welch"]["p"] < 0.01 and c["mann_whitney"]["p"] < 0.01, c
+        # every prompt here is a template of one size and a question of one length: no prompt
+        # length to adjust for, so no adjusted comparison (rather than one by a made-up slope)
+        assert c["prompt_adjusted"] is None, c
         assert report["hours"] and sum(a["requests"] for a in report["hours"][-1]["arms"]) > 0
         text = stack.gateway.get("/metrics").text
         assert 'prewarm_experiment_p_value{experiment="ab",arm="other",cohort="all",test="welch"}' in text
@@ -234,12 +237,55 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
         events = wait_until(
             lambda: [e["event"] for e in stack.gateway.get("/admin/experiments/ab").json()["events"]
                      if "significantly" in e["event"]] or None, 10, what="the significance event")
-        assert len(events) == 1 and events[0].startswith("arm other significantly slower than prefix after "), events
-        print(f"\n{events[0]}; requests needed an arm at 80 % power: {c['requests_needed']}")
+        raw = [e for e in events if "adjusted for prompt length" not in e]
+        assert len(raw) == 1 and raw[0].startswith("arm other significantly slower than prefix after "), events
+        assert all(" faster " not in e for e in events), events
+        print(f"\n{raw[0]}; requests needed an arm at 80 % power: {c['requests_needed']}")
         print(f"\nA/B prefix vs routing off over {sent} requests: ttfb p50 {prefix['ttfb_p50_ms']} vs "
               f"{off['ttfb_p50_ms']} ms, p95 {prefix['ttfb_p95_ms']} vs {off['ttfb_p95_ms']} ms, cached "
               f"{prefix['cached_token_ratio']:.2f} vs {off['cached_token_ratio']:.2f}, welch p "
               f"{c['welch']['p']:.2e}, mann-whitney p {c['mann_whitney']['p']:.2e}")
+    finally:
+        stack.close()
+
+
+def test_a_new_pods_first_requests_of_hot_prefixes_are_a_cohort_of_their_own(tmp_path):
+    """Each of 40 users asks about its own template twice (a hot prefix), then a third pod joins
+    and each asks twice more. The report's `new_pods.first_requests` holds exactly the first of
+    those the new pod served of each template (the prefix identity in the outcome records is the
+    prompt's routing key, the same in both arms), and none of the pod's second requests."""
+    spec = StackSpec(pods=2, spare_pods=1, podsim_flags=["--time-scale", "1", "--prefill-overhead-ms", "2",
+                                                         "--per-token-us", "20"])
+    stack = Stack(tmp_path, spec).start()
+    try:
+        r = stack.gateway.admin("POST", "/admin/experiments", json=experiment("firsts"))
+        assert r.status_code == 201, r.text
+        stack.wait_envoy_routes(*[p.address for p in stack.pods])
+        users = range(40)
+        for u in users:
+            for k in range(2):
+                stack.completion(question(3000 + u, k), user=f"user-{u}")
+        new = stack.join_spare(0)
+        wait_until(lambda: new.id in stack.routed_ids(), 60, interval=0.1, what="the new pod routed")
+        stack.wait_envoy_routes(new.address)
+        on_new: dict[int, int] = {}
+        for u in users:
+            for k in (2, 3):
+                pod, _ = stack.completion(question(3000 + u, k), user=f"user-{u}")
+                if pod is new:
+                    on_new[u] = on_new.get(u, 0) + 1
+        assert on_new, "no template moved to the new pod"
+        want = {"new_pods": sum(on_new.values()), "first_requests": len(on_new)}
+
+        def counts():
+            rep = stack.gateway.get("/admin/experiments/firsts").json()["report"]
+            got = {"new_pods": sum(a["requests"] for a in rep["new_pods"]["arms"]),
+                   "first_requests": sum(a["requests"] for a in rep["new_pods"]["first_requests"]["arms"])}
+            return got == want and rep
+        report = wait_until(counts, 30, interval=0.2, what=f"the cohorts at {want}")
+        assert report["new_pods"]["pods"] == [new.id]
+        text = stack.gateway.get("/metrics").text
+        assert 'cohort="new_pods_first_requests"' in text
     finally:
         stack.close()
 

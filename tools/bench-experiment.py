@@ -69,7 +69,6 @@ def experiment(experiment_id: str) -> dict:
         {"name": "cold", "weight": 0.5, "settings": {"warmup": False, "routing": "prefix"}},
     ]}
 
-SIGNIFICANCE = 0.01
 FILTER_METRICS = ["prewarm.experiment.assigned", "prewarm.experiment.no_unit",
                   "prewarm.experiment.signals_withheld", "prewarm.outcomes.enqueued",
                   "prewarm.outcomes.sent", "prewarm.outcomes.dropped", "prewarm.signals.sent",
@@ -131,10 +130,29 @@ def p_of(c: Optional[dict], test: str) -> Optional[float]:
     return t["p"] if t else None
 
 
+# The report's cohorts on the new pods (all their requests; their first requests of hot
+# prefixes) and the two readings of each comparison (raw; adjusted for prompt length).
+COHORTS_NEW = (("new_pods", "new pods"), ("first_requests", "new pods' first requests of hot prefixes"))
+READINGS = (("raw", ""), ("adjusted", " adjusted for prompt length"))
+
+
+def cohort_of(new: dict, cohort: str) -> dict:
+    """The report's `new_pods` or its `first_requests` part."""
+    return new if cohort == "new_pods" else new.get("first_requests") or {"arms": [], "comparisons": []}
+
+
+def comparison_of(new: dict, cohort: str, reading: str) -> Optional[dict]:
+    """The cold-vs-warm comparison of a new-pod cohort, raw or adjusted for prompt length."""
+    comps = cohort_of(new, cohort)["comparisons"]
+    c = comps[0] if comps else None
+    return c if reading == "raw" else (c or {}).get("prompt_adjusted")
+
+
 class Poller(threading.Thread):
     """Polls the experiment's report (and the new pod's warm-up) every `every_s` seconds until
-    stopped or `deadline` (monotonic); keeps every poll and the first at which the new pods'
-    comparison is significant (both tests p < 0.01), in either direction and with the warm arm
+    stopped or `deadline` (monotonic); keeps every poll and, for each comparison of the new
+    pods' cohorts, raw and adjusted for prompt length (`new_pods/raw` ...), the first at which
+    it is significant (both tests p < 0.01), in either direction and with the warm arm
     faster."""
 
     def __init__(self, stack: Stack, experiment_id: str, every_s: float, deadline: float):
@@ -143,8 +161,8 @@ class Poller(threading.Thread):
         self.stop_event = threading.Event()
         self.started = time.monotonic()
         self.polls: list[dict] = []
-        self.first_significant: Optional[dict] = None
-        self.first_warm_better: Optional[dict] = None
+        self.first_significant: dict[str, dict] = {}
+        self.first_warm_better: dict[str, dict] = {}
         self.last_counts: tuple = ()
 
     def run(self) -> None:
@@ -172,6 +190,8 @@ class Poller(threading.Thread):
             "new_pod_cached": {a["arm"]: a["cached_token_ratio"] for a in new["arms"]},
             "new_pods": new["pods"],
             "new_pod_comparison": c,
+            "first_requests": {a["arm"]: a["requests"] for a in cohort_of(new, "first_requests")["arms"]},
+            "new_pods_report": new,
             "comparison": report["comparisons"][0] if report["comparisons"] else None,
             "routed": [p["id"] for p in table["pods"]],
             "warming": [p["id"] for p in table.get("warming", [])],
@@ -188,18 +208,32 @@ class Poller(threading.Thread):
         if c:
             line += (f", cold-warm mean {fmt(c['ttfb_mean_diff_ms'], '{:+.0f} ms')}, welch p {fmt(w, '{:.2g}')}, "
                      f"mann-whitney p {fmt(m, '{:.2g}')}")
+            a = c.get("prompt_adjusted")
+            if a:
+                line += (f"; adjusted for prompt length {a['ttfb_mean_diff_ms']:+.0f} ms, "
+                         f"p {fmt(p_of(a, 'welch'), '{:.2g}')} / {fmt(p_of(a, 'mann_whitney'), '{:.2g}')}")
+        fc = comparison_of(new, "first_requests", "raw")
+        line += (f" | first requests of hot prefixes: warm {entry['first_requests'].get('warm', 0)}"
+                 f" cold {entry['first_requests'].get('cold', 0)}")
+        if fc:
+            line += f", p {fmt(p_of(fc, 'welch'), '{:.2g}')} / {fmt(p_of(fc, 'mann_whitney'), '{:.2g}')}"
         if warmup:
             line += f" | {first_new} warm-up {warmup['phase']} (routable {warmup['routable']})"
         counts = (tuple(entry["new_pod_requests"].items()), bool(warmup and warmup["routable"]))
         if counts != self.last_counts or len(self.polls) % 5 == 0:
             log(line)
         self.last_counts = counts
-        if w is not None and m is not None and w < SIGNIFICANCE and m < SIGNIFICANCE:
-            if self.first_significant is None:
-                self.first_significant = entry
-                log(f"new pods: significant at this poll ({'warm' if c['ttfb_mean_diff_ms'] > 0 else 'cold'} faster)")
-            if c["ttfb_mean_diff_ms"] > 0 and self.first_warm_better is None:
-                self.first_warm_better = entry
+        for cohort, label in COHORTS_NEW:
+            for reading, how in READINGS:
+                comp = comparison_of(new, cohort, reading)
+                if not (comp and comp["significant"]):
+                    continue
+                key, warm_faster = f"{cohort}/{reading}", comp["ttfb_mean_diff_ms"] > 0
+                if key not in self.first_significant:
+                    self.first_significant[key] = entry
+                    log(f"{label}{how}: significant at this poll ({'warm' if warm_faster else 'cold'} faster)")
+                if warm_faster:
+                    self.first_warm_better.setdefault(key, entry)
 
 
 def fmt(v, spec: str = "{:.0f}", none: str = "-") -> str:
@@ -227,7 +261,7 @@ COHORTS = (("all", "all"), ("old_pods_after_join", "old pods, after the join"),
 def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Optional[float]) -> tuple[dict, dict]:
     """The replay's own records (model time) by arm: all, on the new pod, and on the new pod
     before/after its first tier was done, and its first requests of prefixes hot at the join;
-    and each cohort's TTFTs by arm (for `cohort_tests`)."""
+    and each cohort's (TTFT, prompt tokens) by arm (for `cohort_tests`)."""
     out: dict = {}
     samples: dict = {}
     seen_before_join = {r["user"] for r in records if r["arrival_s"] < join_s}
@@ -270,15 +304,22 @@ def records_by_arm(records: list[dict], join_s: float, warm_done_trace_s: Option
         out[arm] = {key: summary(rs) for key, rs in cohorts.items()}
         out[arm]["failed"] = sum(1 for r in records if r["arm"] == arm and r.get("error"))
         for key, rs in cohorts.items():
-            samples.setdefault(key, {})[arm] = [r["ttft_ms"] for r in rs]
+            samples.setdefault(key, {})[arm] = [(r["ttft_ms"], r["prompt_tokens"]) for r in rs]
     return out, samples
 
 
 def cohort_tests(samples: dict) -> dict:
     """Each cohort's cold TTFTs against the warm arm's (the report's orientation: `mean_diff` > 0
     when warm is faster), by the report's own rule: `prewarm-gateway compare` (Welch's t and
-    Mann-Whitney U, significant when both p < 0.01)."""
-    return {key: compare(by.get("cold", []), by.get("warm", [])) for key, by in samples.items()}
+    Mann-Whitney U, significant when both p < 0.01), raw and adjusted for prompt length."""
+    def side(arm: str, key: str) -> tuple[list, list]:
+        pairs = samples[key].get(arm, [])
+        return [t for t, _ in pairs], [p for _, p in pairs]
+    out = {}
+    for key in samples:
+        (cold, cold_prompts), (warm, warm_prompts) = side("cold", key), side("warm", key)
+        out[key] = compare(cold, warm, cold_prompts, warm_prompts)
+    return out
 
 
 def access_log_by_arm(path: Path, experiment_id: str, new_pod_addresses: set[str],
@@ -460,7 +501,6 @@ def print_table(result: dict, args) -> None:
     arms = {a["arm"]: a for a in rep["arms"]}
     new = {a["arm"]: a for a in rep["new_pods"]["arms"]}
     c = rep["comparisons"][0] if rep["comparisons"] else None
-    nc = rep["new_pods"]["comparisons"][0] if rep["new_pods"]["comparisons"] else None
     w = result["run"]
     print()
     print(f"bench-experiment: {w['requests']} mooncake-synthetic requests (trace 0-{w['until_s']:g}s) at x{w['time_scale']:g}, "
@@ -487,19 +527,28 @@ def print_table(result: dict, args) -> None:
                 + ("SIGNIFICANT (both p < 0.01)" if comp["significant"] else "not significant")
                 + f"; requests an arm needs for p < 0.01 at 80 % power: {fmt(comp.get('requests_needed'), '{:,}')}")
     print(f"overall:  {verdict(c)}")
-    print(f"new pods ({', '.join(rep['new_pods']['pods']) or 'none'}): {verdict(nc)}")
-    first = result["first_significant_new_pods"]
-    if first:
-        n = first["new_pod_requests"]
-        d = first["new_pod_comparison"]["ttfb_mean_diff_ms"]
-        print(f"new pods first significant at poll t={first['t_s']:.0f} s: after {sum(n.values())} new-pod requests "
-              f"(warm {n.get('warm', 0)}, cold {n.get('cold', 0)}), {'warm' if d > 0 else 'cold'} faster")
-        wb = result["first_warm_better_new_pods"]
-        if wb is not first:
-            print("  warm arm better at p < 0.01: " + (
-                f"after {sum(wb['new_pod_requests'].values())} new-pod requests" if wb else "never"))
-    else:
-        print("new pods: not significant at any poll (both tests p < 0.01 never held)")
+    print(f"new pods: {', '.join(rep['new_pods']['pods']) or 'none'}")
+    for cohort, label in COHORTS_NEW:
+        n = {a["arm"]: a["requests"] for a in cohort_of(rep["new_pods"], cohort)["arms"]}
+        print(f"{label} (warm {n.get('warm', 0)}, cold {n.get('cold', 0)} requests):")
+        for reading, how in READINGS:
+            comp = comparison_of(rep["new_pods"], cohort, reading)
+            slope = f" ({comp['ms_per_1k_prompt_tokens']:.1f} ms a 1,000 prompt tokens)" if reading == "adjusted" and comp else ""
+            print(f"  {reading}{slope}: {verdict(comp)}")
+            key = f"{cohort}/{reading}"
+            first = result["first_significant_new_pods"].get(key)
+            if not first:
+                print("    not significant at any poll (both tests p < 0.01 never held)")
+                continue
+            def requests(poll: dict) -> int:
+                return sum(a["requests"] for a in cohort_of(poll["new_pods_report"], cohort)["arms"])
+            d = comparison_of(first["new_pods_report"], cohort, reading)["ttfb_mean_diff_ms"]
+            print(f"    first significant at poll t={first['t_s']:.0f} s: after {requests(first)} requests "
+                  f"of the cohort, {'warm' if d > 0 else 'cold'} faster")
+            wb = result["first_warm_better_new_pods"].get(key)
+            if wb is not first:
+                print("    warm arm better at p < 0.01: " + (
+                    f"after {requests(wb)} requests of the cohort" if wb else "never"))
     join = w["join_wall_ms"]
     for pod, ws in result["new_pod_warmup"].items():
         if not ws:
@@ -517,17 +566,20 @@ def print_table(result: dict, args) -> None:
     ra = result["records_by_arm"]
     print("\nThe replay's records by arm (model time TTFT, the filter's arm_of on each record's user):")
     tests = result["records_cohort_tests"]
-    print(f"{'':42}{'warm':>30}{'cold':>30}   welch p / M-W p")
+    print(f"{'':42}{'warm':>30}{'cold':>30}   welch p / M-W p (raw; adjusted for prompt length)")
     for key, label in COHORTS:
         def cell(s: dict) -> str:
             return (f"{s['requests']} | {fmt(s['ttft_p50_ms'], '{:,.0f}')}/{fmt(s['ttft_p95_ms'], '{:,.0f}')} ms"
                     f" | {fmt(s['cached_ratio'], '{:.0%}')}")
         t = tests.get(key, {})
+        a = t.get("prompt_adjusted") or {}
         verdict = (f"   {fmt(p_of(t, 'welch'), '{:.2g}')} / {fmt(p_of(t, 'mann_whitney'), '{:.2g}')}"
-                   + (" SIGNIFICANT" if t.get("significant") else ""))
+                   + (" SIGNIFICANT" if t.get("significant") else "")
+                   + f"; adjusted {fmt(p_of(a, 'welch'), '{:.2g}')} / {fmt(p_of(a, 'mann_whitney'), '{:.2g}')}"
+                   + (" SIGNIFICANT" if a.get("significant") else ""))
         print(f"{label:42}" + "".join(f"{cell(ra[arm][key]):>30}" for arm in ARMS) + verdict)
     print("  (requests | TTFT p50/p95 | cached-token ratio; the tests: the report's rule on the cohort's cold vs warm TTFTs,"
-          " `prewarm-gateway compare`)")
+          " `prewarm-gateway compare`, raw and adjusted for prompt length)")
     print("new pod: requests with cached tokens, of its groups' first requests there: "
           + ", ".join(f"{arm} {ra[arm]['new_pod_first_of_group']['with_cached_tokens']} of "
                       f"{ra[arm]['new_pod_first_of_group']['requests']}" for arm in ARMS)

@@ -225,6 +225,12 @@ pub struct OutcomeRecord {
     /// `--enable-prompt-tokens-details`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+    /// The prompt's routing key (core's `BlockChain::routing_key`: the chain hash of its first
+    /// 512-token shard's last full block): a prefix identity every arm computes alike, whatever
+    /// it routes by, so the gateway can tell a pod's first request of a prefix; `None` for a
+    /// prompt without a full block, or from filters older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<BlockHash>,
 }
 
 /// Outcome records one batch carries at most; a filter drops (and counts) the rest.
@@ -881,6 +887,7 @@ mod tests {
             stream: true,
             prompt_tokens: Some(651),
             cached_tokens: Some(640),
+            prefix: Some(BlockHash(u64::MAX)),
         }
     }
 

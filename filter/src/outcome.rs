@@ -2,13 +2,15 @@
 //! proxy — from its headers reaching the filter to the first response body byte (the time to
 //! first token of a streamed answer; of a whole one, its generation too), the status (Envoy's
 //! own for a local reply), whether it asked to stream, its model (an adapter's name for a LoRA
-//! request), and the `usage` the response reports —
+//! request), its prompt's routing key (the prefix identity the gateway counts a pod's first
+//! requests by), and the `usage` the response reports —
 //! enqueued when the stream is done (`on_log`, whatever ended it) for the gateway's experiment
 //! attribution. The response is read as it streams, never held or changed; past
 //! [`MAX_WATCHED_BYTES`] the usage is no longer looked for. A stream reset before any response
 //! has no status and records nothing.
 
 use prewarm_core::wire::OutcomeRecord;
+use prewarm_core::BlockHash;
 
 use crate::host::Host;
 use crate::json_scan::{FieldScanner, Kind};
@@ -20,6 +22,7 @@ pub struct OutcomeWatch {
     arm: Option<String>,
     pod: Option<String>,
     model: String,
+    prefix: Option<BlockHash>,
     started_ms: u64,
     stream: bool,
     status: Option<u16>,
@@ -31,11 +34,14 @@ pub struct OutcomeWatch {
 }
 
 impl OutcomeWatch {
-    pub fn new(started_ms: u64, model: &str, stream: bool) -> Self {
+    /// A request for `model` whose prompt's routing key is `prefix`, its headers seen at
+    /// `started_ms`.
+    pub fn new(started_ms: u64, model: &str, prefix: Option<BlockHash>, stream: bool) -> Self {
         Self {
             arm: None,
             pod: None,
             model: model.to_string(),
+            prefix,
             started_ms,
             stream,
             status: None,
@@ -96,6 +102,7 @@ impl OutcomeWatch {
             stream: self.stream,
             prompt_tokens: self.prompt_tokens.count(),
             cached_tokens: self.cached_tokens.count(),
+            prefix: self.prefix,
         })
     }
 }

@@ -3,6 +3,7 @@
 
 use prewarm_core::experiment::{Arm, ArmSettings, Experiment};
 use prewarm_core::wire::{OutcomeRecord, SignalBatch};
+use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::FilterConfig;
 use crate::fake_host::FakeHost;
@@ -82,11 +83,32 @@ fn an_answer_is_recorded_with_its_arm_pod_time_to_first_byte_status_and_usage() 
             stream: false,
             prompt_tokens: Some(651),
             cached_tokens: Some(640),
+            prefix: record.prefix,
         },
         "time to the first body byte; usage across chunks"
     );
     assert_eq!(record.problem(), None);
     assert_eq!(host.metric(Metric::OutcomesEnqueued), 1);
+}
+
+/// The record's prefix is the prompt's routing key, the same in every request that shares
+/// the prompt's first shard: the identity the gateway counts a pod's first requests by.
+#[test]
+fn a_record_carries_its_prompts_routing_key() {
+    let host = FakeHost::new();
+    let worker = experiment_worker();
+    let record = exchange(&host, &worker, false, "200", &["{}"], 10).unwrap();
+    let body = chat_body("m", &template(), "q");
+    let request = parse_request(Endpoint::ChatCompletions, &body, usize::MAX).unwrap();
+    let chain = BlockChain::of(
+        "m",
+        canonical_prompt(&request).as_bytes(),
+        &worker.fingerprint,
+    );
+    assert!(chain.routing_key(&worker.fingerprint).is_some());
+    assert_eq!(record.prefix, chain.routing_key(&worker.fingerprint));
+    let again = exchange(&host, &worker, true, "200", &["{}"], 20).unwrap();
+    assert_eq!(again.prefix, record.prefix, "same prompt, same prefix");
 }
 
 #[test]

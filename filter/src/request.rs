@@ -305,8 +305,13 @@ impl RequestFlow {
             }
         }
         if config.outcomes && request.endpoint != Endpoint::Embeddings {
-            let mut watch =
-                OutcomeWatch::new(inspection.started_ms, &request.model, request.stream);
+            let prefix = chain.routing_key(&worker.fingerprint);
+            let mut watch = OutcomeWatch::new(
+                inspection.started_ms,
+                &request.model,
+                prefix,
+                request.stream,
+            );
             if let Some(arm) = &arm {
                 watch.set_arm(arm.header.clone());
             }

@@ -20,12 +20,13 @@
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
-//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm`, `cohort` (outcome records since the start; `cohort`: `all`, or `new_pods` — served by pods that joined since) |
+//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm`, `cohort` (outcome records since the start; `cohort`: `all`, `new_pods` — served by pods that joined since — or `new_pods_first_requests` — their first requests of hot prefixes, `attribution::first_requests`) |
 //! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `cohort`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
 //! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm`, `cohort` (5xx and 429 over requests) |
 //! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm`, `cohort` (cached over prompt tokens, of responses reporting both) |
 //! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm`, `cohort` (the arm's mean time to first byte minus the first arm's) |
-//! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `cohort`, `test` (welch / mann_whitney, against the first arm) |
+//! | `prewarm_experiment_ttfb_adjusted_mean_diff_seconds` | gauge | `experiment`, `arm`, `cohort` (the same, of times adjusted for prompt length: `attribution::report`) |
+//! | `prewarm_experiment_p_value` | gauge | `experiment`, `arm`, `cohort`, `test` (welch / mann_whitney, against the first arm; welch_prompt_adjusted / mann_whitney_prompt_adjusted on the adjusted times) |
 //! | `prewarm_experiment_release_step` | gauge | `experiment` (the grey release's step; -1: rolled back) |
 //! | `prewarm_experiment_rollbacks_total` | counter | `experiment`, `arm`, `reason` (ttfb / errors / warmup) |
 //! | `prewarm_embedding_reports_total` | counter | `kind` (added / hits / ignored / evicted: the filters' embedding-cache reports) |
@@ -50,6 +51,8 @@ type Labels = Vec<(String, String)>;
 pub const COHORT_ALL: &str = "all";
 /// The `cohort` label of an experiment's series over the pods that joined since it started.
 pub const COHORT_NEW_PODS: &str = "new_pods";
+/// The cohort label of the new pods' first requests of hot prefixes.
+pub const COHORT_FIRST_REQUESTS: &str = "new_pods_first_requests";
 /// Every metric the gateway exports.
 pub struct Telemetry {
     registry: Registry,
@@ -77,6 +80,7 @@ pub struct Telemetry {
     pub experiment_cached_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_p_value: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_ttfb_diff: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_ttfb_adjusted_diff: Family<Labels, Gauge<f64, AtomicU64>>,
     pub outcomes: Family<Labels, Counter>,
     pub embedding_reports: Family<Labels, Counter>,
     pub embedding_computations: Family<Labels, Counter>,
@@ -129,6 +133,7 @@ impl Telemetry {
             experiment_cached_ratio: Family::default(),
             experiment_p_value: Family::default(),
             experiment_ttfb_diff: Family::default(),
+            experiment_ttfb_adjusted_diff: Family::default(),
             embedding_reports: Family::default(),
             embedding_computations: Family::default(),
             warm_embeddings: Gauge::default(),
@@ -249,6 +254,11 @@ impl Telemetry {
             t.experiment_ttfb_diff.clone(),
         );
         registry.register(
+            "prewarm_experiment_ttfb_adjusted_mean_diff_seconds",
+            "Each arm's mean time to first byte adjusted for prompt length minus the first arm's",
+            t.experiment_ttfb_adjusted_diff.clone(),
+        );
+        registry.register(
             "prewarm_experiment_p_value",
             "p-value of each arm against the first, by test",
             t.experiment_p_value.clone(),
@@ -297,6 +307,7 @@ impl Telemetry {
             &self.experiment_cached_ratio,
             &self.experiment_p_value,
             &self.experiment_ttfb_diff,
+            &self.experiment_ttfb_adjusted_diff,
         ];
         for f in families {
             f.clear();
@@ -324,6 +335,7 @@ impl Telemetry {
         }
         // Every arm since the start (`all`), and on the pods that joined since (`new_pods`:
         // where a warm-up setting acts).
+        let firsts = &report.new_pods.first_requests;
         for (cohort, arms, comparisons) in [
             (COHORT_ALL, &report.arms, &report.comparisons),
             (
@@ -331,6 +343,7 @@ impl Telemetry {
                 &report.new_pods.arms,
                 &report.new_pods.comparisons,
             ),
+            (COHORT_FIRST_REQUESTS, &firsts.arms, &firsts.comparisons),
         ] {
             for summary in arms {
                 let pairs = [
@@ -361,7 +374,23 @@ impl Telemetry {
                 if let Some(diff) = c.ttfb_mean_diff_ms {
                     set(&self.experiment_ttfb_diff, &pairs, diff / 1000.0);
                 }
-                for (test, result) in [("welch", c.welch), ("mann_whitney", c.mann_whitney)] {
+                let adjusted = c.prompt_adjusted.as_ref();
+                if let Some(a) = adjusted {
+                    set(
+                        &self.experiment_ttfb_adjusted_diff,
+                        &pairs,
+                        a.ttfb_mean_diff_ms / 1000.0,
+                    );
+                }
+                for (test, result) in [
+                    ("welch", c.welch),
+                    ("mann_whitney", c.mann_whitney),
+                    ("welch_prompt_adjusted", adjusted.and_then(|a| a.welch)),
+                    (
+                        "mann_whitney_prompt_adjusted",
+                        adjusted.and_then(|a| a.mann_whitney),
+                    ),
+                ] {
                     if let Some(r) = result {
                         let with_test = [pairs[0], pairs[1], pairs[2], ("test", test)];
                         set(&self.experiment_p_value, &with_test, r.p);
@@ -453,8 +482,9 @@ mod tests {
             ttfb_ms: if arm == "warm" { 100 } else { 300 } + i % 7,
             status: 200,
             stream: false,
-            prompt_tokens: None,
+            prompt_tokens: Some(1_000 + 100 * (i % 5)),
             cached_tokens: None,
+            prefix: Some(prewarm_core::BlockHash(i % 3)),
         };
         let records: Vec<OutcomeRecord> = (0..40)
             .flat_map(|i| {
@@ -473,7 +503,12 @@ mod tests {
             "prewarm_experiment_requests{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 10",
             "prewarm_experiment_p_value{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\",test=\"welch\"}",
             "prewarm_experiment_ttfb_mean_diff_seconds{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 0.2",
+            "prewarm_experiment_ttfb_adjusted_mean_diff_seconds{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"}",
+            "prewarm_experiment_p_value{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\",test=\"mann_whitney_prompt_adjusted\"}",
             "prewarm_experiment_ttfb_seconds{experiment=\"e\",arm=\"warm\",cohort=\"all\",quantile=\"0.5\"}",
+            // the new pod's first requests of prefixes seen twice: warm's of the 2nd and 3rd
+            // prefix (the first was not yet hot; cold's came after warm's on the same pod)
+            "prewarm_experiment_requests{experiment=\"e\",arm=\"warm\",cohort=\"new_pods_first_requests\"} 2",
         ] {
             assert!(text.contains(series), "{series} not in\n{text}");
         }

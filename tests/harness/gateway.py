@@ -125,10 +125,15 @@ def compare_run(body: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def compare(arm: list[float], reference: list[float]) -> dict:
+def compare(arm: list[float], reference: list[float], arm_prompt_tokens: Optional[list[float]] = None,
+            reference_prompt_tokens: Optional[list[float]] = None) -> dict:
     """Two samples by the experiment report's rule (Welch's t, Mann-Whitney U, `significant`
-    when both p < 0.01)."""
-    done = compare_run(json.dumps({"arm": arm, "reference": reference}))
+    when both p < 0.01); with each value's prompt tokens, also adjusted for prompt length
+    (`prompt_adjusted`)."""
+    body: dict = {"arm": arm, "reference": reference}
+    if arm_prompt_tokens is not None or reference_prompt_tokens is not None:
+        body.update(arm_prompt_tokens=arm_prompt_tokens or [], reference_prompt_tokens=reference_prompt_tokens or [])
+    done = compare_run(json.dumps(body))
     done.check_returncode()
     return json.loads(done.stdout)
 

@@ -297,18 +297,22 @@ function renderExperiment(view) {
     const s = r.arms[i] || {};
     const c = r.comparisons.find((x) => x.arm === arm.name);
     const n = r.new_pods.arms[i] || {};
-    const verdict = !c ? "reference"
-      : `${c.worse ? "slower" : c.better ? "faster" : "no difference"}`
-        + ` (p ${c.welch ? c.welch.p.toExponential(1) : "–"}`
-        + ` / ${c.mann_whitney ? c.mann_whitney.p.toExponential(1) : "–"})`;
+    const f = (r.new_pods.first_requests && r.new_pods.first_requests.arms[i]) || {};
+    const verdict = (v) => !v ? "–"
+      : `${v.worse ? "slower" : v.better ? "faster" : "no difference"}`
+        + ` (p ${v.welch ? v.welch.p.toExponential(1) : "–"}`
+        + ` / ${v.mann_whitney ? v.mann_whitney.p.toExponential(1) : "–"})`;
     return el("tr", { "data-arm": arm.name, "data-weight": arm.weight, "data-requests": s.requests ?? 0 },
       el("td", {}, arm.name), el("td", {}, pct(arm.weight)),
       el("td", {}, `${arm.settings.warmup ? "warm-up" : "no warm-up"} · `
         + `${arm.settings.routing === "off" ? "Envoy's balancing" : "prefix routing"}`),
       el("td", {}, String(s.requests ?? 0)), el("td", {}, pct(s.error_rate)),
       el("td", {}, ms(s.ttfb_p50_ms)), el("td", {}, ms(s.ttfb_p95_ms)), el("td", {}, pct(s.cached_token_ratio)),
-      el("td", { class: c && c.worse ? "event-error" : "" }, verdict),
-      el("td", {}, `${ms(n.ttfb_p50_ms)} / ${ms(n.ttfb_p95_ms)}`));
+      el("td", { class: c && c.worse ? "event-error" : "" }, c ? verdict(c) : "reference"),
+      el("td", { class: c && c.prompt_adjusted && c.prompt_adjusted.worse ? "event-error" : "" },
+        c ? verdict(c.prompt_adjusted) : "reference"),
+      el("td", {}, `${ms(n.ttfb_p50_ms)} / ${ms(n.ttfb_p95_ms)}`),
+      el("td", {}, `${f.requests ?? 0} · ${ms(f.ttfb_p50_ms)} / ${ms(f.ttfb_p95_ms)}`));
   });
   table.querySelector("tbody").replaceChildren(...rows);
   const state = e.release;

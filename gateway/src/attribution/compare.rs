@@ -5,8 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{verdict, TestResult, POWER, SIGNIFICANCE};
-use super::stats::{requests_for, Moments};
+use super::report::{
+    prompt_adjusted, verdict, ByPrompt, PromptAdjusted, TestResult, POWER, SIGNIFICANCE,
+};
+use super::stats::{requests_for, CoMoments, Moments};
 
 /// The most values a side may have (the report's own samples are smaller).
 pub const MAX_VALUES: usize = 1_000_000;
@@ -15,11 +17,17 @@ pub const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// The input: `arm`'s values against `reference`'s (the report's orientation: a positive
 /// difference means the arm's values are the larger).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Samples {
     pub arm: Vec<f64>,
     pub reference: Vec<f64>,
+    /// Each value's prompt tokens, one a value (both or neither): the comparison is then also
+    /// made adjusted for prompt length, as the report's `prompt_adjusted`.
+    #[serde(default)]
+    pub arm_prompt_tokens: Option<Vec<f64>>,
+    #[serde(default)]
+    pub reference_prompt_tokens: Option<Vec<f64>>,
 }
 
 /// What `prewarm-gateway compare` prints.
@@ -38,6 +46,8 @@ pub struct SampleComparison {
     pub significance: f64,
     /// Values a side Welch's test needs at [`POWER`] if the observed difference holds.
     pub values_needed: Option<u64>,
+    /// The same adjusted for prompt length, when the input gave prompt tokens that vary.
+    pub prompt_adjusted: Option<PromptAdjusted>,
 }
 
 /// Reads the input (JSON, at most [`MAX_INPUT_BYTES`]) and compares its two samples.
@@ -65,6 +75,48 @@ pub fn compare(s: &Samples) -> Result<SampleComparison, String> {
             ));
         }
     }
+    let pairs = |field: &str, values: &[f64], prompts: &Option<Vec<f64>>| match prompts {
+        None => Ok(None),
+        Some(p) if p.len() != values.len() => Err(format!(
+            "{field}_prompt_tokens: {} values for {} times",
+            p.len(),
+            values.len()
+        )),
+        Some(p) if p.iter().any(|x| !(x.is_finite() && *x >= 0.0)) => Err(format!(
+            "{field}_prompt_tokens: a value that is not a count"
+        )),
+        Some(p) => Ok(Some(
+            values
+                .iter()
+                .copied()
+                .zip(p.iter().copied())
+                .collect::<Vec<_>>(),
+        )),
+    };
+    let arm_pairs = pairs("arm", &s.arm, &s.arm_prompt_tokens)?;
+    let reference_pairs = pairs("reference", &s.reference, &s.reference_prompt_tokens)?;
+    let co_moments = |pairs: &[(f64, f64)]| {
+        let mut m = CoMoments::default();
+        pairs.iter().for_each(|&(t, p)| m.push(p, t));
+        m
+    };
+    let adjusted = match (arm_pairs, reference_pairs) {
+        (Some(a), Some(r)) => {
+            let (am, rm) = (co_moments(&a), co_moments(&r));
+            prompt_adjusted(
+                &ByPrompt {
+                    moments: &am,
+                    sample: a,
+                },
+                &ByPrompt {
+                    moments: &rm,
+                    sample: r,
+                },
+            )
+        }
+        (None, None) => None,
+        _ => return Err("arm_prompt_tokens, reference_prompt_tokens: both or neither".into()),
+    };
     let moments = |values: &[f64]| {
         let mut m = Moments::default();
         values.iter().for_each(|&x| m.push(x));
@@ -84,6 +136,7 @@ pub fn compare(s: &Samples) -> Result<SampleComparison, String> {
         significant: v.significant,
         significance: SIGNIFICANCE,
         values_needed: requests_for(&a, &r, SIGNIFICANCE, POWER),
+        prompt_adjusted: adjusted,
     })
 }
 
@@ -101,6 +154,7 @@ mod tests {
         let larger = compare(&Samples {
             arm: spread(100.0, 200),
             reference: spread(50.0, 200),
+            ..Samples::default()
         })
         .unwrap();
         assert!(larger.significant, "{larger:?}");
@@ -108,6 +162,7 @@ mod tests {
         let equal = compare(&Samples {
             arm: spread(50.0, 200),
             reference: spread(50.0, 200),
+            ..Samples::default()
         })
         .unwrap();
         assert!(!equal.significant, "{equal:?}");
@@ -119,6 +174,7 @@ mod tests {
         let c = compare(&Samples {
             arm: vec![1.0],
             reference: vec![],
+            ..Samples::default()
         })
         .unwrap();
         assert!(!c.significant && c.welch.is_none() && c.reference_mean.is_none());
@@ -134,11 +190,58 @@ mod tests {
         assert_eq!(ok.mean_diff, Some(-3.0));
     }
 
+    /// The reference's prompts are 3,000 tokens longer, each token 0.1 ms: raw, the arm is
+    /// faster; adjusted, the arms are alike. Prompt tokens that do not pair with the times are
+    /// refused naming their field.
+    #[test]
+    fn given_prompt_tokens_the_samples_are_also_compared_adjusted_for_them() {
+        let prompts = |longer: f64| -> Vec<f64> {
+            (0..300)
+                .map(|i| 1_000.0 + f64::from((i * 7_919) % 29_000) + longer)
+                .collect()
+        };
+        let times = |prompts: &[f64]| -> Vec<f64> {
+            prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| p / 10.0 + (i % 20) as f64)
+                .collect()
+        };
+        let (ap, rp) = (prompts(0.0), prompts(3_000.0));
+        let c = compare(&Samples {
+            arm: times(&ap),
+            reference: times(&rp),
+            arm_prompt_tokens: Some(ap.clone()),
+            reference_prompt_tokens: Some(rp),
+        })
+        .unwrap();
+        assert!(c.significant && c.mean_diff.unwrap() < -250.0, "{c:?}");
+        let a = c.prompt_adjusted.unwrap();
+        assert!(!a.significant && a.ttfb_mean_diff_ms.abs() < 1.0, "{a:?}");
+        assert_eq!(compare(&Samples::default()).unwrap().prompt_adjusted, None);
+
+        let short = compare(&Samples {
+            arm: times(&ap),
+            arm_prompt_tokens: Some(ap[1..].to_vec()),
+            reference_prompt_tokens: Some(vec![]),
+            ..Samples::default()
+        })
+        .unwrap_err();
+        assert!(short.starts_with("arm_prompt_tokens:"), "{short}");
+        let one = compare(&Samples {
+            arm_prompt_tokens: Some(vec![]),
+            ..Samples::default()
+        })
+        .unwrap_err();
+        assert!(one.contains("both or neither"), "{one}");
+    }
+
     #[test]
     fn a_side_over_the_limit_is_refused_by_name() {
         let e = compare(&Samples {
             arm: vec![],
             reference: vec![0.0; MAX_VALUES + 1],
+            ..Samples::default()
         })
         .unwrap_err();
         assert!(e.starts_with("reference:"), "{e}");

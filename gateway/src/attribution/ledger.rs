@@ -1,9 +1,13 @@
 //! The outcome ledger: the filters' outcome records summed per hour and per arm label
 //! (`<experiment>/<arm>`, or none outside an experiment). Each bucket keeps exact counts and
-//! moments and a bounded uniform sample of the times to first byte (reservoir sampling,
-//! [`SAMPLE_CAP`] values), which the quantiles and the Mann-Whitney test read. Memory is bounded:
-//! [`HOURS_KEPT`] hours × [`MAX_LABELS`] labels × the sample. The ledger goes into the
-//! snapshot, so a restart keeps an experiment's evidence; a restored one is cut to the same
+//! moments, the co-moments of prompt tokens and time to first byte (for the report's adjustment
+//! for prompt length), and a bounded uniform sample of the times to first byte with each one's
+//! prompt tokens (reservoir sampling, [`SAMPLE_CAP`] values), which the quantiles and the
+//! Mann-Whitney test read. Memory is bounded: [`HOURS_KEPT`] hours × [`MAX_LABELS`] labels × the
+//! sample (12 bytes a value: at most 75 MB if every hour of every label filled it). A record of
+//! an arm served by a new pod also counts under the arm's new-pods label, and, when it is the
+//! pod's first request of a hot prefix ([`PrefixHistory`]), under the arm's first-requests label.
+//! The ledger and its prefix history go into the snapshot, so a restart keeps an experiment's evidence; a restored one is cut to the same
 //! bounds ([`OutcomeLedger::bounded`]).
 
 use std::collections::BTreeMap;
@@ -11,14 +15,16 @@ use std::collections::BTreeMap;
 use prewarm_core::wire::OutcomeRecord;
 use serde::{Deserialize, Serialize};
 
-use super::report::new_pods_label;
-use super::stats::Moments;
+use super::first_requests::PrefixHistory;
+use super::report::{first_requests_label, new_pods_label};
+use super::stats::{CoMoments, Moments};
 
 /// Hours of buckets kept (older ones are dropped).
 pub const HOURS_KEPT: u64 = 48;
-/// Distinct labels an hour holds (an experiment has at most 8 arms, each also on its new pods,
-/// plus records without one); records of further labels are dropped, counted.
-pub const MAX_LABELS: usize = 24;
+/// Distinct labels an hour holds (an experiment has at most 8 arms, each also on its new pods and
+/// on their first requests of hot prefixes, plus records without one); records of further labels
+/// are dropped, counted.
+pub const MAX_LABELS: usize = 32;
 /// Times to first byte a bucket samples.
 pub const SAMPLE_CAP: usize = 4096;
 /// One hour, ms.
@@ -38,6 +44,14 @@ pub struct Bucket {
     pub ttfb: Moments,
     /// A uniform sample of the times to first byte, ms.
     pub sample: Vec<f64>,
+    /// The prompt tokens of each of [`Self::sample`]'s requests, where its response reported
+    /// them (same index, same reservoir slot).
+    #[serde(default)]
+    pub sample_prompt_tokens: Vec<Option<u32>>,
+    /// (prompt tokens, time to first byte ms) of every request whose response reported its
+    /// prompt tokens: the report's adjustment for prompt length reads them.
+    #[serde(default)]
+    pub by_prompt: CoMoments,
     /// Requests whose response reported both prompt and cached tokens, and their sums.
     pub with_usage: u64,
     pub prompt_tokens: u64,
@@ -53,15 +67,23 @@ impl Bucket {
         self.errors += u64::from(is_error(r.status));
         let ttfb = r.ttfb_ms as f64;
         self.ttfb.push(ttfb);
+        // a record's prompt is at most 10 M tokens (`OutcomeRecord::problem`)
+        let prompt = r.prompt_tokens.and_then(|p| u32::try_from(p).ok());
+        if let Some(p) = prompt {
+            self.by_prompt.push(f64::from(p), ttfb);
+        }
+        self.align_sample();
         if self.sample.len() < SAMPLE_CAP {
             self.sample.push(ttfb);
+            self.sample_prompt_tokens.push(prompt);
         } else {
             let slot = self.next_random() % self.ttfb.n;
-            if let Some(s) = usize::try_from(slot)
+            if let Some(i) = usize::try_from(slot)
                 .ok()
-                .and_then(|i| self.sample.get_mut(i))
+                .filter(|i| *i < self.sample.len())
             {
-                *s = ttfb;
+                self.sample[i] = ttfb;
+                self.sample_prompt_tokens[i] = prompt;
             }
         }
         if let (Some(p), Some(c)) = (r.prompt_tokens, r.cached_tokens) {
@@ -69,6 +91,21 @@ impl Bucket {
             self.prompt_tokens = self.prompt_tokens.saturating_add(p);
             self.cached_tokens = self.cached_tokens.saturating_add(c);
         }
+    }
+
+    /// Keeps the prompt tokens one-to-one with the sample (a snapshot from before they were
+    /// kept has none: those values count as without usage).
+    fn align_sample(&mut self) {
+        self.sample_prompt_tokens.resize(self.sample.len(), None);
+    }
+
+    /// The sample's (time to first byte, prompt tokens) pairs of the requests that reported
+    /// their prompt tokens.
+    pub fn sample_with_prompt(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.sample
+            .iter()
+            .zip(&self.sample_prompt_tokens)
+            .filter_map(|(t, p)| p.map(|p| (*t, f64::from(p))))
     }
 
     /// xorshift64*: a fixed sequence per bucket, so a replay samples the same values.
@@ -87,7 +124,12 @@ impl Bucket {
         self.requests += other.requests;
         self.errors += other.errors;
         self.ttfb.merge(&other.ttfb);
+        self.by_prompt.merge(&other.by_prompt);
+        self.align_sample();
         self.sample.extend_from_slice(&other.sample);
+        self.sample_prompt_tokens.extend(
+            (0..other.sample.len()).map(|i| other.sample_prompt_tokens.get(i).copied().flatten()),
+        );
         self.with_usage += other.with_usage;
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
         self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
@@ -108,6 +150,9 @@ pub struct Ingested {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeLedger {
     hours: BTreeMap<u64, BTreeMap<String, Bucket>>,
+    /// The prefixes seen, for the new pods' first requests of hot prefixes.
+    #[serde(default)]
+    prefixes: PrefixHistory,
 }
 
 impl OutcomeLedger {
@@ -140,11 +185,17 @@ impl OutcomeLedger {
             }
             labels.entry(label.to_string()).or_default().add(r);
             done.accepted += 1;
-            if let (Some(arm), Some(pod)) = (&r.arm, &r.pod) {
-                let cohort = new_pods_label(arm);
-                let room = labels.contains_key(&cohort) || labels.len() < MAX_LABELS;
-                if new_pod(pod) && room {
-                    labels.entry(cohort).or_default().add(r);
+            let on_new_pod = r.pod.as_deref().is_some_and(&new_pod);
+            let first = self.prefixes.note(r.pod.as_deref(), r.prefix, on_new_pod);
+            if let Some(arm) = r.arm.as_deref().filter(|_| on_new_pod) {
+                let cohorts = [
+                    Some(new_pods_label(arm)),
+                    first.then(|| first_requests_label(arm)),
+                ];
+                for cohort in cohorts.into_iter().flatten() {
+                    if labels.contains_key(&cohort) || labels.len() < MAX_LABELS {
+                        labels.entry(cohort).or_default().add(r);
+                    }
                 }
             }
         }
@@ -161,6 +212,7 @@ impl OutcomeLedger {
     /// The ledger within its bounds at `now_ms` (a restored snapshot's): hours kept, labels an
     /// hour, sample size.
     pub fn bounded(mut self, now_ms: u64) -> Self {
+        self.prefixes = self.prefixes.bounded();
         let oldest = (now_ms / HOUR_MS).saturating_sub(HOURS_KEPT - 1) * HOUR_MS;
         self.hours.retain(|hour, _| *hour >= oldest);
         for labels in self.hours.values_mut() {
@@ -169,6 +221,7 @@ impl OutcomeLedger {
             }
             for bucket in labels.values_mut() {
                 bucket.sample.truncate(SAMPLE_CAP);
+                bucket.align_sample();
             }
         }
         self
@@ -213,7 +266,47 @@ mod tests {
             stream: false,
             prompt_tokens: Some(100),
             cached_tokens: Some(40),
+            prefix: None,
         }
+    }
+
+    /// A prefix seen twice (before the experiment, on an old pod) is hot: an arm's first
+    /// request of it on a new pod counts under the arm's first-requests label as well, its
+    /// second there does not, nor does an old pod's.
+    #[test]
+    fn a_new_pods_first_request_of_a_hot_prefix_is_counted_apart() {
+        let mut l = OutcomeLedger::default();
+        let now = 10 * HOUR_MS;
+        let of = |arm: Option<&str>, pod: &str, ttfb: u64| OutcomeRecord {
+            pod: Some(pod.into()),
+            prefix: Some(prewarm_core::BlockHash(42)),
+            ..record(arm, now - 100 + ttfb, ttfb, 200)
+        };
+        l.ingest(
+            &[
+                of(None, "old", 1),
+                of(Some("e/a"), "old", 2),
+                of(Some("e/a"), "new", 30),
+                of(Some("e/a"), "new", 4),
+                of(Some("e/b"), "old", 5),
+            ],
+            now,
+            |pod| pod == "new",
+        );
+        let count = |label: &str| l.total(label, 0, now + 1).requests;
+        assert_eq!(count("e/a"), 3);
+        assert_eq!(count("e/a@new"), 2);
+        assert_eq!(count("e/a@new-first"), 1);
+        assert_eq!(l.total("e/a@new-first", 0, now + 1).ttfb.mean, 30.0);
+        assert_eq!(count("e/b@new-first"), 0);
+        let json = serde_json::to_string(&l).unwrap();
+        let mut back: OutcomeLedger = serde_json::from_str(&json).unwrap();
+        back.ingest(&[of(Some("e/a"), "new", 6)], now, |pod| pod == "new");
+        assert_eq!(
+            back.total("e/a@new-first", 0, now + 1).requests,
+            1,
+            "a restart remembers what the pod served"
+        );
     }
 
     #[test]
@@ -305,6 +398,49 @@ mod tests {
             (mean - b.ttfb.mean).abs() < 0.05 * b.ttfb.mean,
             "{mean} vs {}",
             b.ttfb.mean
+        );
+    }
+
+    #[test]
+    fn a_sampled_time_keeps_its_own_prompt_tokens_through_the_reservoir_and_old_snapshots() {
+        let mut l = OutcomeLedger::default();
+        let now = 10 * HOUR_MS;
+        // time i has prompt i + 1, or none for odd i
+        let many: Vec<OutcomeRecord> = (0..(SAMPLE_CAP as u64 * 3))
+            .map(|i| OutcomeRecord {
+                prompt_tokens: i.is_multiple_of(2).then_some(i + 1),
+                cached_tokens: None,
+                ..record(Some("e/a"), now, i, 200)
+            })
+            .collect();
+        l.ingest(&many, now, |_| false);
+        let b = l.total("e/a", 0, now + 1);
+        assert_eq!(b.sample_prompt_tokens.len(), b.sample.len());
+        for (t, p) in b.sample.iter().zip(&b.sample_prompt_tokens) {
+            let t = *t as u64;
+            assert_eq!(*p, t.is_multiple_of(2).then_some(t as u32 + 1), "time {t}");
+        }
+        assert_eq!(b.by_prompt.n, SAMPLE_CAP as u64 * 3 / 2);
+        assert_eq!(
+            b.sample_with_prompt().count(),
+            b.sample_prompt_tokens.iter().flatten().count()
+        );
+
+        // a snapshot from before prompt tokens were sampled: its times count as without usage
+        let mut json = serde_json::to_value(&l).unwrap();
+        let bucket = &mut json["hours"][(now).to_string()]["e/a"];
+        bucket
+            .as_object_mut()
+            .unwrap()
+            .remove("sample_prompt_tokens");
+        bucket.as_object_mut().unwrap().remove("by_prompt");
+        let mut old: OutcomeLedger = serde_json::from_value(json).unwrap();
+        old.ingest(&many[..4], now, |_| false);
+        let b = old.total("e/a", 0, now + 1);
+        assert_eq!(b.sample_prompt_tokens.len(), b.sample.len());
+        assert!(
+            b.sample_with_prompt().count() <= 2,
+            "only the new records' prompts"
         );
     }
 

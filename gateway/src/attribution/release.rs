@@ -194,11 +194,16 @@ mod tests {
                 better,
                 worse: false,
                 requests_needed: None,
+                prompt_adjusted: None,
             }],
             new_pods: crate::attribution::report::NewPods {
                 pods: Vec::new(),
                 arms: Vec::new(),
                 comparisons: Vec::new(),
+                first_requests: crate::attribution::report::Cohort {
+                    arms: Vec::new(),
+                    comparisons: Vec::new(),
+                },
             },
             hours: Vec::new(),
         }

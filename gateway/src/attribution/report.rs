@@ -3,7 +3,8 @@
 //! reference): the difference of mean time to first byte, Welch's t and Mann-Whitney U with
 //! their p-values, and the change of each against the period before the experiment. The same
 //! for the requests served by pods that joined after the start (`new_pods`), where a warm-up
-//! setting shows.
+//! setting shows, and for their first requests of hot prefixes (`new_pods.first_requests`,
+//! [`super::first_requests`]), the requests a warm-up prefills for.
 //!
 //! An arm differs *significantly* when both tests give p < [`SIGNIFICANCE`]: Welch's on the
 //! means, which a long tail moves, and Mann-Whitney's on the whole distribution, which it does
@@ -14,11 +15,27 @@
 //! shows as a change of both rather than of one. Each comparison also says how many requests an
 //! arm would need for a verdict if what is observed holds (a power estimate), and the gateway
 //! notes, as an event, when a comparison first becomes significant and after how many requests.
+//!
+//! **Adjusted for prompt length.** A time to first byte is mostly prefill, which grows with the
+//! prompt's tokens; one trace's prompts span a few hundred to tens of thousands of tokens, so
+//! their lengths, more than the arms, set the spread of the times, and an arm whose users drew
+//! the longer prompts looks slower. A request's arm is a hash of its user, fixed before the arm
+//! acts, so its prompt length is a covariate the arm cannot change, and regression adjustment
+//! (ANCOVA; CUPED in online experiments) may remove it: each comparison is repeated
+//! (`prompt_adjusted`) on `t − b·(x − x̄)`, x the request's prompt tokens, x̄ their mean over
+//! both arms and b the arms' common within-arm slope (`stats::CoMoments::pooled_slope`, so the
+//! arms' own difference does not enter it). Under the random split the difference of adjusted
+//! means estimates the same effect as the raw one (consistent even when the arms' slopes
+//! differ, as a warm-up's do, Lin 2013), with the residual's variance, `(1 − ρ²)` of the raw
+//! one's. It assumes a time grows about linearly with the prompt (prefill's work a token is
+//! constant up to the engine's batch limit); where it does not, the adjustment removes less,
+//! not wrongly. Only requests whose responses reported `usage.prompt_tokens` enter it. The grey
+//! release reads the raw comparison.
 
 use serde::Serialize;
 
 use super::ledger::{Bucket, OutcomeLedger, HOUR_MS};
-use super::stats::{mann_whitney, quantile, requests_for, welch, Moments, Test};
+use super::stats::{mann_whitney, quantile, requests_for, welch, CoMoments, Moments, Test};
 use crate::policy::fleet::RunningExperiment;
 
 /// The p-value below which an arm differs significantly.
@@ -100,6 +117,29 @@ pub struct Comparison {
     /// [`POWER`] if the observed difference and spreads hold (`stats::requests_for`): how far
     /// the experiment is from a verdict; `None` without a difference to find.
     pub requests_needed: Option<u64>,
+    /// The same comparison of the times adjusted for prompt length; `None` until both arms have
+    /// requests whose prompts differ in length.
+    pub prompt_adjusted: Option<PromptAdjusted>,
+}
+
+/// An arm against the reference on times to first byte adjusted for prompt length (the module
+/// doc): `t − slope·(prompt − mean prompt)`, over the requests whose responses reported
+/// their prompt tokens.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptAdjusted {
+    /// The arm's and the reference's requests with prompt tokens.
+    pub requests: u64,
+    pub reference_requests: u64,
+    /// The common within-arm slope of time to first byte on prompt length, ms per 1,000 tokens.
+    pub ms_per_1k_prompt_tokens: f64,
+    /// The arm's adjusted mean minus the reference's, ms.
+    pub ttfb_mean_diff_ms: f64,
+    pub welch: Option<TestResult>,
+    pub mann_whitney: Option<TestResult>,
+    pub significant: bool,
+    pub better: bool,
+    pub worse: bool,
+    pub requests_needed: Option<u64>,
 }
 
 /// One hour's arms.
@@ -130,6 +170,16 @@ pub struct NewPods {
     pub pods: Vec<String>,
     pub arms: Vec<ArmSummary>,
     pub comparisons: Vec<Comparison>,
+    /// The same of their first requests of hot prefixes (`first_requests`): the requests a
+    /// warm-up prefills for.
+    pub first_requests: Cohort,
+}
+
+/// The arms and comparisons of one cohort of requests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cohort {
+    pub arms: Vec<ArmSummary>,
+    pub comparisons: Vec<Comparison>,
 }
 
 /// The label of an arm's records.
@@ -142,8 +192,17 @@ pub fn new_pods_label(arm_label: &str) -> String {
     format!("{arm_label}{NEW_PODS}")
 }
 
+/// The label of an arm's records that were a new pod's first request of a hot prefix.
+pub fn first_requests_label(arm_label: &str) -> String {
+    format!("{arm_label}{FIRST_REQUESTS}")
+}
+
 /// The suffix of the new pods' labels.
 pub const NEW_PODS: &str = "@new";
+/// The suffix of the labels of the new pods' first requests of hot prefixes.
+pub const FIRST_REQUESTS: &str = "@new-first";
+/// The suffix of a comparison adjusted for prompt length, in the keys of noted significances.
+pub const PROMPT_ADJUSTED: &str = "/prompt-adjusted";
 
 /// Both tests of one sample against another, and the report's rule on them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -171,6 +230,72 @@ pub fn verdict(
     }
 }
 
+/// Whether a verdict on a difference `diff` (arm minus reference) makes the arm better, worse
+/// (both significant, by the sign), and the requests an arm needs for one: every comparison's
+/// reading of its tests.
+fn judged(v: &Verdict, diff: Option<f64>, arm: &Moments, reference: &Moments) -> Judged {
+    Judged {
+        better: v.significant && diff.is_some_and(|d| d < 0.0),
+        worse: v.significant && diff.is_some_and(|d| d > 0.0),
+        requests_needed: requests_for(arm, reference, SIGNIFICANCE, POWER),
+    }
+}
+
+struct Judged {
+    better: bool,
+    worse: bool,
+    requests_needed: Option<u64>,
+}
+
+/// One side of a comparison adjusted for prompt length: the co-moments of all of its
+/// (prompt tokens, time) pairs and a uniform sample of its (time, prompt tokens) pairs.
+pub struct ByPrompt<'a> {
+    pub moments: &'a CoMoments,
+    pub sample: Vec<(f64, f64)>,
+}
+
+impl<'a> ByPrompt<'a> {
+    fn of(b: &'a Bucket) -> Self {
+        Self {
+            moments: &b.by_prompt,
+            sample: b.sample_with_prompt().collect(),
+        }
+    }
+}
+
+/// `arm` against `reference` with each time adjusted for its prompt's length by the two arms'
+/// common slope, centred on their pooled mean prompt; `None` when no prompt length varies.
+pub fn prompt_adjusted(arm: &ByPrompt, reference: &ByPrompt) -> Option<PromptAdjusted> {
+    let slope = CoMoments::pooled_slope(&[arm.moments, reference.moments])?;
+    let mut pooled = *arm.moments;
+    pooled.merge(reference.moments);
+    let center = pooled.mean_x;
+    let adjust = |side: &ByPrompt| -> (Moments, Vec<f64>) {
+        let sample = side
+            .sample
+            .iter()
+            .map(|(t, p)| t - slope * (p - center))
+            .collect();
+        (side.moments.adjusted(slope, center), sample)
+    };
+    let ((a, a_sample), (r, r_sample)) = (adjust(arm), adjust(reference));
+    let v = verdict(&a, &a_sample, &r, &r_sample);
+    let diff = a.mean - r.mean;
+    let j = judged(&v, Some(diff), &a, &r);
+    Some(PromptAdjusted {
+        requests: a.n,
+        reference_requests: r.n,
+        ms_per_1k_prompt_tokens: slope * 1000.0,
+        ttfb_mean_diff_ms: diff,
+        welch: v.welch,
+        mann_whitney: v.mann_whitney,
+        significant: v.significant,
+        better: j.better,
+        worse: j.worse,
+        requests_needed: j.requests_needed,
+    })
+}
+
 /// The arms and comparisons of the records under `labels` (name, label) since `start`.
 fn cohort(
     ledger: &OutcomeLedger,
@@ -193,8 +318,8 @@ fn cohort(
                 &ref_total.ttfb,
                 &ref_total.sample,
             );
-            let significant = v.significant;
             let diff = mean(total).zip(mean(ref_total)).map(|(a, r)| a - r);
+            let j = judged(&v, diff, &total.ttfb, &ref_total.ttfb);
             comparisons.push(Comparison {
                 arm: name.clone(),
                 reference: reference.clone(),
@@ -203,10 +328,11 @@ fn cohort(
                 reference_vs_before_ms: mean(ref_total).zip(mean(before)).map(|(r, b)| r - b),
                 welch: v.welch,
                 mann_whitney: v.mann_whitney,
-                significant,
-                better: significant && diff.is_some_and(|d| d < 0.0),
-                worse: significant && diff.is_some_and(|d| d > 0.0),
-                requests_needed: requests_for(&total.ttfb, &ref_total.ttfb, SIGNIFICANCE, POWER),
+                significant: v.significant,
+                better: j.better,
+                worse: j.worse,
+                requests_needed: j.requests_needed,
+                prompt_adjusted: prompt_adjusted(&ByPrompt::of(total), &ByPrompt::of(ref_total)),
             });
         }
     }
@@ -233,13 +359,18 @@ pub fn report(
         .iter()
         .map(|a| (a.name.clone(), label(experiment, &a.name)))
         .collect();
-    let new_labels: Vec<(String, String)> = labels
-        .iter()
-        .map(|(name, l)| (name.clone(), new_pods_label(l)))
-        .collect();
+    let relabelled = |suffix: fn(&str) -> String| -> Vec<(String, String)> {
+        labels
+            .iter()
+            .map(|(name, l)| (name.clone(), suffix(l)))
+            .collect()
+    };
+    let new_labels = relabelled(new_pods_label);
+    let first_labels = relabelled(first_requests_label);
     let before = ledger.total("", start.saturating_sub(BEFORE_MS), start);
     let (arms, comparisons) = cohort(ledger, &labels, &before, start, end);
     let (new_arms, new_comparisons) = cohort(ledger, &new_labels, &before, start, end);
+    let (first_arms, first_comparisons) = cohort(ledger, &first_labels, &before, start, end);
     let mut hours = Vec::new();
     let mut hour = start / HOUR_MS * HOUR_MS;
     while with_hours && hour < end {
@@ -263,6 +394,10 @@ pub fn report(
             pods: experiment.joined_pods.clone(),
             arms: new_arms,
             comparisons: new_comparisons,
+            first_requests: Cohort {
+                arms: first_arms,
+                comparisons: first_comparisons,
+            },
         },
         hours,
     }
@@ -299,6 +434,7 @@ mod tests {
                 stream: true,
                 prompt_tokens: Some(1000),
                 cached_tokens: Some(if base < 200 { 800 } else { 100 }),
+                prefix: None,
             })
             .collect()
     }
@@ -355,6 +491,66 @@ mod tests {
         assert!(!c.significant && !c.worse && !c.better, "{c:?}");
     }
 
+    /// `n` requests of `arm` whose prompts span 1 k to 30 k tokens (plus `longer`), each taking
+    /// 0.1 ms a token, 0–19 ms of noise and `slower_ms` more.
+    fn by_prompt(arm: &str, n: u64, longer: u64, slower_ms: u64) -> Vec<OutcomeRecord> {
+        (0..n)
+            .map(|i| {
+                let prompt = 1_000 + (i * 7_919) % 29_000 + longer;
+                OutcomeRecord {
+                    arm: Some(format!("e/{arm}")),
+                    pod: Some("p".into()),
+                    model: None,
+                    at_ms: 10 * HOUR_MS + i,
+                    ttfb_ms: prompt / 10 + (i * 37) % 20 + slower_ms,
+                    status: 200,
+                    stream: true,
+                    prompt_tokens: Some(prompt),
+                    cached_tokens: Some(0),
+                    prefix: None,
+                }
+            })
+            .collect()
+    }
+
+    fn comparison_of(warm: &[OutcomeRecord], cold: &[OutcomeRecord]) -> Comparison {
+        let e = running();
+        let now = e.started_ms + HOUR_MS;
+        let mut ledger = OutcomeLedger::default();
+        ledger.ingest(warm, now, |_| false);
+        ledger.ingest(cold, now, |_| false);
+        report(&ledger, &e, now, false).comparisons[0].clone()
+    }
+
+    #[test]
+    fn adjusting_for_prompt_length_finds_an_effect_the_prompts_spread_hides() {
+        let c = comparison_of(
+            &by_prompt("warm", 300, 0, 0),
+            &by_prompt("cold", 300, 0, 40),
+        );
+        assert!(
+            !c.significant,
+            "40 ms under ~840 ms of prompt spread: {c:?}"
+        );
+        let a = c.prompt_adjusted.expect("prompts differ in length");
+        assert!(a.significant && a.worse && !a.better, "{a:?}");
+        assert!((a.ttfb_mean_diff_ms - 40.0).abs() < 1.0, "{a:?}");
+        assert!((a.ms_per_1k_prompt_tokens - 100.0).abs() < 1.0, "{a:?}");
+        assert_eq!((a.requests, a.reference_requests), (300, 300));
+    }
+
+    #[test]
+    fn an_arm_that_drew_the_longer_prompts_is_not_slower_once_adjusted() {
+        let c = comparison_of(
+            &by_prompt("warm", 300, 0, 0),
+            &by_prompt("cold", 300, 3_000, 0),
+        );
+        assert!(c.worse, "raw: 300 ms slower from its prompts alone: {c:?}");
+        let a = c.prompt_adjusted.expect("prompts differ in length");
+        assert!(!a.significant, "{a:?}");
+        assert!(a.ttfb_mean_diff_ms.abs() < 1.0, "{a:?}");
+    }
+
     #[test]
     fn an_arm_without_outcomes_reports_nothing_rather_than_zeros() {
         let e = running();
@@ -362,5 +558,6 @@ mod tests {
         assert_eq!(r.arms[1].ttfb_p95_ms, None);
         assert_eq!(r.arms[1].error_rate, None);
         assert!(r.comparisons[0].welch.is_none() && !r.comparisons[0].significant);
+        assert_eq!(r.comparisons[0].prompt_adjusted, None);
     }
 }

@@ -45,6 +45,75 @@ impl Moments {
     }
 }
 
+/// The moments of a sample of pairs (x, y): both means, both sums of squared deviations and the
+/// sum of cross-deviations, updated one pair at a time and mergeable like [`Moments`]. The
+/// report's covariate adjustment reads them (x: a request's prompt tokens, y: its time to first
+/// byte).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoMoments {
+    pub n: u64,
+    pub mean_x: f64,
+    pub mean_y: f64,
+    m2_x: f64,
+    m2_y: f64,
+    /// Σ (x − x̄)(y − ȳ).
+    c_xy: f64,
+}
+
+impl CoMoments {
+    pub fn push(&mut self, x: f64, y: f64) {
+        self.n += 1;
+        let n = self.n as f64;
+        let (dx, dy) = (x - self.mean_x, y - self.mean_y);
+        self.mean_x += dx / n;
+        self.mean_y += dy / n;
+        self.m2_x += dx * (x - self.mean_x);
+        self.m2_y += dy * (y - self.mean_y);
+        self.c_xy += dx * (y - self.mean_y);
+    }
+
+    /// The co-moments of both samples together.
+    pub fn merge(&mut self, other: &CoMoments) {
+        if other.n == 0 {
+            return;
+        }
+        if self.n == 0 {
+            *self = *other;
+            return;
+        }
+        let (na, nb) = (self.n as f64, other.n as f64);
+        let n = na + nb;
+        let (dx, dy) = (other.mean_x - self.mean_x, other.mean_y - self.mean_y);
+        self.mean_x += dx * nb / n;
+        self.mean_y += dy * nb / n;
+        self.m2_x += other.m2_x + dx * dx * na * nb / n;
+        self.m2_y += other.m2_y + dy * dy * na * nb / n;
+        self.c_xy += other.c_xy + dx * dy * na * nb / n;
+        self.n += other.n;
+    }
+
+    /// The common within-sample slope of y on x of `samples` (ANCOVA's pooled slope:
+    /// Σ c_xy / Σ m2_x): what one more unit of x adds to y inside each sample, so a difference
+    /// of the samples' means does not enter it. `None` when x does not vary inside them.
+    pub fn pooled_slope(samples: &[&CoMoments]) -> Option<f64> {
+        let sxx: f64 = samples.iter().map(|m| m.m2_x).sum();
+        let sxy: f64 = samples.iter().map(|m| m.c_xy).sum();
+        let slope = sxy / sxx;
+        (sxx > 0.0 && slope.is_finite()).then_some(slope)
+    }
+
+    /// The moments of the adjusted values `y − slope·(x − x_center)`: the mean moves by
+    /// `slope·(x̄ − x_center)`, the squared deviations become `m2_y − 2·slope·c_xy + slope²·m2_x`.
+    pub fn adjusted(&self, slope: f64, x_center: f64) -> Moments {
+        let m2 = self.m2_y - 2.0 * slope * self.c_xy + slope * slope * self.m2_x;
+        Moments {
+            n: self.n,
+            mean: self.mean_y - slope * (self.mean_x - x_center),
+            m2: m2.max(0.0),
+        }
+    }
+}
+
 /// A two-sided test's statistic and p-value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Test {
@@ -165,6 +234,58 @@ mod tests {
         assert!((left.mean - 5.0).abs() < 1e-12);
         assert!((left.variance().unwrap() - 32.0 / 7.0).abs() < 1e-12);
         assert_eq!(moments(&[1.0]).variance(), None);
+    }
+
+    fn co_moments(pairs: &[(f64, f64)]) -> CoMoments {
+        let mut m = CoMoments::default();
+        for (x, y) in pairs {
+            m.push(*x, *y);
+        }
+        m
+    }
+
+    #[test]
+    fn co_moments_merge_like_one_sample_and_agree_with_the_one_variable_moments() {
+        let pairs: Vec<(f64, f64)> = (0..50)
+            .map(|i| (f64::from(i), f64::from(i * i % 17)))
+            .collect();
+        let whole = co_moments(&pairs);
+        let mut parts = co_moments(&pairs[..13]);
+        parts.merge(&co_moments(&pairs[13..]));
+        for (a, b) in [
+            (whole.mean_x, parts.mean_x),
+            (whole.mean_y, parts.mean_y),
+            (whole.m2_x, parts.m2_x),
+            (whole.m2_y, parts.m2_y),
+            (whole.c_xy, parts.c_xy),
+        ] {
+            assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+        }
+        let ys = moments(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+        let unadjusted = whole.adjusted(0.0, 0.0);
+        assert_eq!(unadjusted.n, ys.n);
+        assert!((unadjusted.mean - ys.mean).abs() < 1e-9);
+        assert!((unadjusted.variance().unwrap() - ys.variance().unwrap()).abs() < 1e-9);
+    }
+
+    /// Two samples on parallel lines y = 2x + c: the pooled slope is 2 whatever their offsets
+    /// and x ranges, and adjusting removes all of the spread and the x ranges' difference.
+    #[test]
+    fn the_pooled_slope_is_the_common_slope_and_adjusting_by_it_leaves_the_offset() {
+        let line = |c: f64, xs: std::ops::Range<i32>| {
+            co_moments(
+                &xs.map(|x| (f64::from(x), 2.0 * f64::from(x) + c))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let (a, b) = (line(5.0, 0..10), line(0.0, 20..40));
+        let slope = CoMoments::pooled_slope(&[&a, &b]).unwrap();
+        assert!((slope - 2.0).abs() < 1e-12, "{slope}");
+        let (aa, bb) = (a.adjusted(slope, 10.0), b.adjusted(slope, 10.0));
+        assert!((aa.mean - bb.mean - 5.0).abs() < 1e-9);
+        assert!(aa.variance().unwrap() < 1e-9 && bb.variance().unwrap() < 1e-9);
+        let flat = co_moments(&[(3.0, 1.0), (3.0, 2.0)]);
+        assert_eq!(CoMoments::pooled_slope(&[&flat]), None, "x does not vary");
     }
 
     /// With two values a side and equal variances Welch's df is 2, whose t CDF has a closed

@@ -6,7 +6,9 @@ use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
 use crate::attribution::release::{decide, Decision, Rollback, StepEvidence};
-use crate::attribution::report::{label, report, ExperimentReport, TestResult, NEW_PODS};
+use crate::attribution::report::{
+    label, report, ExperimentReport, TestResult, FIRST_REQUESTS, NEW_PODS, PROMPT_ADJUSTED,
+};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
 use crate::telemetry::Telemetry;
 
@@ -88,16 +90,25 @@ impl Gateway {
         self.check_release(running, report).await;
     }
 
-    /// Notes as an event, once each, every comparison (overall and on the new pods) that became
-    /// significant, with the requests it took.
+    /// Notes as an event, once each, every comparison (overall, on the new pods, on their first
+    /// requests of hot prefixes; raw and adjusted for prompt length) that became significant,
+    /// with the requests it took.
     fn note_significance(&self, report: &ExperimentReport) {
         let mut found = Vec::new();
-        for (cohort, arms, comparisons) in [
-            ("", &report.arms, &report.comparisons),
+        let firsts = &report.new_pods.first_requests;
+        for (cohort, on, arms, comparisons) in [
+            ("", "", &report.arms, &report.comparisons),
             (
                 NEW_PODS,
+                " on the new pods",
                 &report.new_pods.arms,
                 &report.new_pods.comparisons,
+            ),
+            (
+                FIRST_REQUESTS,
+                " on the new pods' first requests of hot prefixes",
+                &firsts.arms,
+                &firsts.comparisons,
             ),
         ] {
             let requests = |name: &str| {
@@ -106,19 +117,32 @@ impl Gateway {
                     .map_or(0, |a| a.requests)
             };
             let p = |t: Option<TestResult>| t.map_or(f64::NAN, |t| t.p);
-            for c in comparisons.iter().filter(|c| c.significant) {
-                let event = format!(
-                    "arm {} significantly {} than {}{} after {} + {} requests (welch p {:.2e}, mann-whitney p {:.2e})",
-                    c.arm,
-                    if c.better { "faster" } else { "slower" },
-                    c.reference,
-                    if cohort.is_empty() { "" } else { " on the new pods" },
-                    requests(&c.arm),
-                    requests(&c.reference),
-                    p(c.welch),
-                    p(c.mann_whitney),
-                );
-                found.push((format!("{}{cohort}", c.arm), event));
+            for c in comparisons {
+                let raw = (c.significant, c.better, c.welch, c.mann_whitney);
+                let adjusted = c
+                    .prompt_adjusted
+                    .as_ref()
+                    .map(|a| (a.significant, a.better, a.welch, a.mann_whitney));
+                for (suffix, how, (significant, better, welch, mann_whitney)) in std::iter::once((
+                    "", "", raw,
+                ))
+                .chain(adjusted.map(|a| (PROMPT_ADJUSTED, " adjusted for prompt length", a)))
+                {
+                    if !significant {
+                        continue;
+                    }
+                    let event = format!(
+                        "arm {} significantly {} than {}{on}{how} after {} + {} requests (welch p {:.2e}, mann-whitney p {:.2e})",
+                        c.arm,
+                        if better { "faster" } else { "slower" },
+                        c.reference,
+                        requests(&c.arm),
+                        requests(&c.reference),
+                        p(welch),
+                        p(mann_whitney),
+                    );
+                    found.push((format!("{}{cohort}{suffix}", c.arm), event));
+                }
             }
         }
         if !found.is_empty() {
