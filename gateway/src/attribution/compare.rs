@@ -5,9 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{
-    prompt_adjusted, verdict, ByPrompt, PromptAdjusted, TestResult, POWER, SIGNIFICANCE,
-};
+use super::adjusted::{prompt_adjusted, ByPrompt, PromptAdjusted};
+use super::report::{verdict, TestResult, POWER, SIGNIFICANCE};
 use super::stats::{requests_for, CoMoments, Moments};
 
 /// The most values a side may have (the report's own samples are smaller).

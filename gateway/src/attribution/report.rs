@@ -15,27 +15,15 @@
 //! shows as a change of both rather than of one. Each comparison also says how many requests an
 //! arm would need for a verdict if what is observed holds (a power estimate), and the gateway
 //! notes, as an event, when a comparison first becomes significant and after how many requests.
+
 //!
-//! **Adjusted for prompt length.** A time to first byte is mostly prefill, which grows with the
-//! prompt's tokens; one trace's prompts span a few hundred to tens of thousands of tokens, so
-//! their lengths, more than the arms, set the spread of the times, and an arm whose users drew
-//! the longer prompts looks slower. A request's arm is a hash of its user, fixed before the arm
-//! acts, so its prompt length is a covariate the arm cannot change, and regression adjustment
-//! (ANCOVA; CUPED in online experiments) may remove it: each comparison is repeated
-//! (`prompt_adjusted`) on `t − b·(x − x̄)`, x the request's prompt tokens, x̄ their mean over
-//! both arms and b the arms' common within-arm slope (`stats::CoMoments::pooled_slope`, so the
-//! arms' own difference does not enter it). Under the random split the difference of adjusted
-//! means estimates the same effect as the raw one (consistent even when the arms' slopes
-//! differ, as a warm-up's do, Lin 2013), with the residual's variance, `(1 − ρ²)` of the raw
-//! one's. It assumes a time grows about linearly with the prompt (prefill's work a token is
-//! constant up to the engine's batch limit); where it does not, the adjustment removes less,
-//! not wrongly. Only requests whose responses reported `usage.prompt_tokens` enter it. The grey
-//! release reads the raw comparison.
+//! Each comparison is also made on the times adjusted for prompt length ([`super::adjusted`]).
 
 use serde::Serialize;
 
+use super::adjusted::{prompt_adjusted, ByPrompt, PromptAdjusted};
 use super::ledger::{Bucket, OutcomeLedger, HOUR_MS};
-use super::stats::{mann_whitney, quantile, requests_for, welch, CoMoments, Moments, Test};
+use super::stats::{mann_whitney, quantile, requests_for, welch, Moments, Test};
 use crate::policy::fleet::RunningExperiment;
 
 /// The p-value below which an arm differs significantly.
@@ -120,26 +108,6 @@ pub struct Comparison {
     /// The same comparison of the times adjusted for prompt length; `None` until both arms have
     /// requests whose prompts differ in length.
     pub prompt_adjusted: Option<PromptAdjusted>,
-}
-
-/// An arm against the reference on times to first byte adjusted for prompt length (the module
-/// doc): `t − slope·(prompt − mean prompt)`, over the requests whose responses reported
-/// their prompt tokens.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PromptAdjusted {
-    /// The arm's and the reference's requests with prompt tokens.
-    pub requests: u64,
-    pub reference_requests: u64,
-    /// The common within-arm slope of time to first byte on prompt length, ms per 1,000 tokens.
-    pub ms_per_1k_prompt_tokens: f64,
-    /// The arm's adjusted mean minus the reference's, ms.
-    pub ttfb_mean_diff_ms: f64,
-    pub welch: Option<TestResult>,
-    pub mann_whitney: Option<TestResult>,
-    pub significant: bool,
-    pub better: bool,
-    pub worse: bool,
-    pub requests_needed: Option<u64>,
 }
 
 /// One hour's arms.
@@ -233,7 +201,7 @@ pub fn verdict(
 /// Whether a verdict on a difference `diff` (arm minus reference) makes the arm better, worse
 /// (both significant, by the sign), and the requests an arm needs for one: every comparison's
 /// reading of its tests.
-fn judged(v: &Verdict, diff: Option<f64>, arm: &Moments, reference: &Moments) -> Judged {
+pub(super) fn judged(v: &Verdict, diff: Option<f64>, arm: &Moments, reference: &Moments) -> Judged {
     Judged {
         better: v.significant && diff.is_some_and(|d| d < 0.0),
         worse: v.significant && diff.is_some_and(|d| d > 0.0),
@@ -241,59 +209,10 @@ fn judged(v: &Verdict, diff: Option<f64>, arm: &Moments, reference: &Moments) ->
     }
 }
 
-struct Judged {
-    better: bool,
-    worse: bool,
-    requests_needed: Option<u64>,
-}
-
-/// One side of a comparison adjusted for prompt length: the co-moments of all of its
-/// (prompt tokens, time) pairs and a uniform sample of its (time, prompt tokens) pairs.
-pub struct ByPrompt<'a> {
-    pub moments: &'a CoMoments,
-    pub sample: Vec<(f64, f64)>,
-}
-
-impl<'a> ByPrompt<'a> {
-    fn of(b: &'a Bucket) -> Self {
-        Self {
-            moments: &b.by_prompt,
-            sample: b.sample_with_prompt().collect(),
-        }
-    }
-}
-
-/// `arm` against `reference` with each time adjusted for its prompt's length by the two arms'
-/// common slope, centred on their pooled mean prompt; `None` when no prompt length varies.
-pub fn prompt_adjusted(arm: &ByPrompt, reference: &ByPrompt) -> Option<PromptAdjusted> {
-    let slope = CoMoments::pooled_slope(&[arm.moments, reference.moments])?;
-    let mut pooled = *arm.moments;
-    pooled.merge(reference.moments);
-    let center = pooled.mean_x;
-    let adjust = |side: &ByPrompt| -> (Moments, Vec<f64>) {
-        let sample = side
-            .sample
-            .iter()
-            .map(|(t, p)| t - slope * (p - center))
-            .collect();
-        (side.moments.adjusted(slope, center), sample)
-    };
-    let ((a, a_sample), (r, r_sample)) = (adjust(arm), adjust(reference));
-    let v = verdict(&a, &a_sample, &r, &r_sample);
-    let diff = a.mean - r.mean;
-    let j = judged(&v, Some(diff), &a, &r);
-    Some(PromptAdjusted {
-        requests: a.n,
-        reference_requests: r.n,
-        ms_per_1k_prompt_tokens: slope * 1000.0,
-        ttfb_mean_diff_ms: diff,
-        welch: v.welch,
-        mann_whitney: v.mann_whitney,
-        significant: v.significant,
-        better: j.better,
-        worse: j.worse,
-        requests_needed: j.requests_needed,
-    })
+pub(super) struct Judged {
+    pub better: bool,
+    pub worse: bool,
+    pub requests_needed: Option<u64>,
 }
 
 /// The arms and comparisons of the records under `labels` (name, label) since `start`.
