@@ -383,12 +383,15 @@ impl Telemetry {
                     );
                 }
                 for (test, result) in [
-                    ("welch", c.welch),
-                    ("mann_whitney", c.mann_whitney),
-                    ("welch_prompt_adjusted", adjusted.and_then(|a| a.welch)),
+                    ("welch", c.reading.welch),
+                    ("mann_whitney", c.reading.mann_whitney),
+                    (
+                        "welch_prompt_adjusted",
+                        adjusted.and_then(|a| a.reading.welch),
+                    ),
                     (
                         "mann_whitney_prompt_adjusted",
-                        adjusted.and_then(|a| a.mann_whitney),
+                        adjusted.and_then(|a| a.reading.mann_whitney),
                     ),
                 ] {
                     if let Some(r) = result {

@@ -19,7 +19,7 @@
 use serde::Serialize;
 
 use super::ledger::Bucket;
-use super::report::{judged, verdict, TestResult};
+use super::report::{reading, Reading};
 use super::stats::{CoMoments, Moments};
 
 /// An arm against the reference on times to first byte adjusted for prompt length (the module
@@ -34,12 +34,10 @@ pub struct PromptAdjusted {
     pub ms_per_1k_prompt_tokens: f64,
     /// The arm's adjusted mean minus the reference's, ms.
     pub ttfb_mean_diff_ms: f64,
-    pub welch: Option<TestResult>,
-    pub mann_whitney: Option<TestResult>,
-    pub significant: bool,
-    pub better: bool,
-    pub worse: bool,
-    pub requests_needed: Option<u64>,
+    /// The tests of the adjusted times and what they say (serialised as this struct's own
+    /// fields).
+    #[serde(flatten)]
+    pub reading: Reading,
 }
 
 /// One side of a comparison adjusted for prompt length: the co-moments of all of its
@@ -75,19 +73,12 @@ pub fn prompt_adjusted(arm: &ByPrompt, reference: &ByPrompt) -> Option<PromptAdj
         (side.moments.adjusted(slope, center), sample)
     };
     let ((a, a_sample), (r, r_sample)) = (adjust(arm), adjust(reference));
-    let v = verdict(&a, &a_sample, &r, &r_sample);
     let diff = a.mean - r.mean;
-    let j = judged(&v, Some(diff), &a, &r);
     Some(PromptAdjusted {
         requests: a.n,
         reference_requests: r.n,
         ms_per_1k_prompt_tokens: slope * 1000.0,
         ttfb_mean_diff_ms: diff,
-        welch: v.welch,
-        mann_whitney: v.mann_whitney,
-        significant: v.significant,
-        better: j.better,
-        worse: j.worse,
-        requests_needed: j.requests_needed,
+        reading: reading(&a, &a_sample, &r, &r_sample, Some(diff)),
     })
 }

@@ -216,7 +216,10 @@ mod tests {
         .unwrap();
         assert!(c.significant && c.mean_diff.unwrap() < -250.0, "{c:?}");
         let a = c.prompt_adjusted.unwrap();
-        assert!(!a.significant && a.ttfb_mean_diff_ms.abs() < 1.0, "{a:?}");
+        assert!(
+            !a.reading.significant && a.ttfb_mean_diff_ms.abs() < 1.0,
+            "{a:?}"
+        );
         assert_eq!(compare(&Samples::default()).unwrap().prompt_adjusted, None);
 
         let short = compare(&Samples {

@@ -121,7 +121,7 @@ pub fn decide(
             ),
         );
     }
-    if let Some(c) = report.comparisons.iter().find(|c| c.better) {
+    if let Some(c) = report.comparisons.iter().find(|c| c.reading.better) {
         let p = |t: Option<super::report::TestResult>| t.map_or(f64::NAN, |t| t.p);
         return Decision::RollBack(
             RollbackReason::Ttfb,
@@ -129,8 +129,8 @@ pub fn decide(
                 "arm {} is faster by {:.1} ms on the mean (welch p {:.2e}, mann-whitney p {:.2e})",
                 c.arm,
                 -c.ttfb_mean_diff_ms.unwrap_or(f64::NAN),
-                p(c.welch),
-                p(c.mann_whitney)
+                p(c.reading.welch),
+                p(c.reading.mann_whitney)
             ),
         );
     }
@@ -157,7 +157,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::report::{ArmSummary, Comparison, TestResult};
+    use crate::attribution::report::{ArmSummary, Comparison, Reading, TestResult};
 
     fn arm(name: &str, requests: u64, errors: u64) -> ArmSummary {
         ArmSummary {
@@ -185,15 +185,17 @@ mod tests {
                 ttfb_mean_diff_ms: Some(if better { -40.0 } else { 1.0 }),
                 arm_vs_before_ms: None,
                 reference_vs_before_ms: None,
-                welch: Some(TestResult {
-                    statistic: 5.0,
-                    p: if better { 1e-5 } else { 0.4 },
-                }),
-                mann_whitney: None,
-                significant: better,
-                better,
-                worse: false,
-                requests_needed: None,
+                reading: Reading {
+                    welch: Some(TestResult {
+                        statistic: 5.0,
+                        p: if better { 1e-5 } else { 0.4 },
+                    }),
+                    mann_whitney: None,
+                    significant: better,
+                    better,
+                    worse: false,
+                    requests_needed: None,
+                },
                 prompt_adjusted: None,
             }],
             new_pods: crate::attribution::report::NewPods {

@@ -93,18 +93,9 @@ pub struct Comparison {
     /// The arm's and the reference's mean minus the period before the experiment's, ms.
     pub arm_vs_before_ms: Option<f64>,
     pub reference_vs_before_ms: Option<f64>,
-    pub welch: Option<TestResult>,
-    pub mann_whitney: Option<TestResult>,
-    /// Both tests below [`SIGNIFICANCE`].
-    pub significant: bool,
-    /// Significant, and the arm's time to first byte is the shorter.
-    pub better: bool,
-    /// Significant, and the arm's time to first byte is the longer.
-    pub worse: bool,
-    /// Requests each of the two arms needs for Welch's test to reach [`SIGNIFICANCE`] with
-    /// [`POWER`] if the observed difference and spreads hold (`stats::requests_for`): how far
-    /// the experiment is from a verdict; `None` without a difference to find.
-    pub requests_needed: Option<u64>,
+    /// The tests and what they say (serialised as the comparison's own fields).
+    #[serde(flatten)]
+    pub reading: Reading,
     /// The same comparison of the times adjusted for prompt length; `None` until both arms have
     /// requests whose prompts differ in length.
     pub prompt_adjusted: Option<PromptAdjusted>,
@@ -198,21 +189,41 @@ pub fn verdict(
     }
 }
 
-/// Whether a verdict on a difference `diff` (arm minus reference) makes the arm better, worse
-/// (both significant, by the sign), and the requests an arm needs for one: every comparison's
-/// reading of its tests.
-pub(super) fn judged(v: &Verdict, diff: Option<f64>, arm: &Moments, reference: &Moments) -> Judged {
-    Judged {
+/// A comparison's tests and what they say of the arm.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Reading {
+    pub welch: Option<TestResult>,
+    pub mann_whitney: Option<TestResult>,
+    /// Both tests below [`SIGNIFICANCE`].
+    pub significant: bool,
+    /// Significant, and the arm's time to first byte is the shorter.
+    pub better: bool,
+    /// Significant, and the arm's time to first byte is the longer.
+    pub worse: bool,
+    /// Requests each of the two arms needs for Welch's test to reach [`SIGNIFICANCE`] with
+    /// [`POWER`] if the observed difference and spreads hold (`stats::requests_for`): how far
+    /// the experiment is from a verdict; `None` without a difference to find.
+    pub requests_needed: Option<u64>,
+}
+
+/// The reading of the tests of `arm` against `reference`, whose means differ by `diff` (arm
+/// minus reference): every comparison's, raw or adjusted.
+pub(super) fn reading(
+    arm: &Moments,
+    arm_sample: &[f64],
+    reference: &Moments,
+    reference_sample: &[f64],
+    diff: Option<f64>,
+) -> Reading {
+    let v = verdict(arm, arm_sample, reference, reference_sample);
+    Reading {
+        welch: v.welch,
+        mann_whitney: v.mann_whitney,
+        significant: v.significant,
         better: v.significant && diff.is_some_and(|d| d < 0.0),
         worse: v.significant && diff.is_some_and(|d| d > 0.0),
         requests_needed: requests_for(arm, reference, SIGNIFICANCE, POWER),
     }
-}
-
-pub(super) struct Judged {
-    pub better: bool,
-    pub worse: bool,
-    pub requests_needed: Option<u64>,
 }
 
 /// The arms and comparisons of the records under `labels` (name, label) since `start`.
@@ -231,26 +242,20 @@ fn cohort(
     let mut comparisons = Vec::new();
     if let (Some((reference, _)), Some(ref_total)) = (labels.first(), totals.first()) {
         for ((name, _), total) in labels.iter().zip(&totals).skip(1) {
-            let v = verdict(
-                &total.ttfb,
-                &total.sample,
-                &ref_total.ttfb,
-                &ref_total.sample,
-            );
             let diff = mean(total).zip(mean(ref_total)).map(|(a, r)| a - r);
-            let j = judged(&v, diff, &total.ttfb, &ref_total.ttfb);
             comparisons.push(Comparison {
                 arm: name.clone(),
                 reference: reference.clone(),
                 ttfb_mean_diff_ms: diff,
                 arm_vs_before_ms: mean(total).zip(mean(before)).map(|(a, b)| a - b),
                 reference_vs_before_ms: mean(ref_total).zip(mean(before)).map(|(r, b)| r - b),
-                welch: v.welch,
-                mann_whitney: v.mann_whitney,
-                significant: v.significant,
-                better: j.better,
-                worse: j.worse,
-                requests_needed: j.requests_needed,
+                reading: reading(
+                    &total.ttfb,
+                    &total.sample,
+                    &ref_total.ttfb,
+                    &ref_total.sample,
+                    diff,
+                ),
                 prompt_adjusted: prompt_adjusted(&ByPrompt::of(total), &ByPrompt::of(ref_total)),
             });
         }
@@ -385,7 +390,10 @@ mod tests {
         assert_eq!(r.before.requests, 400);
         let c = &r.comparisons[0];
         assert_eq!((c.arm.as_str(), c.reference.as_str()), ("cold", "warm"));
-        assert!(c.significant && c.worse && !c.better, "{c:?}");
+        assert!(
+            c.reading.significant && c.reading.worse && !c.reading.better,
+            "{c:?}"
+        );
         assert!((c.ttfb_mean_diff_ms.unwrap() - 200.0).abs() < 1e-9);
         assert!((c.arm_vs_before_ms.unwrap() - 150.0).abs() < 1e-9);
         assert_eq!(r.hours.len(), 3, "the start's hour, the next, and now's");
@@ -393,7 +401,7 @@ mod tests {
         assert_eq!(r.hours[1].arms[1].requests, 400);
         // the same records were all served by a new pod
         assert_eq!(r.new_pods.arms[1].requests, 400);
-        assert!(r.new_pods.comparisons[0].worse);
+        assert!(r.new_pods.comparisons[0].reading.worse);
 
         let mut same = OutcomeLedger::default();
         same.ingest(
@@ -407,7 +415,10 @@ mod tests {
             |_| false,
         );
         let c = &report(&same, &e, now, false).comparisons[0];
-        assert!(!c.significant && !c.worse && !c.better, "{c:?}");
+        assert!(
+            !c.reading.significant && !c.reading.worse && !c.reading.better,
+            "{c:?}"
+        );
     }
 
     /// `n` requests of `arm` whose prompts span 1 k to 30 k tokens (plus `longer`), each taking
@@ -448,11 +459,14 @@ mod tests {
             &by_prompt("cold", 300, 0, 40),
         );
         assert!(
-            !c.significant,
+            !c.reading.significant,
             "40 ms under ~840 ms of prompt spread: {c:?}"
         );
         let a = c.prompt_adjusted.expect("prompts differ in length");
-        assert!(a.significant && a.worse && !a.better, "{a:?}");
+        assert!(
+            a.reading.significant && a.reading.worse && !a.reading.better,
+            "{a:?}"
+        );
         assert!((a.ttfb_mean_diff_ms - 40.0).abs() < 1.0, "{a:?}");
         assert!((a.ms_per_1k_prompt_tokens - 100.0).abs() < 1.0, "{a:?}");
         assert_eq!((a.requests, a.reference_requests), (300, 300));
@@ -464,9 +478,12 @@ mod tests {
             &by_prompt("warm", 300, 0, 0),
             &by_prompt("cold", 300, 3_000, 0),
         );
-        assert!(c.worse, "raw: 300 ms slower from its prompts alone: {c:?}");
+        assert!(
+            c.reading.worse,
+            "raw: 300 ms slower from its prompts alone: {c:?}"
+        );
         let a = c.prompt_adjusted.expect("prompts differ in length");
-        assert!(!a.significant, "{a:?}");
+        assert!(!a.reading.significant, "{a:?}");
         assert!(a.ttfb_mean_diff_ms.abs() < 1.0, "{a:?}");
     }
 
@@ -476,7 +493,8 @@ mod tests {
         let r = report(&OutcomeLedger::default(), &e, e.started_ms + 5, false);
         assert_eq!(r.arms[1].ttfb_p95_ms, None);
         assert_eq!(r.arms[1].error_rate, None);
-        assert!(r.comparisons[0].welch.is_none() && !r.comparisons[0].significant);
+        let c = &r.comparisons[0].reading;
+        assert!(c.welch.is_none() && !c.significant);
         assert_eq!(r.comparisons[0].prompt_adjusted, None);
     }
 }

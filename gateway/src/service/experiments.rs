@@ -118,28 +118,19 @@ impl Gateway {
             };
             let p = |t: Option<TestResult>| t.map_or(f64::NAN, |t| t.p);
             for c in comparisons {
-                let raw = (c.significant, c.better, c.welch, c.mann_whitney);
-                let adjusted = c
-                    .prompt_adjusted
-                    .as_ref()
-                    .map(|a| (a.significant, a.better, a.welch, a.mann_whitney));
-                for (suffix, how, (significant, better, welch, mann_whitney)) in std::iter::once((
-                    "", "", raw,
-                ))
-                .chain(adjusted.map(|a| (PROMPT_ADJUSTED, " adjusted for prompt length", a)))
-                {
-                    if !significant {
-                        continue;
-                    }
+                let adjusted = c.prompt_adjusted.as_ref().map(|a| a.reading);
+                let readings = std::iter::once(("", "", c.reading))
+                    .chain(adjusted.map(|r| (PROMPT_ADJUSTED, " adjusted for prompt length", r)));
+                for (suffix, how, r) in readings.filter(|(_, _, r)| r.significant) {
                     let event = format!(
                         "arm {} significantly {} than {}{on}{how} after {} + {} requests (welch p {:.2e}, mann-whitney p {:.2e})",
                         c.arm,
-                        if better { "faster" } else { "slower" },
+                        if r.better { "faster" } else { "slower" },
                         c.reference,
                         requests(&c.arm),
                         requests(&c.reference),
-                        p(welch),
-                        p(mann_whitney),
+                        p(r.welch),
+                        p(r.mann_whitney),
                     );
                     found.push((format!("{}{cohort}{suffix}", c.arm), event));
                 }
