@@ -15,9 +15,10 @@ experiment's id (`--experiment-id`, default `warm-vs-cold`): the same id gives t
 every run, another id another split (a re-randomisation of which groups each arm gets).
 `prewarm-replay live` replays the demo's slice of the shared mooncake-synthetic trace through
 Envoy (tools/demo.py's `live`, which also starts and announces the 4th pod at the join time).
-While it runs, `GET /admin/experiments/{id}` is polled every `--poll-s` seconds; the
-first poll at which the new pods' comparison has both tests (Welch, Mann-Whitney) at p < 0.01
-is recorded with each arm's new-pod requests then. At the end it prints one table (per arm,
+While it runs, `GET /admin/experiments/{id}` is polled every `--poll-s` seconds; for each of
+the report's new-pod comparisons (all their requests; their first requests of hot prefixes —
+each raw and adjusted for prompt length) the first poll at which both tests (Welch,
+Mann-Whitney) are at p < 0.01 is recorded with the cohort's requests then. At the end it prints one table (per arm,
 overall and on the new pods: requests, time to first byte p50/p95 as the filter measured it
 (real time), cached-token ratio, the p-values, which arm is faster, "significant after N
 requests") and a breakdown of the replay's own records (model time) by arm and cohort, each

@@ -72,7 +72,8 @@ enum Command {
     },
     /// Print (JSON) two samples compared by the experiment report's rule (Welch's t and
     /// Mann-Whitney U, significant when both p < 0.01): reads `{"arm": [..], "reference": [..]}`
-    /// on stdin, for cohorts a tool holds itself.
+    /// on stdin, for cohorts a tool holds itself; with `arm_prompt_tokens` and
+    /// `reference_prompt_tokens` (one a value) also adjusted for prompt length.
     Compare,
 }
 

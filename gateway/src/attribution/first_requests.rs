@@ -12,9 +12,11 @@
 //! The gateway counts the records of each prefix, from every arm, pod and the time before an
 //! experiment. A record served by a new pod is a *first request of a hot prefix* when the pod had
 //! served no earlier record of its prefix and its prefix had been seen at least [`HOT_AFTER`]
-//! times before it — the filters' `similar_prompts` trigger, the count at which a prefix is
-//! signalled hot and a warm-up would prefill it. Membership is decided before the response is
-//! known (no outcome enters it), by what happened before the request, alike for every arm.
+//! times before it: a repeated prefix, the least the filters' `similar_prompts` trigger can be
+//! set to before it signals one hot (its default is 3, the demo's 2). With a higher trigger the
+//! cohort also holds prefixes no warm-up was asked for, which dilutes the arms' difference and
+//! never inflates it. Membership is decided by what happened before the request, never by its
+//! outcome, alike for every arm.
 //!
 //! **Assumes** records arrive about in the order the requests were made (a filter sends its
 //! batch each second, so a record may come a second or two after a later one of another filter):
@@ -32,8 +34,8 @@ use std::collections::{HashMap, HashSet};
 use prewarm_core::BlockHash;
 use serde::{Deserialize, Serialize};
 
-/// Requests of a prefix before which it is hot (the filters' `similar_prompts` trigger fires at
-/// the second request of a prompt within its window).
+/// Requests of a prefix before which it is hot: a repeated prefix (the least the filters'
+/// `similar_prompts` trigger may be set to).
 pub const HOT_AFTER: u32 = 2;
 /// Prefixes counted at most.
 pub const MAX_PREFIXES: usize = 65_536;
