@@ -3,12 +3,12 @@
 //! A time to first byte is mostly prefill, which grows with the prompt's tokens; one trace's
 //! prompts span a few hundred to tens of thousands of tokens, so their lengths, more than the
 //! arms, set the spread of the times, and an arm whose users drew the longer prompts looks
-//! slower. A request's arm is a hash of its user, fixed before the arm
-//! acts, so its prompt length is a covariate the arm cannot change, and regression adjustment
-//! (ANCOVA; CUPED in online experiments) may remove it: each comparison is repeated
-//! (`Comparison::prompt_adjusted`) on `t − b·(x − x̄)`, x the request's prompt tokens, x̄ their mean over
-//! both arms and b the arms' common within-arm slope (`stats::CoMoments::pooled_slope`, so the
-//! arms' own difference does not enter it). Under the random split the difference of adjusted
+//! slower. A request's arm is a hash of its user, fixed before the arm acts, so its prompt
+//! length is a covariate the arm cannot change, and regression adjustment (ANCOVA; CUPED in
+//! online experiments) may remove it: each comparison is repeated
+//! (`Comparison::prompt_adjusted`) on `t − b·(x − x̄)`, x the request's prompt tokens, x̄ their
+//! mean over both arms and b the arms' common within-arm slope
+//! (`stats::CoMoments::pooled_slope`, so the arms' own difference does not enter it). Under the random split the difference of adjusted
 //! means estimates the same effect as the raw one (consistent even when the arms' slopes
 //! differ, as a warm-up's do, Lin 2013), with the residual's variance, `(1 − ρ²)` of the raw
 //! one's. It assumes a time grows about linearly with the prompt (prefill's work a token is

@@ -7,8 +7,8 @@
 //! sample (12 bytes a value: at most 75 MB if every hour of every label filled it). A record of
 //! an arm served by a new pod also counts under the arm's new-pods label, and, when it is the
 //! pod's first request of a hot prefix ([`PrefixHistory`]), under the arm's first-requests label.
-//! The ledger and its prefix history go into the snapshot, so a restart keeps an experiment's evidence; a restored one is cut to the same
-//! bounds ([`OutcomeLedger::bounded`]).
+//! The ledger and its prefix history go into the snapshot, so a restart keeps an experiment's
+//! evidence; a restored one is cut to the same bounds ([`OutcomeLedger::bounded`]).
 
 use std::collections::BTreeMap;
 

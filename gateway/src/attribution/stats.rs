@@ -103,7 +103,8 @@ impl CoMoments {
     }
 
     /// The moments of the adjusted values `y − slope·(x − x_center)`: the mean moves by
-    /// `slope·(x̄ − x_center)`, the squared deviations become `m2_y − 2·slope·c_xy + slope²·m2_x`.
+    /// `slope·(x̄ − x_center)`, the squared deviations become
+    /// `m2_y − 2·slope·c_xy + slope²·m2_x`.
     pub fn adjusted(&self, slope: f64, x_center: f64) -> Moments {
         let m2 = self.m2_y - 2.0 * slope * self.c_xy + slope * slope * self.m2_x;
         Moments {
