@@ -226,9 +226,10 @@ pub struct OutcomeRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
     /// The prompt's routing key (core's `BlockChain::routing_key`: the chain hash of its first
-    /// 512-token shard's last full block): a prefix identity every arm computes alike, whatever
-    /// it routes by, so the gateway can tell a pod's first request of a prefix; `None` for a
-    /// prompt without a full block, or from filters older than this field.
+    /// 512-token shard's last full block, or of its last full block when it is shorter): a
+    /// prefix identity every arm computes alike, whatever it routes by, so the gateway can tell
+    /// a pod's first request of a prefix; `None` for a prompt without a full block, or from
+    /// filters older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<BlockHash>,
 }

@@ -47,12 +47,6 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
-/// The `cohort` label of an experiment's series over all its requests.
-pub const COHORT_ALL: &str = "all";
-/// The `cohort` label of an experiment's series over the pods that joined since it started.
-pub const COHORT_NEW_PODS: &str = "new_pods";
-/// The cohort label of the new pods' first requests of hot prefixes.
-pub const COHORT_FIRST_REQUESTS: &str = "new_pods_first_requests";
 /// Every metric the gateway exports.
 pub struct Telemetry {
     registry: Registry,
@@ -333,18 +327,10 @@ impl Telemetry {
             let pairs = [("experiment", e.id.as_str()), ("arm", arm.name.as_str())];
             set(&self.experiment_arm_weight, &pairs, arm.weight);
         }
-        // Every arm since the start (`all`), and on the pods that joined since (`new_pods`:
-        // where a warm-up setting acts).
-        let firsts = &report.new_pods.first_requests;
-        for (cohort, arms, comparisons) in [
-            (COHORT_ALL, &report.arms, &report.comparisons),
-            (
-                COHORT_NEW_PODS,
-                &report.new_pods.arms,
-                &report.new_pods.comparisons,
-            ),
-            (COHORT_FIRST_REQUESTS, &firsts.arms, &firsts.comparisons),
-        ] {
+        // Every arm since the start (`all`), on the pods that joined since (`new_pods`: where a
+        // warm-up setting acts) and on their first requests of hot prefixes.
+        for view in report.cohorts() {
+            let (cohort, arms, comparisons) = (view.name, view.arms, view.comparisons);
             for summary in arms {
                 let pairs = [
                     ("experiment", e.id.as_str()),

@@ -123,6 +123,49 @@ pub struct ExperimentReport {
     pub hours: Vec<HourReport>,
 }
 
+/// One of the report's cohorts with the names it goes by: every reader (events, metrics) walks
+/// [`ExperimentReport::cohorts`] rather than its own list.
+pub struct CohortView<'a> {
+    /// The `cohort` label of its Prometheus series.
+    pub name: &'static str,
+    /// The suffix of its ledger labels and of the keys of its noted significances.
+    pub suffix: &'static str,
+    /// How an event names it (`""` for all requests).
+    pub on: &'static str,
+    pub arms: &'a [ArmSummary],
+    pub comparisons: &'a [Comparison],
+}
+
+impl ExperimentReport {
+    /// All requests, the new pods', and the new pods' first requests of hot prefixes.
+    pub fn cohorts(&self) -> [CohortView<'_>; 3] {
+        let firsts = &self.new_pods.first_requests;
+        [
+            CohortView {
+                name: "all",
+                suffix: "",
+                on: "",
+                arms: &self.arms,
+                comparisons: &self.comparisons,
+            },
+            CohortView {
+                name: "new_pods",
+                suffix: NEW_PODS,
+                on: " on the new pods",
+                arms: &self.new_pods.arms,
+                comparisons: &self.new_pods.comparisons,
+            },
+            CohortView {
+                name: "new_pods_first_requests",
+                suffix: FIRST_REQUESTS,
+                on: " on the new pods' first requests of hot prefixes",
+                arms: &firsts.arms,
+                comparisons: &firsts.comparisons,
+            },
+        ]
+    }
+}
+
 /// The arms' outcomes on the pods that (re)joined after the experiment started.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NewPods {

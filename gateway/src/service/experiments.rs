@@ -6,9 +6,7 @@ use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
 use crate::attribution::release::{decide, Decision, Rollback, StepEvidence};
-use crate::attribution::report::{
-    label, report, ExperimentReport, TestResult, FIRST_REQUESTS, NEW_PODS, PROMPT_ADJUSTED,
-};
+use crate::attribution::report::{label, report, ExperimentReport, TestResult, PROMPT_ADJUSTED};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
 use crate::telemetry::Telemetry;
 
@@ -95,29 +93,15 @@ impl Gateway {
     /// with the requests it took.
     fn note_significance(&self, report: &ExperimentReport) {
         let mut found = Vec::new();
-        let firsts = &report.new_pods.first_requests;
-        for (cohort, on, arms, comparisons) in [
-            ("", "", &report.arms, &report.comparisons),
-            (
-                NEW_PODS,
-                " on the new pods",
-                &report.new_pods.arms,
-                &report.new_pods.comparisons,
-            ),
-            (
-                FIRST_REQUESTS,
-                " on the new pods' first requests of hot prefixes",
-                &firsts.arms,
-                &firsts.comparisons,
-            ),
-        ] {
+        for cohort in report.cohorts() {
+            let (arms, on) = (cohort.arms, cohort.on);
             let requests = |name: &str| {
                 arms.iter()
                     .find(|a| a.arm == name)
                     .map_or(0, |a| a.requests)
             };
             let p = |t: Option<TestResult>| t.map_or(f64::NAN, |t| t.p);
-            for c in comparisons {
+            for c in cohort.comparisons {
                 let adjusted = c.prompt_adjusted.as_ref().map(|a| a.reading);
                 let readings = std::iter::once(("", "", c.reading))
                     .chain(adjusted.map(|r| (PROMPT_ADJUSTED, " adjusted for prompt length", r)));
@@ -132,7 +116,7 @@ impl Gateway {
                         p(r.welch),
                         p(r.mann_whitney),
                     );
-                    found.push((format!("{}{cohort}{suffix}", c.arm), event));
+                    found.push((format!("{}{}{suffix}", c.arm, cohort.suffix), event));
                 }
             }
         }
