@@ -195,6 +195,7 @@ class Poller(threading.Thread):
             "new_pods_report": new,
             "comparison": report["comparisons"][0] if report["comparisons"] else None,
             "routed": [p["id"] for p in table["pods"]],
+            "table": [{k: p.get(k) for k in ("id", "adapters", "resident", "load")} for p in table["pods"]],
             "warming": [p["id"] for p in table.get("warming", [])],
             "warmup": None if warmup is None else {
                 "phase": warmup["phase"], "routable": warmup["routable"],

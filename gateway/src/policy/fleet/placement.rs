@@ -1,10 +1,16 @@
 //! Where things go, decided once for the gateway and the evaluator.
 //!
 //! - An adapter is *placed* on its demand-sized replica set ([`crate::policy::replicas`]) in its
-//!   tier's pool among the pods that are up: its share of the adapter requests served in the
-//!   last [`DEMAND_WINDOW_MS`], at least `adapter_replicas` pods (gold two), hottest first into
-//!   free GPU slots. That is where pins and warm-up loads make it resident. The sets are
-//!   recomputed every keep-warm period and whenever the pods that are up change.
+//!   tier's pool among the pods not known to be down: its share of the adapter requests served
+//!   in the last [`DEMAND_WINDOW_MS`], at least `adapter_replicas` pods (gold two), hottest
+//!   first into free GPU slots. That is where pins and warm-up loads make it resident. The sets
+//!   are recomputed every keep-warm period and whenever the pods not known to be down change.
+//!   Pods not checked yet count, as in a warm-up plan's candidates: when several pods join at
+//!   once (a scale-up, a gateway restart) their health checks answer one by one, and sets
+//!   computed among those already up would give the first to answer the adapters (and with
+//!   them the prefixes) of all, only to move them when the next answers — its warm-up then
+//!   prefills what the table soon sends elsewhere. A pod that never answers is down after
+//!   `unhealthy_after` checks, and the sets are computed again without it.
 //! - The routing table lists an adapter on the routable pods of its replica set that serve it
 //!   (those of its tier's pool, or a gold pod whose free slot it was given); when none of them does (a fleet whose adapters are registered by
 //!   hand, not yet where the gateway placed them), on every routable pod that serves it, so its
@@ -12,10 +18,16 @@
 //!   adapter instead (15–19 a pod against 4 GPU slots in the evaluation) spread each adapter's
 //!   requests over pods whose slots did not hold it, and vLLM's LRU churned the slots.
 //! - A hot prefix lives where the filter will route it: core's placement of its routing key
-//!   among its model's *scope* — the candidates whose table entry lists the adapter, plus the
-//!   warming pods it is placed on (about to load it) — or among every candidate for the base
-//!   model and for adapters no candidate serves. Every pod's plan sees the same scopes, so a
-//!   prefix moves to exactly one pod.
+//!   among its model's *scope* — the members of its replica set that the table lists it on or
+//!   that are warming (about to load it): what the table lists once they are routable — or,
+//!   when no candidate is such a member, the candidates whose table entry lists the adapter,
+//!   or every candidate for the base model and for adapters no candidate serves. Every pod's
+//!   plan sees the same scopes, so a prefix moves to exactly one pod. While an adapter's set is
+//!   warming, the table lists it wherever it is served (it is *uncovered*); counting those
+//!   pods in its scope planned only part of its prefixes onto the pods of its set, and once
+//!   they were routable the table sent all of them there (measured: a scale-up by three pods
+//!   on the shared trace, where most adapters have one replica, warmed 11 of the 28 first
+//!   requests of hot prefixes its new pods served).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -78,8 +90,8 @@ pub fn listed_adapters<'p>(
 pub struct Placement {
     sets: BTreeMap<String, Vec<String>>,
     uncovered: BTreeSet<String>,
-    /// The pods that were up when the sets were computed.
-    up: Vec<String>,
+    /// The pods not known to be down when the sets were computed.
+    placeable: Vec<String>,
     /// The gold pool's size in force with `tier_pools` (0: one pool; see [`crate::policy::pools`]).
     gold_pool: usize,
 }
@@ -164,36 +176,41 @@ impl Fleet {
         gold_pool_size(&demand, &fleet, self.placement.gold_pool)
     }
 
-    /// The pods `adapter` is placed on among the pods that are up, best first.
-    /// The placement's sets when they were computed for the pods up now (every
-    /// [`Fleet::tick`] keeps them so), else computed afresh.
+    /// The pods `adapter` is placed on that are up, best first: of the placement's set when it
+    /// was computed for the pods not known to be down now (every [`Fleet::tick`] keeps it so),
+    /// else of one computed afresh. A placed pod not checked yet loads it in its warm-up.
     pub fn placed_pods(&self, adapter: &str) -> Vec<String> {
-        if self.placement.up == self.up_ids() {
-            if let Some(pods) = self.placement.sets.get(adapter) {
-                return pods.clone();
+        let set = match self.placement.sets.get(adapter) {
+            Some(pods) if self.placement.placeable == self.placeable_ids() => pods.clone(),
+            _ => {
+                let placeable = self.placeable_candidates();
+                self.replica_sets_among(&placeable)
+                    .remove(adapter)
+                    .unwrap_or_else(|| {
+                        let pool = self
+                            .tier_pools()
+                            .candidates(self.tier_of(adapter), &placeable);
+                        placed_pods_among(&pool, adapter, self.config.adapter_replicas)
+                    })
             }
-        }
-        let up = self.up_candidates();
-        self.replica_sets_among(&up)
-            .remove(adapter)
-            .unwrap_or_else(|| {
-                let pool = self.tier_pools().candidates(self.tier_of(adapter), &up);
-                placed_pods_among(&pool, adapter, self.config.adapter_replicas)
-            })
-    }
-
-    fn up_ids(&self) -> Vec<String> {
-        self.pods
-            .values()
-            .filter(|p| p.health == PodHealth::Up)
-            .map(|p| p.shape.id.clone())
+        };
+        set.into_iter()
+            .filter(|id| self.pods.get(id).is_some_and(|p| p.health == PodHealth::Up))
             .collect()
     }
 
-    fn up_candidates(&self) -> Vec<PlacementCandidate<'_>> {
+    /// The pods replica sets are placed among: those not known to be down (module doc).
+    fn placeable_ids(&self) -> Vec<String> {
+        self.placeable_candidates()
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect()
+    }
+
+    fn placeable_candidates(&self) -> Vec<PlacementCandidate<'_>> {
         self.pods
             .values()
-            .filter(|p| p.health == PodHealth::Up)
+            .filter(|p| p.health != PodHealth::Down)
             .map(|p| PlacementCandidate::new(&p.shape.id, p.shape.weight))
             .collect()
     }
@@ -235,14 +252,14 @@ impl Fleet {
         )
     }
 
-    /// Recomputes the placement when `force`d or when the pods that are up changed.
+    /// Recomputes the placement when `force`d or when the pods not known to be down changed.
     pub(super) fn refresh_placement(&mut self, force: bool, now_ms: u64) {
-        let up = self.up_ids();
-        if !force && up == self.placement.up {
+        let placeable = self.placeable_ids();
+        if !force && placeable == self.placement.placeable {
             return;
         }
         self.placement.gold_pool = self.sized_gold_pool();
-        let sets = self.replica_sets_among(&self.up_candidates());
+        let sets = self.replica_sets_among(&self.placeable_candidates());
         let uncovered = sets
             .iter()
             .filter(|(name, pods)| {
@@ -257,7 +274,7 @@ impl Fleet {
         self.placement = Placement {
             sets,
             uncovered,
-            up,
+            placeable,
             gold_pool: self.placement.gold_pool,
         };
     }
@@ -283,37 +300,46 @@ impl Fleet {
             .collect()
     }
 
-    /// The scope of every registered or served adapter among `candidates` (see the module doc).
+    /// The scope of every registered or served adapter among `candidates` (see the module doc):
+    /// the members of its replica set that the table lists it on or that are warming (about to
+    /// load it); only when there are none, the candidates the table lists it on.
     pub fn adapter_scopes<'a>(
         &self,
         candidates: &[PlacementCandidate<'a>],
         now_ms: u64,
     ) -> ScopedCandidates<'a> {
         let pools = self.tier_pools();
-        let mut members: Vec<(&str, &str)> = Vec::new();
-        for r in self.registry.iter() {
-            for pod in self.placement.replicas(&r.name) {
-                let warming = self.pods.get(pod).is_some_and(|p| !p.routable(now_ms));
-                if let Some(c) = candidates.iter().find(|c| c.id == pod).filter(|_| warming) {
-                    members.push((r.name.as_str(), c.id));
-                }
-            }
-        }
+        let mut listed: BTreeMap<&str, Vec<PlacementCandidate<'a>>> = BTreeMap::new();
         for c in candidates {
             let Some(pod) = self.pods.get(c.id) else {
                 continue;
             };
             for name in listed_adapters(pod, &self.registry, &pools, &self.placement) {
-                members.push((name, c.id));
+                listed.entry(name).or_default().push(*c);
             }
         }
-        members.sort_unstable();
-        members.dedup();
         let mut scopes = ScopedCandidates::new();
-        for (name, pod) in members {
-            if let Some(c) = candidates.iter().find(|c| c.id == pod) {
-                scopes.entry(chain_seed(name)).or_default().push(*c);
+        for (name, listed) in &listed {
+            let set = self.placement.replicas(name);
+            let settled: Vec<PlacementCandidate<'a>> = listed
+                .iter()
+                .filter(|c| set.iter().any(|p| p == c.id))
+                .copied()
+                .collect();
+            if !settled.is_empty() {
+                scopes.insert(chain_seed(name), settled);
             }
+        }
+        for r in self.registry.iter() {
+            for pod in self.placement.replicas(&r.name) {
+                let warming = self.pods.get(pod).is_some_and(|p| !p.routable(now_ms));
+                if let Some(c) = candidates.iter().find(|c| c.id == pod).filter(|_| warming) {
+                    scopes.entry(chain_seed(&r.name)).or_default().push(*c);
+                }
+            }
+        }
+        for (name, listed) in listed {
+            scopes.entry(chain_seed(name)).or_insert(listed);
         }
         scopes
     }

@@ -268,6 +268,175 @@ fn fleet_with_a_joining_pod(config: &GatewayConfig) -> Fleet {
     fleet
 }
 
+/// While a joining pod warms, an adapter whose replica set moved to it is listed wherever it is
+/// served (uncovered); the plan counted those pods in the adapter's scope and warmed about half
+/// of its hot prefixes, though once the pod is routable the table sends all of them there.
+#[test]
+fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
+    for a in &adapters {
+        register(&mut fleet, a, Tier::Bronze, false);
+    }
+    fleet.on_models("p0", adapters.clone(), 1_500);
+    let fp = FingerprintConfig::default();
+    let mut hot = Vec::new();
+    let mut signals = Vec::new();
+    for (i, a) in adapters.iter().enumerate() {
+        for s in 0..4 {
+            let t = text(100 + 10 * i + s);
+            let chain = BlockChain::of(a, t.as_bytes(), &fp);
+            hot.push((a.clone(), PrefixKey::new(a, *chain.blocks.last().unwrap())));
+            signals.push(prefill_signal(a, &t));
+        }
+    }
+    fleet.on_signals(batch(signals), 2_000);
+    let mut spec = PodSpec::new("new", "10.0.0.7:8000");
+    spec.max_loras = 2;
+    fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
+    fleet.on_health("new", true, None, 3_000);
+    fleet.on_models("new", Vec::new(), 3_000);
+    assert!(fleet.start_warmup("new", 3_000));
+    let plan = fleet.plan_for("new", Candidates::Live, 3_000).unwrap();
+    let planned: Vec<PrefixKey> = plan
+        .first_tier
+        .iter()
+        .chain(&plan.second_tier)
+        .copied()
+        .collect();
+    let moved: Vec<&String> = adapters
+        .iter()
+        .filter(|a| fleet.placed_pods(a) == vec!["new".to_string()])
+        .collect();
+    assert!(
+        !moved.is_empty() && moved.len() < adapters.len(),
+        "{moved:?}"
+    );
+    for (a, key) in &hot {
+        assert_eq!(
+            planned.contains(key),
+            moved.contains(&a),
+            "{a}: planned onto the new pod exactly when its set moved there"
+        );
+    }
+}
+
+/// Pods that join together answer their first health checks one by one. Replica sets computed
+/// among the pods already up gave the first to answer the adapters of all, and its plan their
+/// prefixes; the sets moved when the next answered. Both pods now warm exactly the hot
+/// prefixes the table sends them once they are routable.
+#[test]
+fn pods_joining_together_warm_exactly_what_the_table_then_sends_them() {
+    let config = gateway_config();
+    let mut fleet = fleet_of(&config, 1);
+    let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
+    for a in &adapters {
+        register(&mut fleet, a, Tier::Bronze, false);
+    }
+    fleet.on_models("p0", adapters.clone(), 1_500);
+    let fp = FingerprintConfig::default();
+    let mut hot = Vec::new();
+    let mut signals = Vec::new();
+    for (i, a) in adapters.iter().enumerate() {
+        for s in 0..4 {
+            let t = text(200 + 10 * i + s);
+            let chain = BlockChain::of(a, t.as_bytes(), &fp);
+            let key = PrefixKey::new(a, *chain.blocks.last().unwrap());
+            hot.push((a.clone(), key, routing_key(&chain.blocks, &fp).unwrap()));
+            signals.push(prefill_signal(a, &t));
+        }
+    }
+    fleet.on_signals(batch(signals), 2_000);
+    for id in ["a", "b"] {
+        let mut spec = PodSpec::new(id, format!("10.0.1.{}:8000", id.len()));
+        spec.max_loras = 2;
+        fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
+    }
+    for id in ["a", "b"] {
+        bring_up(&mut fleet, id, 3_000);
+    }
+    let mut warmed: Vec<(String, PrefixKey)> = Vec::new();
+    let mut now = 3_000;
+    for _ in 0..100 {
+        now += 100;
+        for action in fleet.tick(now) {
+            match action {
+                Action::Prefill(p) => {
+                    if matches!(p.cause, Cause::Warmup(_)) {
+                        warmed.push((p.pod.clone(), p.key));
+                    }
+                    fleet.prefill_done(&p, true, now);
+                }
+                Action::Adapters(calls) => fleet.adapters_done(&calls, &[], now),
+            }
+        }
+        if ["a", "b"]
+            .iter()
+            .all(|id| fleet.pod(id).unwrap().routable(now))
+        {
+            break;
+        }
+    }
+    fleet.tick(now + config.fleet().keep_warm_period_ms);
+    let mut routed_to_new = 0;
+    for (adapter, key, rk) in &hot {
+        let (pod, _) = route_request(fleet.table(), adapter, rk.0).unwrap();
+        let new = pod.id == "a" || pod.id == "b";
+        routed_to_new += usize::from(new);
+        let warmed_on: Vec<&str> = warmed
+            .iter()
+            .filter(|(_, k)| k == key)
+            .map(|(p, _)| p.as_str())
+            .collect();
+        assert_eq!(
+            warmed_on,
+            if new { vec![pod.id.as_str()] } else { vec![] },
+            "{adapter} {key:?} is routed to {}",
+            pod.id
+        );
+    }
+    assert!(
+        routed_to_new > 0 && routed_to_new < hot.len(),
+        "{routed_to_new}"
+    );
+}
+
+/// At a gateway restart (or a scale-up) the pods answer their first health checks one by one.
+/// Replica sets were computed among the pods already up, so the first to answer was given every
+/// adapter and planned all their hot prefixes. Sets are now computed among the pods not known to
+/// be down, as the plan's candidates are: a pod's plan does not depend on the order its peers
+/// answer in.
+#[test]
+fn a_pods_plan_does_not_depend_on_the_order_its_peers_answer_in() {
+    let config = gateway_config();
+    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
+    let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
+    for a in &adapters {
+        register(&mut fleet, a, Tier::Bronze, false);
+    }
+    let signals = adapters
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| (0..4).map(move |s| prefill_signal(a, &text(300 + 10 * i + s))))
+        .collect();
+    fleet.on_signals(batch(signals), 500);
+    for i in 0..3 {
+        let mut spec = PodSpec::new(format!("p{i}"), format!("10.0.0.{i}:8000"));
+        spec.max_loras = 2;
+        fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
+    }
+    bring_up(&mut fleet, "p0", 1_000);
+    let first = fleet.plan_for("p0", Candidates::Live, 1_000).unwrap();
+    for id in ["p1", "p2"] {
+        bring_up(&mut fleet, id, 1_000);
+    }
+    let settled = fleet.plan_for("p0", Candidates::Live, 1_000).unwrap();
+    assert!(!settled.first_tier.is_empty() && settled.first_tier.len() < 32);
+    assert_eq!(first.adapters, settled.adapters);
+    assert_eq!(first.first_tier, settled.first_tier);
+}
+
 /// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
 #[test]
 fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
