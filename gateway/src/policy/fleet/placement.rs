@@ -1,16 +1,10 @@
 //! Where things go, decided once for the gateway and the evaluator.
 //!
 //! - An adapter is *placed* on its demand-sized replica set ([`crate::policy::replicas`]) in its
-//!   tier's pool among the pods not known to be down: its share of the adapter requests served
-//!   in the last [`DEMAND_WINDOW_MS`], at least `adapter_replicas` pods (gold two), hottest
-//!   first into free GPU slots. That is where pins and warm-up loads make it resident. The sets
-//!   are recomputed every keep-warm period and whenever the pods not known to be down change.
-//!   Pods not checked yet count, as in a warm-up plan's candidates: when several pods join at
-//!   once (a scale-up, a gateway restart) their health checks answer one by one, and sets
-//!   computed among those already up would give the first to answer the adapters (and with
-//!   them the prefixes) of all, only to move them when the next answers — its warm-up then
-//!   prefills what the table soon sends elsewhere. A pod that never answers is down after
-//!   `unhealthy_after` checks, and the sets are computed again without it.
+//!   tier's pool among the pods that are up: its share of the adapter requests served in the
+//!   last [`DEMAND_WINDOW_MS`], at least `adapter_replicas` pods (gold two), hottest first into
+//!   free GPU slots. That is where pins and warm-up loads make it resident. The sets are
+//!   recomputed every keep-warm period and whenever the pods that are up change.
 //! - The routing table lists an adapter on the routable pods of its replica set that serve it
 //!   (those of its tier's pool, or a gold pod whose free slot it was given); when none of them does (a fleet whose adapters are registered by
 //!   hand, not yet where the gateway placed them), on every routable pod that serves it, so its
@@ -90,8 +84,8 @@ pub fn listed_adapters<'p>(
 pub struct Placement {
     sets: BTreeMap<String, Vec<String>>,
     uncovered: BTreeSet<String>,
-    /// The pods not known to be down when the sets were computed.
-    placeable: Vec<String>,
+    /// The pods that were up when the sets were computed.
+    up: Vec<String>,
     /// The gold pool's size in force with `tier_pools` (0: one pool; see [`crate::policy::pools`]).
     gold_pool: usize,
 }
@@ -176,41 +170,36 @@ impl Fleet {
         gold_pool_size(&demand, &fleet, self.placement.gold_pool)
     }
 
-    /// The pods `adapter` is placed on that are up, best first: of the placement's set when it
-    /// was computed for the pods not known to be down now (every [`Fleet::tick`] keeps it so),
-    /// else of one computed afresh. A placed pod not checked yet loads it in its warm-up.
+    /// The pods `adapter` is placed on among the pods that are up, best first.
+    /// The placement's sets when they were computed for the pods up now (every
+    /// [`Fleet::tick`] keeps them so), else computed afresh.
     pub fn placed_pods(&self, adapter: &str) -> Vec<String> {
-        let set = match self.placement.sets.get(adapter) {
-            Some(pods) if self.placement.placeable == self.placeable_ids() => pods.clone(),
-            _ => {
-                let placeable = self.placeable_candidates();
-                self.replica_sets_among(&placeable)
-                    .remove(adapter)
-                    .unwrap_or_else(|| {
-                        let pool = self
-                            .tier_pools()
-                            .candidates(self.tier_of(adapter), &placeable);
-                        placed_pods_among(&pool, adapter, self.config.adapter_replicas)
-                    })
+        if self.placement.up == self.up_ids() {
+            if let Some(pods) = self.placement.sets.get(adapter) {
+                return pods.clone();
             }
-        };
-        set.into_iter()
-            .filter(|id| self.pods.get(id).is_some_and(|p| p.health == PodHealth::Up))
-            .collect()
+        }
+        let up = self.up_candidates();
+        self.replica_sets_among(&up)
+            .remove(adapter)
+            .unwrap_or_else(|| {
+                let pool = self.tier_pools().candidates(self.tier_of(adapter), &up);
+                placed_pods_among(&pool, adapter, self.config.adapter_replicas)
+            })
     }
 
-    /// The pods replica sets are placed among: those not known to be down (module doc).
-    fn placeable_ids(&self) -> Vec<String> {
-        self.placeable_candidates()
-            .iter()
-            .map(|c| c.id.to_string())
-            .collect()
-    }
-
-    fn placeable_candidates(&self) -> Vec<PlacementCandidate<'_>> {
+    fn up_ids(&self) -> Vec<String> {
         self.pods
             .values()
-            .filter(|p| p.health != PodHealth::Down)
+            .filter(|p| p.health == PodHealth::Up)
+            .map(|p| p.shape.id.clone())
+            .collect()
+    }
+
+    fn up_candidates(&self) -> Vec<PlacementCandidate<'_>> {
+        self.pods
+            .values()
+            .filter(|p| p.health == PodHealth::Up)
             .map(|p| PlacementCandidate::new(&p.shape.id, p.shape.weight))
             .collect()
     }
@@ -252,14 +241,14 @@ impl Fleet {
         )
     }
 
-    /// Recomputes the placement when `force`d or when the pods not known to be down changed.
+    /// Recomputes the placement when `force`d or when the pods that are up changed.
     pub(super) fn refresh_placement(&mut self, force: bool, now_ms: u64) {
-        let placeable = self.placeable_ids();
-        if !force && placeable == self.placement.placeable {
+        let up = self.up_ids();
+        if !force && up == self.placement.up {
             return;
         }
         self.placement.gold_pool = self.sized_gold_pool();
-        let sets = self.replica_sets_among(&self.placeable_candidates());
+        let sets = self.replica_sets_among(&self.up_candidates());
         let uncovered = sets
             .iter()
             .filter(|(name, pods)| {
@@ -274,7 +263,7 @@ impl Fleet {
         self.placement = Placement {
             sets,
             uncovered,
-            placeable,
+            up,
             gold_pool: self.placement.gold_pool,
         };
     }
@@ -334,7 +323,10 @@ impl Fleet {
             for pod in self.placement.replicas(&r.name) {
                 let warming = self.pods.get(pod).is_some_and(|p| !p.routable(now_ms));
                 if let Some(c) = candidates.iter().find(|c| c.id == pod).filter(|_| warming) {
-                    scopes.entry(chain_seed(&r.name)).or_default().push(*c);
+                    let scope = scopes.entry(chain_seed(&r.name)).or_default();
+                    if !scope.iter().any(|s| s.id == c.id) {
+                        scope.push(*c);
+                    }
                 }
             }
         }

@@ -402,41 +402,6 @@ fn pods_joining_together_warm_exactly_what_the_table_then_sends_them() {
     );
 }
 
-/// At a gateway restart (or a scale-up) the pods answer their first health checks one by one.
-/// Replica sets were computed among the pods already up, so the first to answer was given every
-/// adapter and planned all their hot prefixes. Sets are now computed among the pods not known to
-/// be down, as the plan's candidates are: a pod's plan does not depend on the order its peers
-/// answer in.
-#[test]
-fn a_pods_plan_does_not_depend_on_the_order_its_peers_answer_in() {
-    let config = gateway_config();
-    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
-    let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
-    for a in &adapters {
-        register(&mut fleet, a, Tier::Bronze, false);
-    }
-    let signals = adapters
-        .iter()
-        .enumerate()
-        .flat_map(|(i, a)| (0..4).map(move |s| prefill_signal(a, &text(300 + 10 * i + s))))
-        .collect();
-    fleet.on_signals(batch(signals), 500);
-    for i in 0..3 {
-        let mut spec = PodSpec::new(format!("p{i}"), format!("10.0.0.{i}:8000"));
-        spec.max_loras = 2;
-        fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
-    }
-    bring_up(&mut fleet, "p0", 1_000);
-    let first = fleet.plan_for("p0", Candidates::Live, 1_000).unwrap();
-    for id in ["p1", "p2"] {
-        bring_up(&mut fleet, id, 1_000);
-    }
-    let settled = fleet.plan_for("p0", Candidates::Live, 1_000).unwrap();
-    assert!(!settled.first_tier.is_empty() && settled.first_tier.len() < 32);
-    assert_eq!(first.adapters, settled.adapters);
-    assert_eq!(first.first_tier, settled.first_tier);
-}
-
 /// Warm-up steps come out of the tick, and the pod enters the table once its first tier is done.
 #[test]
 fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
