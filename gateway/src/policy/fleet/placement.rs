@@ -21,7 +21,8 @@
 //!   pods in its scope planned only part of its prefixes onto the pods of its set, and once
 //!   they were routable the table sent all of them there (measured: a scale-up by three pods
 //!   on the shared trace, where most adapters have one replica, warmed 11 of the 28 first
-//!   requests of hot prefixes its new pods served).
+//!   requests of hot prefixes its new pods served; 15–23 of 22–32 over six splits since,
+//!   `docs/benchmarks.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

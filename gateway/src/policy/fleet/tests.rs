@@ -6,7 +6,7 @@ use prewarm_core::route::route_request;
 use prewarm_core::wire::{
     PatternState, PinSignal, PrefillSignal, ServedRecord, Signal, SignalBatch,
 };
-use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
+use prewarm_core::{BlockChain, BlockHash, Endpoint, FingerprintConfig};
 
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
@@ -268,13 +268,12 @@ fn fleet_with_a_joining_pod(config: &GatewayConfig) -> Fleet {
     fleet
 }
 
-/// While a joining pod warms, an adapter whose replica set moved to it is listed wherever it is
-/// served (uncovered); the plan counted those pods in the adapter's scope and warmed about half
-/// of its hot prefixes, though once the pod is routable the table sends all of them there.
-#[test]
-fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
-    let config = gateway_config();
-    let mut fleet = fleet_of(&config, 1);
+/// Pod `p0` serving 8 registered adapters with 4 hot prefixes each: the fleet, the adapters, and
+/// each hot prefix's adapter, key and routing key.
+fn fleet_with_hot_adapter_prefixes(
+    config: &GatewayConfig,
+) -> (Fleet, Vec<String>, Vec<(String, PrefixKey, BlockHash)>) {
+    let mut fleet = fleet_of(config, 1);
     let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
     for a in &adapters {
         register(&mut fleet, a, Tier::Bronze, false);
@@ -287,11 +286,22 @@ fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
         for s in 0..4 {
             let t = text(100 + 10 * i + s);
             let chain = BlockChain::of(a, t.as_bytes(), &fp);
-            hot.push((a.clone(), PrefixKey::new(a, *chain.blocks.last().unwrap())));
+            let key = PrefixKey::new(a, *chain.blocks.last().unwrap());
+            hot.push((a.clone(), key, routing_key(&chain.blocks, &fp).unwrap()));
             signals.push(prefill_signal(a, &t));
         }
     }
     fleet.on_signals(batch(signals), 2_000);
+    (fleet, adapters, hot)
+}
+
+/// While a joining pod warms, an adapter whose replica set moved to it is listed wherever it is
+/// served (uncovered); the plan counted those pods in the adapter's scope and warmed about half
+/// of its hot prefixes, though once the pod is routable the table sends all of them there.
+#[test]
+fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
+    let config = gateway_config();
+    let (mut fleet, adapters, hot) = fleet_with_hot_adapter_prefixes(&config);
     let mut spec = PodSpec::new("new", "10.0.0.7:8000");
     spec.max_loras = 2;
     fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
@@ -313,7 +323,7 @@ fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
         !moved.is_empty() && moved.len() < adapters.len(),
         "{moved:?}"
     );
-    for (a, key) in &hot {
+    for (a, key, _) in &hot {
         assert_eq!(
             planned.contains(key),
             moved.contains(&a),
@@ -322,34 +332,15 @@ fn a_joining_pod_plans_every_hot_prefix_of_the_adapters_that_move_to_it() {
     }
 }
 
-/// Pods that join together answer their first health checks one by one. Replica sets computed
-/// among the pods already up gave the first to answer the adapters of all, and its plan their
-/// prefixes; the sets moved when the next answered. Both pods now warm exactly the hot
-/// prefixes the table sends them once they are routable.
+/// Two pods join together, each planned as it answers: each warms exactly the hot prefixes
+/// the table sends it once both are routable, none of them cold there and none warmed for
+/// nothing.
 #[test]
 fn pods_joining_together_warm_exactly_what_the_table_then_sends_them() {
     let config = gateway_config();
-    let mut fleet = fleet_of(&config, 1);
-    let adapters: Vec<String> = (0..8).map(|i| format!("lora-{i}")).collect();
-    for a in &adapters {
-        register(&mut fleet, a, Tier::Bronze, false);
-    }
-    fleet.on_models("p0", adapters.clone(), 1_500);
-    let fp = FingerprintConfig::default();
-    let mut hot = Vec::new();
-    let mut signals = Vec::new();
-    for (i, a) in adapters.iter().enumerate() {
-        for s in 0..4 {
-            let t = text(200 + 10 * i + s);
-            let chain = BlockChain::of(a, t.as_bytes(), &fp);
-            let key = PrefixKey::new(a, *chain.blocks.last().unwrap());
-            hot.push((a.clone(), key, routing_key(&chain.blocks, &fp).unwrap()));
-            signals.push(prefill_signal(a, &t));
-        }
-    }
-    fleet.on_signals(batch(signals), 2_000);
-    for id in ["a", "b"] {
-        let mut spec = PodSpec::new(id, format!("10.0.1.{}:8000", id.len()));
+    let (mut fleet, _, hot) = fleet_with_hot_adapter_prefixes(&config);
+    for (i, id) in ["a", "b"].into_iter().enumerate() {
+        let mut spec = PodSpec::new(id, format!("10.0.1.{i}:8000"));
         spec.max_loras = 2;
         fleet.add_pod(config.pod_shape(&spec), 3_000).unwrap();
     }
