@@ -11,9 +11,9 @@
 //! (`stats::CoMoments::pooled_slope`, so the arms' own difference does not enter it). Under the
 //! random split the difference of adjusted means estimates the same effect as the raw one
 //! (consistent even when the arms' slopes differ, as a warm-up's do, Lin 2013), with the
-//! residual's variance, `(1 − ρ²)` of the raw one's. It assumes a time grows about linearly with the prompt (prefill's work a token is
-//! constant up to the engine's batch limit); where it does not, the adjustment removes less,
-//! not wrongly. Only requests whose responses reported `usage.prompt_tokens` enter it. The grey
+//! residual's variance, `(1 − ρ²)` of the raw one's. It assumes a time grows about linearly
+//! with the prompt (prefill's work a token is constant up to the engine's batch limit); where
+//! it does not, the adjustment removes less, not wrongly. Only requests whose responses reported `usage.prompt_tokens` enter it. The grey
 //! release reads the raw comparison.
 
 use serde::Serialize;

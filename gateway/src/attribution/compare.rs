@@ -1,13 +1,14 @@
-//! Two samples compared by the report's rule ([`report::verdict`]), for tools that hold the
-//! samples themselves (`prewarm-gateway compare`): a benchmark's per-request cohorts that the
-//! gateway does not label (a new pod's first request of each prefix), a client's own records.
+//! Two samples compared by the report's rule ([`super::report::reading`]), for tools that hold
+//! the samples themselves (`prewarm-gateway compare`): a benchmark's per-request cohorts that
+//! the gateway does not label (a new pod's first request of each prefix), a client's own
+//! records.
 //! One implementation of the tests and of "significant", whoever asks.
 
 use serde::{Deserialize, Serialize};
 
 use super::adjusted::{prompt_adjusted, ByPrompt, PromptAdjusted};
-use super::report::{verdict, TestResult, POWER, SIGNIFICANCE};
-use super::stats::{requests_for, CoMoments, Moments};
+use super::report::{reading, Reading, SIGNIFICANCE};
+use super::stats::{CoMoments, Moments};
 
 /// The most values a side may have (the report's own samples are smaller).
 pub const MAX_VALUES: usize = 1_000_000;
@@ -38,13 +39,11 @@ pub struct SampleComparison {
     pub reference_mean: Option<f64>,
     /// The arm's mean minus the reference's.
     pub mean_diff: Option<f64>,
-    pub welch: Option<TestResult>,
-    pub mann_whitney: Option<TestResult>,
-    /// Both tests below [`SIGNIFICANCE`].
-    pub significant: bool,
+    /// The tests and what they say, as the report's comparisons read them (serialised as this
+    /// struct's own fields; `requests_needed`: values a side).
+    #[serde(flatten)]
+    pub reading: Reading,
     pub significance: f64,
-    /// Values a side Welch's test needs at [`POWER`] if the observed difference holds.
-    pub values_needed: Option<u64>,
     /// The same adjusted for prompt length, when the input gave prompt tokens that vary.
     pub prompt_adjusted: Option<PromptAdjusted>,
 }
@@ -123,18 +122,15 @@ pub fn compare(s: &Samples) -> Result<SampleComparison, String> {
     };
     let (a, r) = (moments(&s.arm), moments(&s.reference));
     let mean = |m: &Moments| (m.n > 0).then_some(m.mean);
-    let v = verdict(&a, &s.arm, &r, &s.reference);
+    let mean_diff = mean(&a).zip(mean(&r)).map(|(a, r)| a - r);
     Ok(SampleComparison {
         arm_n: a.n,
         reference_n: r.n,
         arm_mean: mean(&a),
         reference_mean: mean(&r),
-        mean_diff: mean(&a).zip(mean(&r)).map(|(a, r)| a - r),
-        welch: v.welch,
-        mann_whitney: v.mann_whitney,
-        significant: v.significant,
+        mean_diff,
+        reading: reading(&a, &s.arm, &r, &s.reference, mean_diff),
         significance: SIGNIFICANCE,
-        values_needed: requests_for(&a, &r, SIGNIFICANCE, POWER),
         prompt_adjusted: adjusted,
     })
 }
@@ -156,7 +152,7 @@ mod tests {
             ..Samples::default()
         })
         .unwrap();
-        assert!(larger.significant, "{larger:?}");
+        assert!(larger.reading.significant, "{larger:?}");
         assert!(larger.mean_diff.unwrap() > 49.0);
         let equal = compare(&Samples {
             arm: spread(50.0, 200),
@@ -164,8 +160,10 @@ mod tests {
             ..Samples::default()
         })
         .unwrap();
-        assert!(!equal.significant, "{equal:?}");
-        assert!(equal.welch.unwrap().p > 0.5 && equal.mann_whitney.unwrap().p > 0.5);
+        assert!(!equal.reading.significant, "{equal:?}");
+        assert!(
+            equal.reading.welch.unwrap().p > 0.5 && equal.reading.mann_whitney.unwrap().p > 0.5
+        );
     }
 
     #[test]
@@ -176,7 +174,7 @@ mod tests {
             ..Samples::default()
         })
         .unwrap();
-        assert!(!c.significant && c.welch.is_none() && c.reference_mean.is_none());
+        assert!(!c.reading.significant && c.reading.welch.is_none() && c.reference_mean.is_none());
     }
 
     #[test]
@@ -214,7 +212,10 @@ mod tests {
             reference_prompt_tokens: Some(rp),
         })
         .unwrap();
-        assert!(c.significant && c.mean_diff.unwrap() < -250.0, "{c:?}");
+        assert!(
+            c.reading.significant && c.mean_diff.unwrap() < -250.0,
+            "{c:?}"
+        );
         let a = c.prompt_adjusted.unwrap();
         assert!(
             !a.reading.significant && a.ttfb_mean_diff_ms.abs() < 1.0,

@@ -15,7 +15,6 @@
 //! shows as a change of both rather than of one. Each comparison also says how many requests an
 //! arm would need for a verdict if what is observed holds (a power estimate), and the gateway
 //! notes, as an event, when a comparison first becomes significant and after how many requests.
-
 //!
 //! Each comparison is also made on the times adjusted for prompt length ([`super::adjusted`]).
 
@@ -28,7 +27,7 @@ use crate::policy::fleet::RunningExperiment;
 
 /// The p-value below which an arm differs significantly.
 pub const SIGNIFICANCE: f64 = 0.01;
-/// The power [`Comparison::requests_needed`] is computed for.
+/// The power [`Reading::requests_needed`] is computed for.
 pub const POWER: f64 = 0.8;
 /// How far back the period before the experiment reaches, ms.
 pub const BEFORE_MS: u64 = 24 * HOUR_MS;
@@ -217,7 +216,7 @@ pub struct Verdict {
 
 /// Welch's test on the moments and Mann-Whitney's on the samples of `arm` against `reference`:
 /// the rule of every comparison of the report.
-pub fn verdict(
+fn verdict(
     arm: &Moments,
     arm_sample: &[f64],
     reference: &Moments,
@@ -251,7 +250,7 @@ pub struct Reading {
 
 /// The reading of the tests of `arm` against `reference`, whose means differ by `diff` (arm
 /// minus reference): every comparison's, raw or adjusted.
-pub(super) fn reading(
+pub fn reading(
     arm: &Moments,
     arm_sample: &[f64],
     reference: &Moments,
