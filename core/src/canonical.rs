@@ -59,6 +59,7 @@ mod tests {
                 .map(|(r, t)| ChatMessage {
                     role: r.to_string(),
                     text: t.to_string(),
+                    parts: false,
                 })
                 .collect(),
         )

@@ -25,6 +25,7 @@ pub mod similarity;
 pub mod tokens;
 pub mod trigger;
 pub mod warm_call;
+pub mod warm_shape;
 pub mod wire;
 
 pub use canonical::canonical_prompt;

@@ -48,6 +48,60 @@ pub struct ChatMessage {
     pub role: String,
     /// The message's text parts, joined by `\n`.
     pub text: String,
+    /// Whether the content came as a list of parts rather than a string (a warm call repeats
+    /// the form: a chat template may render the two differently).
+    pub parts: bool,
+}
+
+/// A JSON value a request carried that prewarm does not read but must repeat (a chat request's
+/// `tools`, its `chat_template_kwargs`), kept as its JSON text, byte for byte (key order
+/// included: a template renders tools in the order they were sent). It travels as a JSON
+/// string (a raw value cannot pass through an internally tagged enum such as a signal).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JsonText(pub String);
+
+impl JsonText {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the text is empty (never, for a parsed value).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether the text is one JSON value.
+    pub fn is_json(&self) -> bool {
+        serde_json::from_str::<serde::de::IgnoredAny>(&self.0).is_ok()
+    }
+}
+
+/// What a request carries beyond its prompt that changes the tokens or the cache keys an engine
+/// computes for it (`ENGINE-FACTS.md`, chat requests and the prefix cache): kept so a warm call
+/// can repeat them, never part of the prefix's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestExtras {
+    /// Chat `tools` (rendered into the prompt by most chat templates).
+    pub tools: Option<JsonText>,
+    /// Chat `chat_template_kwargs` (template variables).
+    pub chat_template_kwargs: Option<JsonText>,
+    /// `cache_salt` (vLLM mixes it into the first block's hash). A secret of the client: never
+    /// logged, counted by value or shown.
+    pub cache_salt: Option<String>,
+}
+
+impl RequestExtras {
+    /// Whether the request carried none of them.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_none() && self.chat_template_kwargs.is_none() && self.cache_salt.is_none()
+    }
 }
 
 /// The prompt of a request.
@@ -72,6 +126,8 @@ pub struct InferenceRequest {
     /// The body's `user` field.
     pub user: Option<String>,
     pub prompt: Prompt,
+    /// `tools`, `chat_template_kwargs` and `cache_salt`, when present.
+    pub extras: RequestExtras,
     /// Kinds of non-text content parts seen (`image_url`, `input_audio`, ...), each once, in
     /// order of first appearance; at most [`MAX_MODALITIES`].
     pub modalities: Vec<String>,
@@ -147,6 +203,12 @@ struct RawBody {
     input: Option<RawPrompt>,
     #[serde(default)]
     messages: Option<Vec<RawMessage>>,
+    #[serde(default)]
+    tools: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    chat_template_kwargs: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    cache_salt: Option<String>,
 }
 
 /// Parses an inference body for `endpoint`. Bodies longer than `limit` bytes are refused
@@ -204,6 +266,13 @@ pub fn parse_request(
         max_tokens: raw.max_tokens.or(raw.max_completion_tokens),
         user: raw.user.filter(|u| !u.is_empty()),
         prompt,
+        extras: RequestExtras {
+            tools: raw.tools.map(|t| JsonText(t.get().to_string())),
+            chat_template_kwargs: raw
+                .chat_template_kwargs
+                .map(|k| JsonText(k.get().to_string())),
+            cache_salt: raw.cache_salt,
+        },
         modalities,
     })
 }
@@ -229,6 +298,7 @@ fn texts(raw: RawPrompt) -> Vec<String> {
 
 fn chat_message(m: RawMessage, modalities: &mut Vec<String>) -> ChatMessage {
     let role = m.role.unwrap_or_default();
+    let parts = matches!(m.content, Some(RawContent::Parts(_)));
     let text = match m.content {
         None => String::new(),
         Some(RawContent::Text(s)) => s,
@@ -256,7 +326,7 @@ fn chat_message(m: RawMessage, modalities: &mut Vec<String>) -> ChatMessage {
             text
         }
     };
-    ChatMessage { role, text }
+    ChatMessage { role, text, parts }
 }
 
 #[cfg(test)]
@@ -305,7 +375,36 @@ mod tests {
         };
         assert_eq!(m.len(), 3);
         assert_eq!(m[1].text, "a\nb");
+        assert!(m[1].parts && !m[0].parts);
         assert_eq!(m[2].text, "");
+    }
+
+    #[test]
+    fn keeps_tools_kwargs_and_salt_as_sent() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"q"}],
+            "tools":[{"type":"function","function":{"name":"f","parameters":{}}}],
+            "chat_template_kwargs":{"enable_thinking":false},"cache_salt":"s3cret"}"#;
+        let r = parse_request(Endpoint::ChatCompletions, body, LIMIT).unwrap();
+        assert_eq!(
+            r.extras.tools.as_ref().map(JsonText::get),
+            Some(r#"[{"type":"function","function":{"name":"f","parameters":{}}}]"#)
+        );
+        assert_eq!(
+            r.extras.chat_template_kwargs.as_ref().map(JsonText::get),
+            Some(r#"{"enable_thinking":false}"#)
+        );
+        assert_eq!(r.extras.cache_salt.as_deref(), Some("s3cret"));
+        let Prompt::Chat(m) = r.prompt else {
+            panic!("chat expected")
+        };
+        assert!(!m[0].parts);
+        let plain = parse_request(
+            Endpoint::Completions,
+            br#"{"model":"m","prompt":"x","tools":null}"#,
+            LIMIT,
+        )
+        .unwrap();
+        assert!(plain.extras.is_empty());
     }
 
     #[test]

@@ -13,9 +13,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::{blocks_to_tokens, common_prefix_len, BlockHash, FingerprintConfig};
-use crate::request::Endpoint;
+use crate::request::{Endpoint, InferenceRequest};
 use crate::similarity::Sketch;
 use crate::tokens::truncate_to_tokens;
+use crate::warm_shape::WarmShape;
 use crate::wire::{PatternState, PrefillSignal};
 
 /// The thresholds of the trigger rules.
@@ -101,11 +102,16 @@ pub struct PromptOrigin<'a> {
     pub endpoint: Endpoint,
     /// The request's canonical prompt; the signal carries the part its prefix covers.
     pub canonical: &'a str,
+    /// The request itself, whose shape the signal carries (`None`: no shape).
+    pub request: Option<&'a InferenceRequest>,
 }
 
 impl PrefillDecision {
     /// The signal this decision becomes: the prefix's hashes, the tokens and canonical text they
-    /// cover, whether the pattern was signalled before, and the priority of its rate.
+    /// cover, the shape of its traffic over that text, whether the pattern was signalled
+    /// before, and the priority of its rate. A request past a shape's bounds gives a signal
+    /// without one (the caller counts it: [`PrefillSignal::shape`] is `None` while
+    /// [`shape_expected`] holds).
     pub fn into_signal(
         self,
         origin: PromptOrigin<'_>,
@@ -115,12 +121,17 @@ impl PrefillDecision {
         config: &TriggerConfig,
     ) -> PrefillSignal {
         let tokens = blocks_to_tokens(self.prefix.len(), fingerprint);
+        let prefix_text = truncate_to_tokens(origin.canonical, tokens);
+        let shape = origin
+            .request
+            .and_then(|r| WarmShape::of(r, prefix_text.len()).ok().flatten());
         PrefillSignal {
             model: origin.model.to_string(),
             tenant: origin.tenant.map(str::to_string),
             endpoint: origin.endpoint,
             prefix_tokens: tokens,
-            prefix_text: truncate_to_tokens(origin.canonical, tokens).to_string(),
+            prefix_text: prefix_text.to_string(),
+            shape,
             prefix: self.prefix,
             state: if signalled_before {
                 PatternState::Known
@@ -131,6 +142,12 @@ impl PrefillDecision {
             keep_warm: true,
         }
     }
+}
+
+/// Whether a signal of `request`'s prefix should carry a shape: a chat request, or one with
+/// tools, kwargs or a salt.
+pub fn shape_expected(request: &InferenceRequest) -> bool {
+    request.endpoint == Endpoint::ChatCompletions || !request.extras.is_empty()
 }
 
 /// Feeds one prompt of a user into its pattern state; returns the new state and, when this
@@ -289,6 +306,7 @@ mod tests {
             tenant: Some("t"),
             endpoint: Endpoint::ChatCompletions,
             canonical: &canonical,
+            request: None,
         };
         let c = TriggerConfig::default();
         let s = d.into_signal(origin, &FingerprintConfig::default(), true, 20.0, &c);
@@ -297,6 +315,34 @@ mod tests {
         assert_eq!(s.state, PatternState::Known);
         assert_eq!(s.priority, 50);
         assert_eq!(s.tenant.as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn a_chat_decision_carries_the_shape_of_its_request_over_the_prefix_text() {
+        let system = "Answer as the billing assistant. ".repeat(40);
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"q"}}],"cache_salt":"k"}}"#
+        );
+        let request =
+            crate::parse_request(Endpoint::ChatCompletions, body.as_bytes(), 1 << 20).unwrap();
+        let canonical = crate::canonical_prompt(&request);
+        let d = PrefillDecision {
+            prefix: vec![BlockHash(1), BlockHash(2)],
+        };
+        let origin = PromptOrigin {
+            model: "m",
+            tenant: None,
+            endpoint: Endpoint::ChatCompletions,
+            canonical: &canonical,
+            request: Some(&request),
+        };
+        let c = TriggerConfig::default();
+        let s = d.into_signal(origin, &FingerprintConfig::default(), false, 1.0, &c);
+        let shape = s.shape.expect("a chat request's signal has a shape");
+        assert_eq!(shape.messages.len(), 1);
+        assert_eq!(shape.cache_salt.as_deref(), Some("k"));
+        shape.check(&s.prefix_text).unwrap();
+        assert!(shape_expected(&request));
     }
 
     #[test]

@@ -1,11 +1,19 @@
 //! What a warming call to a pod is, shared by the gateway's engine clients and the filter's
-//! direct calls so both send the same request: a prefill is a `max_tokens: 1` completion of a
-//! prefix's text plus [`PREFILL_SUFFIX`] (one token, so the engine caches the whole prefix: it
-//! always recomputes a prompt's last token); an adapter touch is a `max_tokens: 1` completion of
-//! that one token with the adapter as `model` (vLLM has no pin API: a recent use keeps it in its
-//! LRU slots). Also which pod an adapter is kept on when the filter pins it.
+//! direct calls so both send the same request. A prefill is sent in its traffic's shape
+//! ([`prefill_call`], [`crate::warm_shape`]): a chat prefix as a `max_tokens: 1` chat request of
+//! its messages with `continue_final_message: true` and `add_generation_prompt: false` (the
+//! last, cut message left open, so the engine renders exactly the traffic's tokens up to the
+//! cut) and the traffic's `tools`, `chat_template_kwargs` and `cache_salt`; any other prefix as
+//! a `max_tokens: 1` completion of its text plus [`PREFILL_SUFFIX`] (one token, so the engine
+//! caches the whole prefix: it always recomputes a prompt's last token), with the traffic's
+//! `cache_salt`. An adapter touch is a `max_tokens: 1` completion of that one token with the
+//! adapter as `model` (vLLM has no pin API: a recent use keeps it in its LRU slots). Also which
+//! pod an adapter is kept on when the filter pins it.
 
 use serde_json::json;
+
+use crate::request::{Endpoint, JsonText};
+use crate::warm_shape::WarmShape;
 
 use crate::placement::{adapter_order, PlacementCandidate};
 use crate::route::serving_pods;
@@ -14,8 +22,75 @@ use crate::wire::{RoutedPod, RoutingTable};
 /// The extra text a prefill appends to a prefix: one token (4 bytes).
 pub const PREFILL_SUFFIX: &str = "\n>>>";
 
-/// The path of every warming call (a plain completion: vLLM and SGLang both serve it).
+/// The path of an unshaped warming call and of adapter touches (a plain completion: vLLM and
+/// SGLang both serve it).
 pub const WARM_CALL_PATH: &str = "/v1/completions";
+
+/// A prefill as it goes to a pod: the path and the JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmCall {
+    pub path: &'static str,
+    pub body: serde_json::Value,
+    /// Whether it repeats its traffic's shape; `false` for a chat prefix known without one (an
+    /// entry from an older snapshot, or a request past the shape's bounds), which is warmed as
+    /// a completion of its canonical text and counted.
+    pub shaped: bool,
+}
+
+/// The prefill of a prefix: `text` is its canonical text, `endpoint` the endpoint its traffic
+/// used, `shape` how it used it. See the module docs.
+pub fn prefill_call(
+    endpoint: Endpoint,
+    model: &str,
+    text: &str,
+    shape: Option<&WarmShape>,
+) -> WarmCall {
+    let chat = shape.filter(|s| s.is_chat() && endpoint == Endpoint::ChatCompletions);
+    if let Some((shape, messages)) = chat.and_then(|s| Some((s, s.messages(text)?))) {
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "max_tokens": 1,
+            "temperature": 0,
+            "stream": false,
+            "add_generation_prompt": false,
+            "continue_final_message": true,
+        });
+        if let Some(fields) = body.as_object_mut() {
+            if let Some(tools) = &shape.tools {
+                fields.insert("tools".into(), raw(tools));
+            }
+            if let Some(kwargs) = &shape.chat_template_kwargs {
+                fields.insert("chat_template_kwargs".into(), raw(kwargs));
+            }
+            if let Some(salt) = &shape.cache_salt {
+                fields.insert("cache_salt".into(), json!(salt));
+            }
+        }
+        return WarmCall {
+            path: Endpoint::ChatCompletions.path(),
+            body,
+            shaped: true,
+        };
+    }
+    let mut body = prefill_json(model, text);
+    if let (Some(salt), Some(fields)) = (
+        shape.and_then(|s| s.cache_salt.as_ref()),
+        body.as_object_mut(),
+    ) {
+        fields.insert("cache_salt".into(), json!(salt));
+    }
+    WarmCall {
+        path: WARM_CALL_PATH,
+        body,
+        shaped: endpoint != Endpoint::ChatCompletions,
+    }
+}
+
+/// A kept JSON text as a value (it was JSON when the request was parsed; `null` otherwise).
+fn raw(text: &JsonText) -> serde_json::Value {
+    serde_json::from_str(text.get()).unwrap_or(serde_json::Value::Null)
+}
 
 /// The prompt a prefill sends.
 pub fn prefill_prompt(prefix_text: &str) -> String {
@@ -115,6 +190,38 @@ mod tests {
         assert_eq!(body["max_tokens"], 1);
         assert_eq!(body["model"], "m");
         assert_eq!(body["prompt"], "abcd\n>>>");
+    }
+
+    #[test]
+    fn a_chat_prefix_is_warmed_as_chat_with_its_messages_left_open_and_its_extras() {
+        let body = r#"{"model":"m","messages":[{"role":"system","content":"Be brief and exact, always."},
+            {"role":"user","content":"Tell me"}],"tools":[{"type":"function"}],
+            "chat_template_kwargs":{"x":1},"cache_salt":"s"}"#;
+        let r = crate::parse_request(Endpoint::ChatCompletions, body.as_bytes(), 1 << 20).unwrap();
+        let canonical = crate::canonical_prompt(&r);
+        let text = &canonical[..20];
+        let shape = WarmShape::of(&r, text.len()).unwrap();
+        let call = prefill_call(r.endpoint, "m", text, shape.as_ref());
+        assert_eq!(call.path, "/v1/chat/completions");
+        assert!(call.shaped);
+        assert_eq!(call.body["continue_final_message"], true);
+        assert_eq!(call.body["add_generation_prompt"], false);
+        assert_eq!(call.body["max_tokens"], 1);
+        assert_eq!(call.body["messages"][0]["role"], "system");
+        assert_eq!(call.body["messages"][0]["content"], "Be brief ");
+        assert_eq!(call.body["tools"][0]["type"], "function");
+        assert_eq!(call.body["chat_template_kwargs"]["x"], 1);
+        assert_eq!(call.body["cache_salt"], "s");
+    }
+
+    #[test]
+    fn an_unshaped_chat_prefix_falls_back_to_a_completion_and_says_so() {
+        let call = prefill_call(Endpoint::ChatCompletions, "m", "<|system|>\nabc", None);
+        assert_eq!(call.path, WARM_CALL_PATH);
+        assert!(!call.shaped);
+        let call = prefill_call(Endpoint::Completions, "m", "abc", None);
+        assert!(call.shaped);
+        assert_eq!(call.body, prefill_json("m", "abc"));
     }
 
     #[test]

@@ -94,6 +94,11 @@ pub struct PrefillSignal {
     /// with `keep_warm: false`. Absent: `true`.
     #[serde(default = "keep_warm_default", skip_serializing_if = "is_true")]
     pub keep_warm: bool,
+    /// How the prefix's requests reached the engine (chat messages over `prefix_text`, tools,
+    /// kwargs, salt), so warm calls repeat it (`crate::warm_shape`). Absent: a completion, or
+    /// a filter older than this field (warmed as a completion of `prefix_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<crate::warm_shape::WarmShape>,
 }
 
 fn keep_warm_default() -> bool {
@@ -725,6 +730,7 @@ mod tests {
                     state: PatternState::New,
                     priority: 12,
                     keep_warm: true,
+                    shape: None,
                 }),
                 Signal::Pin(PinSignal {
                     adapter: "sql-lora".into(),

@@ -18,7 +18,7 @@
 //!   Envoy; every skip and failure is counted (`prewarm.direct.*`).
 
 use prewarm_core::prefix::PromptKeys;
-use prewarm_core::warm_call::{adapter_pod, prefill_body, touch_body, WARM_CALL_PATH};
+use prewarm_core::warm_call::{adapter_pod, prefill_call, touch_body, WARM_CALL_PATH};
 use prewarm_core::wire::{PatternState, Signal};
 use prewarm_core::BlockChain;
 use std::time::Duration;
@@ -37,6 +37,8 @@ pub struct DirectCall {
     /// Pod id (the in-flight flag's owner).
     pub pod: String,
     pub address: String,
+    /// The engine path: a chat prefix is warmed through the chat endpoint (`warm_call`).
+    pub path: &'static str,
     pub body: Vec<u8>,
     /// Prompt tokens it costs the pod (the budget's unit).
     pub tokens: u64,
@@ -78,11 +80,16 @@ pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> 
                 };
                 choose_pod(table.as_deref(), &p.model, &worker.fingerprint, &lookup, 0)
                     .ok()
-                    .map(|route| DirectCall {
-                        pod: route.primary.id.clone(),
-                        address: route.primary.address.clone(),
-                        body: prefill_body(&p.model, &p.prefix_text),
-                        tokens: (p.prefix_tokens as u64).saturating_add(1),
+                    .map(|route| {
+                        let call =
+                            prefill_call(p.endpoint, &p.model, &p.prefix_text, p.shape.as_ref());
+                        DirectCall {
+                            pod: route.primary.id.clone(),
+                            address: route.primary.address.clone(),
+                            path: call.path,
+                            body: call.body.to_string().into_bytes(),
+                            tokens: (p.prefix_tokens as u64).saturating_add(1),
+                        }
                     })
             }
             Signal::Pin(pin) => table
@@ -91,6 +98,7 @@ pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> 
                 .map(|pod| DirectCall {
                     pod: pod.id.clone(),
                     address: pod.address.clone(),
+                    path: WARM_CALL_PATH,
                     body: touch_body(&pin.adapter),
                     tokens: 1,
                 }),
@@ -141,7 +149,7 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
     }
     let headers = [
         (":method", "POST"),
-        (":path", WARM_CALL_PATH),
+        (":path", call.path),
         (":authority", call.address.as_str()),
         ("content-type", "application/json"),
         (config.direct_host_header.as_str(), call.address.as_str()),

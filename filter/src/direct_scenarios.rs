@@ -84,8 +84,14 @@ fn standalone_prefills_once_where_the_next_request_is_routed_and_never_calls_a_g
     let body: serde_json::Value = serde_json::from_slice(&call.body).unwrap();
     assert_eq!(body["max_tokens"], 1);
     assert_eq!(body["model"], "base");
-    let prompt = body["prompt"].as_str().unwrap();
-    assert!(prompt.ends_with("\n>>>") && prompt.starts_with("<|system|>\n"));
+    // chat traffic is warmed as chat: its messages, the last left open for the template
+    assert_eq!(header(call, ":path"), Some("/v1/chat/completions"));
+    assert_eq!(body["continue_final_message"], true);
+    assert_eq!(body["add_generation_prompt"], false);
+    assert!(body.get("prompt").is_none());
+    assert_eq!(body["messages"][0]["role"], "system");
+    let sent = body["messages"][0]["content"].as_str().unwrap();
+    assert!(!sent.is_empty() && t.starts_with(sent), "{sent:?}");
     assert_eq!(call.timeout.as_millis(), 10_000);
     let target = header(call, "x-prewarm-direct-host").unwrap().to_string();
     assert_eq!(header(call, ":authority"), Some(target.as_str()));

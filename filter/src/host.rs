@@ -98,6 +98,7 @@ metrics! {
     SignalsEnqueued => "prewarm.signals.enqueued", false;
     SignalsSent => "prewarm.signals.sent", false;
     SignalsDropped => "prewarm.signals.dropped", false;
+    SignalsUnshaped => "prewarm.signals.unshaped", false;
     BatchesSent => "prewarm.batches.sent", false;
     ServedEnqueued => "prewarm.served.enqueued", false;
     ServedSent => "prewarm.served.sent", false;

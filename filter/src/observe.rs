@@ -6,9 +6,11 @@
 //! ([`fold_tally`]), so a request of a hot template costs one shared-data update, not four.
 //! The decisions are core's; this module only loads and stores their state.
 
-use prewarm_core::trigger::{observe_prompt, priority, should_pin, PromptOrigin, UserPattern};
+use prewarm_core::trigger::{
+    observe_prompt, priority, shape_expected, should_pin, PromptOrigin, UserPattern,
+};
 use prewarm_core::wire::{FeedbackOutcome, FeedbackSignal, PinSignal, Signal};
-use prewarm_core::{BlockChain, BlockHash, Endpoint, Sketch};
+use prewarm_core::{BlockChain, BlockHash, Endpoint, InferenceRequest, Sketch};
 
 use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
@@ -23,6 +25,8 @@ pub struct Observation<'a> {
     pub user: Option<&'a str>,
     pub canonical: &'a str,
     pub chain: &'a BlockChain,
+    /// The request, whose shape (chat messages, tools, kwargs, salt) a signal carries.
+    pub request: &'a InferenceRequest,
     /// The text to sketch (the canonical prompt cut to `max_prefix_tokens`): sketched only
     /// when the request has a user, since only users' patterns compare sketches.
     pub sketched: &'a str,
@@ -129,14 +133,20 @@ fn observe_user<H: Host + ?Sized>(
             tenant: seen.tenant,
             endpoint: seen.endpoint,
             canonical: seen.canonical,
+            request: Some(seen.request),
         };
-        let prefill = Signal::Prefill(decision.into_signal(
+        let signal = decision.into_signal(
             origin,
             &config.fingerprint(),
             was_signalled,
             rate,
             &config.triggers,
-        ));
+        );
+        if signal.shape.is_none() && shape_expected(seen.request) {
+            // past a shape's bounds: warmed as a completion of its text, counted
+            host.count(Metric::SignalsUnshaped, 1);
+        }
+        let prefill = Signal::Prefill(signal);
         return Some(Observed {
             prefill: Some(prefill),
             adopted: None,

@@ -284,6 +284,7 @@ impl RequestFlow {
                 user,
                 canonical: &canonical,
                 chain: &chain,
+                request: &request,
                 sketched,
             },
         );

@@ -1,6 +1,8 @@
 //! Native scenario tests: whole requests and ticks through the glue, against the host double.
 
-use prewarm_core::wire::{PatternState, RoutedPod, RoutingTable, Signal, SignalBatch};
+use prewarm_core::wire::{
+    PatternState, PrefillSignal, RoutedPod, RoutingTable, Signal, SignalBatch,
+};
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::config::FilterConfig;
@@ -71,6 +73,72 @@ fn queued(host: &FakeHost) -> Vec<Signal> {
         .filter_map(|seq| host.shared_value(&format!("prewarm/signals/{}", seq % 256)))
         .map(|v| serde_json::from_slice(&v[8..]).unwrap())
         .collect()
+}
+
+fn chat_body_with(model: &str, system: &str, question: &str, extra: serde_json::Value) -> Vec<u8> {
+    let mut body: serde_json::Value =
+        serde_json::from_slice(&chat_body(model, system, question)).unwrap();
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    serde_json::to_vec(&body).unwrap()
+}
+
+fn streak_signal(host: &FakeHost, worker: &Worker, extra: serde_json::Value) -> PrefillSignal {
+    let t = template();
+    for q in ["first question?", "second question?", "third question?"] {
+        send(
+            host,
+            worker,
+            "/v1/chat/completions",
+            &[("x-prewarm-user", b"alice")],
+            &chat_body_with("base", &t, q, extra.clone()),
+        );
+    }
+    match queued(host).pop() {
+        Some(Signal::Prefill(p)) => p,
+        other => panic!("prefill expected: {other:?}"),
+    }
+}
+
+#[test]
+fn a_chat_streaks_signal_carries_its_messages_tools_kwargs_and_salt_over_the_prefix() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        base_models: vec!["base".into()],
+        ..FilterConfig::default()
+    });
+    let extra = serde_json::json!({
+        "tools": [{"type": "function", "function": {"name": "lookup_order"}}],
+        "chat_template_kwargs": {"enable_thinking": false},
+        "cache_salt": "tenant-secret",
+    });
+    let sent_tools = serde_json::to_string(&extra["tools"]).unwrap();
+    let p = streak_signal(&host, &worker, extra);
+    let shape = p.shape.expect("a chat signal has a shape");
+    shape.check(&p.prefix_text).unwrap();
+    assert_eq!(shape.messages[0].role, "system");
+    assert_eq!(
+        shape.tools.as_ref().map(|t| t.get()),
+        Some(sent_tools.as_str())
+    );
+    assert_eq!(shape.cache_salt.as_deref(), Some("tenant-secret"));
+    assert_eq!(host.metric(Metric::SignalsUnshaped), 0);
+}
+
+#[test]
+fn a_request_past_the_shape_bounds_is_observed_unshaped_counted_and_passes_untouched() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig {
+        base_models: vec!["base".into()],
+        ..FilterConfig::default()
+    });
+    let huge = "d".repeat(prewarm_core::warm_shape::MAX_SHAPE_JSON_BYTES);
+    let extra = serde_json::json!({"tools": [{"type": "function", "description": huge}]});
+    let p = streak_signal(&host, &worker, extra);
+    assert!(p.shape.is_none());
+    assert!(!p.prefix.is_empty(), "still signalled");
+    assert_eq!(host.metric(Metric::SignalsUnshaped), 1);
 }
 
 #[test]

@@ -186,6 +186,7 @@ mod tests {
             state: PatternState::New,
             priority: 1,
             keep_warm: true,
+            shape: None,
         })
     }
 

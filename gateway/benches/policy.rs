@@ -66,6 +66,7 @@ fn encoded_batches(count: usize) -> Vec<Vec<u8>> {
                             state: PatternState::New,
                             priority: (n % 100) as u8,
                             keep_warm: true,
+                            shape: None,
                         }),
                         5..=8 => Signal::Feedback(FeedbackSignal {
                             model: "llama-3-8b".into(),

@@ -57,6 +57,7 @@ fn signal(i: usize, fp: &FingerprintConfig) -> PrefillSignal {
         state: PatternState::New,
         priority: (i % 100) as u8,
         keep_warm: true,
+        shape: None,
     }
 }
 

@@ -71,6 +71,7 @@ fn pattern_signal(model: &str, text: &str, state: PatternState) -> Signal {
         state,
         priority: 50,
         keep_warm: true,
+        shape: None,
     })
 }
 

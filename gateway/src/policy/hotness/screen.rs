@@ -103,6 +103,7 @@ mod tests {
             state: PatternState::New,
             priority: 0,
             keep_warm: true,
+            shape: None,
         }
     }
 

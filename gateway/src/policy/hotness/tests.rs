@@ -29,6 +29,7 @@ fn prefill(model: &str, text: &str, priority: u8) -> PrefillSignal {
         state: PatternState::New,
         priority,
         keep_warm: true,
+        shape: None,
     }
 }
 

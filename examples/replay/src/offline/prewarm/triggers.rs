@@ -80,6 +80,7 @@ impl FilterSide {
                 tenant: r.tenant,
                 endpoint: Endpoint::Completions,
                 canonical: r.canonical,
+                request: None,
             };
             return Some(Signal::Prefill(decision.into_signal(
                 origin,
