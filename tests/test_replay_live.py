@@ -1,7 +1,8 @@
-"""prewarm-replay live against real podsim processes: streamed completions, real TTFT, cached
-tokens read from usage, progress lines while running, the report's JSON keys, the new-pod
-window, per-request records (`--outcomes`) and `prewarm-replay report` over them, refused flags,
-and `make demo`'s orchestration (tools/demo.py) in miniature."""
+"""prewarm-replay live against real podsim processes: streamed completions and chat requests
+(`--api`), real TTFT, prompt and cached tokens read from usage, progress lines while running, the
+report's JSON keys, the new-pod window, per-request records (`--outcomes`) and
+`prewarm-replay report` over them, refused flags, and `make demo`'s orchestration
+(tools/demo.py) in miniature."""
 from __future__ import annotations
 
 import json
@@ -58,7 +59,7 @@ def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
         out = tmp_path / "live.json"
         lines = tmp_path / "outcomes.jsonl"
         done = replay(
-            "--target", url, "--trace", str(trace), "--time-scale", "4",
+            "--target", url, "--api", "completions", "--trace", str(trace), "--time-scale", "4",
             "--progress-every", "0.2", "--json", str(out), "--new-pods", url,
             "--plot", str(tmp_path / "charts"), "--outcomes", str(lines),
         )
@@ -68,6 +69,7 @@ def test_live_replay_measures_ttft_and_cached_tokens(tmp_path):
         assert len(progress) >= 2, done.stdout
         assert progress[-1].startswith("progress: sent 8 done 8 failed 0")
         report = json.loads(out.read_text())
+        assert report["scenario"]["api"] == "completions"
         row = report["policies"][0]
         assert KEYS <= set(row)
         assert row["requests"] == 8 and row["failed"] == 0
@@ -117,6 +119,56 @@ def test_live_replay_bounds_requests_and_reports_failures(tmp_path):
         pod.stop()
 
 
+def conversation_trace(path: Path, sessions: int, turns: int, gap_ms: int = 200) -> Path:
+    """`sessions` conversations of `turns` turns (agentic-sessions-shaped: each turn's block ids
+    extend the previous turn's by two whole blocks), interleaved, `gap_ms` apart."""
+    lines = []
+    for t in range(turns):
+        for s in range(sessions):
+            ids = [1000 * (s + 1) + k for k in range(2 * (t + 1))]
+            lines.append(json.dumps({"timestamp": (t * sessions + s) * gap_ms, "input_length": 512 * len(ids),
+                                     "output_length": 4, "hash_ids": ids}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_live_replay_sends_chat_whose_turns_and_system_prompt_are_cached(tmp_path):
+    """`--api chat` (the default) against a pod: every request is a chat request (its usage counts
+    the chat template's tokens on top of the trace's), a conversation's later turn finds the
+    earlier turn's whole prompt cached, and every session's first turn finds the shared system
+    prompt cached; the records carry the usage."""
+    pod, url = start_podsim(tmp_path, "--enable-prompt-tokens-details", "--time-scale", "20", name="pod-chat")
+    try:
+        sessions, turns = 3, 3
+        trace = conversation_trace(tmp_path / "trace.jsonl", sessions, turns)
+        out, lines = tmp_path / "live.json", tmp_path / "outcomes.jsonl"
+        done = replay("--target", url, "--trace", str(trace), "--system-prompt-tokens", "512",
+                      "--time-scale", "4", "--json", str(out), "--outcomes", str(lines))
+        assert done.returncode == 0, done.stderr
+        report = json.loads(out.read_text())
+        assert report["scenario"]["api"] == "chat"
+        assert (report["policies"][0]["requests"], report["policies"][0]["failed"]) == (sessions * turns, 0)
+        rows = records(lines)
+        trace_rows = [json.loads(line) for line in trace.read_text().splitlines()]
+        for r, t in zip(rows, trace_rows):
+            assert r["error"] is None and r["ttft_ms"] > 0
+            # the pod's usage: the trace's tokens, the system prompt's and the template's
+            assert r["prompt_tokens"] > t["input_length"] + 512, r
+            assert 0 <= r["cached_tokens"] < r["prompt_tokens"]
+        block = 16  # podsim's KV block
+        for k, r in enumerate(rows):
+            session, turn = k % sessions, k // sessions
+            if turn == 0:
+                # the identical system message: its 512 tokens (and the template's) are cached
+                # for every session but the first
+                assert (r["cached_tokens"] >= 512 - block) == (session > 0), (k, r)
+            else:
+                earlier = rows[k - sessions]
+                assert r["cached_tokens"] >= (earlier["prompt_tokens"] // block - 1) * block, (k, r, earlier)
+    finally:
+        pod.stop()
+
+
 def test_bad_flags_are_refused_with_the_flag_named(tmp_path):
     trace = write_trace(tmp_path / "trace.jsonl", 1)
     done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--time-scale", "0")
@@ -131,6 +183,8 @@ def test_bad_flags_are_refused_with_the_flag_named(tmp_path):
     assert done.returncode == 64 and "needs --model-time" in done.stderr
     done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--until-s=-1")
     assert done.returncode == 64 and "--until-s: -1" in done.stderr
+    done = replay("--target", "http://127.0.0.1:9", "--trace", str(trace), "--api", "responses")
+    assert done.returncode == 2 and "--api" in done.stderr
     done = replay("--run", "no-label", command="report")
     assert done.returncode == 64 and "--run: \"no-label\"" in done.stderr
 
@@ -153,8 +207,9 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     with Stack(tmp_path / "stack", StackSpec(pods=2, podsim_flags=["--time-scale", "20"])) as stack:
-        done = replay("--target", stack.envoy.url, "--trace", str(trace), "--time-scale", "4",
-                      "--json", str(out), "--progress-every", "0.5", "--outcomes", str(run / "outcomes.jsonl"))
+        done = replay("--target", stack.envoy.url, "--api", "completions", "--trace", str(trace),
+                      "--time-scale", "4", "--json", str(out), "--progress-every", "0.5",
+                      "--outcomes", str(run / "outcomes.jsonl"))
         assert done.returncode == 0, done.stderr
         addresses = {p.address for p in stack.pods}
     report = json.loads(out.read_text())
@@ -185,6 +240,42 @@ def test_live_replay_through_envoy_attributes_requests_to_pods(tmp_path):
     for key in ("token_hit_ratio", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms"):
         assert abs(again[key] - row[key]) <= 1e-9 * abs(row[key]), key
     assert sorted(p.name for p in (summary_dir / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]
+
+
+def test_live_chat_replay_through_envoy_keeps_conversations_on_their_pod(tmp_path):
+    """`--api chat` through the whole stack (Envoy with the filter, the gateway, two pods): each
+    conversation's second turn extends its first turn's messages, so the filter sends it to the
+    first turn's pod, which finds the first turn's whole prompt cached; records carry the pods'
+    usage (the chat template's tokens on top of the trace's)."""
+    from harness.stack import Stack, StackSpec
+
+    sessions = 8
+    lines = []
+    for turn in range(2):
+        for s in range(sessions):
+            ids = [100 * (s + 1) + k for k in range(2 + 2 * turn)]
+            lines.append(json.dumps({"timestamp": turn * 2000 + s * 50, "input_length": 512 * len(ids),
+                                     "output_length": 2, "hash_ids": ids}))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    with Stack(tmp_path / "stack", StackSpec(pods=2, podsim_flags=["--time-scale", "20"])) as stack:
+        done = replay("--target", stack.envoy.url, "--api", "chat", "--trace", str(trace), "--time-scale", "4",
+                      "--json", str(run / "replay.json"), "--outcomes", str(run / "outcomes.jsonl"))
+        assert done.returncode == 0, done.stderr
+        addresses = {p.address for p in stack.pods}
+    assert json.loads((run / "replay.json").read_text())["scenario"]["api"] == "chat"
+    rows = records(run / "outcomes.jsonl")
+    assert len(rows) == 2 * sessions and all(r["error"] is None and r["pod"] in addresses for r in rows)
+    for r, line in zip(rows, lines):
+        assert r["prompt_tokens"] > json.loads(line)["input_length"], r
+    block = 16  # podsim's KV block
+    for s in range(sessions):
+        first, second = rows[s], rows[sessions + s]
+        assert first["user"] == second["user"] == f"group-{100 * (s + 1)}"
+        assert second["pod"] == first["pod"], (first, second)
+        assert second["cached_tokens"] >= (first["prompt_tokens"] // block - 1) * block, (first, second)
 
 
 def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):

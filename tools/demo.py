@@ -9,12 +9,13 @@ This script only orchestrates processes; the replay, the figures and the charts 
    filter .wasm and an `x-prewarm-upstream: %UPSTREAM_HOST%` response header), the gateway
    (static pool of 3 podsim pods, those adapters registered from real adapter directories with
    SHA-256 manifests, tenant tiers) and 3 podsim pods (latency profile, time scale) — all through
-   tests/harness/stack.py; runs `prewarm-replay live` through Envoy, which writes every
-   request's record (`outcomes.jsonl`); when the replay reaches the join time, starts a 4th pod
-   and announces it to the gateway (`POST /admin/pods`); prints what is warming and how far
-   (`GET /admin/pods/pod-3/warmup`) and the replay's progress; after the replay, writes what it
-   read from the stack (`fleet.json`: the new pod's warm-up, the gateway's prefill counter, the
-   pods' prefix-cache counters). The second run is the same with warm-up disabled
+   tests/harness/stack.py; runs `prewarm-replay live` through Envoy (chat requests; `--api
+   completions` for completions), which writes every request's record (`outcomes.jsonl`); when
+   the replay reaches the join time, starts a 4th pod and announces it to the gateway
+   (`POST /admin/pods`); prints what is warming and how far (`GET /admin/pods/pod-3/warmup`)
+   and the replay's progress; after the replay, writes what it read from the stack
+   (`fleet.json`: the new pod's warm-up, the gateway's prefill counter, the pods' prefix-cache
+   counters). The second run is the same with warm-up disabled
    (`warmup.first_tier = second_tier = 0`). The third, "filter alone", has no gateway at all:
    the filter runs standalone (`direct_calls: always`, the 4 pods in `direct_pods`) and sends
    the prefills and adapter touches itself (its minute budgets scaled by the time scale, as the
@@ -74,6 +75,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     p.add_argument("--modes", default=",".join(MODES),
                    help=f"runs to make, comma-separated, of {', '.join(MODES)} (the report compares them)")
+    p.add_argument("--api", choices=["chat", "completions"], default="chat",
+                   help="what the replay sends: chat requests (the trace rendered as messages) or completions")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
     return p.parse_args()
 
@@ -204,7 +207,7 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
         progress.start()
         log(f"[{mode}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of trace) "
             f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {joining(args)} at trace {args.join_s:g}s")
-        live(args, stack, workdir)
+        live(args, stack, workdir, api=args.api)
         (workdir / "fleet.json").write_text(json.dumps(fleet_observations(stack), indent=1))
         (workdir / "filter.json").write_text(json.dumps({"direct_calls": filter_direct_calls(stack)}, indent=1))
         return stack if keep else None
@@ -221,11 +224,13 @@ def joining(args) -> str:
     return ", ".join(ids) + (" joins" if len(ids) == 1 else " join")
 
 
-def live(args, stack: Stack, workdir: Path) -> None:
-    """`prewarm-replay live` through Envoy, its lines passed through; the new pods are started and
-    announced when the replay reaches `--join-s` (timed from its `replay: started` line)."""
+def live(args, stack: Stack, workdir: Path, api: str = "completions") -> None:
+    """`prewarm-replay live --api {api}` through Envoy, its lines passed through; the new pods are
+    started and announced when the replay reaches `--join-s` (timed from its `replay: started`
+    line). The demo passes its `--api`; tools/bench-experiment.py keeps completions (its access-log
+    count reads `/v1/completions`)."""
     new_pod = ",".join(p.address for p in stack.spares)
-    argv = replayer("live", *trace_args(args), "--target", stack.envoy.url,
+    argv = replayer("live", *trace_args(args), "--api", api, "--target", stack.envoy.url,
                     "--time-scale", f"{args.time_scale:g}", "--model-time",
                     "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--scale-at", f"{args.join_s:g}",
                     "--hot-requests", HOT_REQUESTS, "--profile", PROFILE, "--adapter-rank", ADAPTER_RANK,
@@ -259,13 +264,14 @@ def live(args, stack: Stack, workdir: Path) -> None:
         raise RuntimeError(f"prewarm-replay live exited with {proc.returncode} after {time.monotonic() - started:.0f} s")
 
 
-def print_urls(stack: Stack) -> None:
+def print_urls(stack: Stack, api: str) -> None:
     print("\nThe stack is up (KEEP=1). Ctrl-C stops it.", flush=True)
     if stack.gateway:
         print(f"  dashboard      {stack.gateway.url}/  (sign in with the read token: {READ_TOKEN})\n"
               f"  admin API      {stack.gateway.url}/admin/pods  (bearer token for mutations: {stack.gateway.token})\n"
               f"  routing table  {stack.gateway.url}/v1/routing", flush=True)
-    print(f"  Envoy          {stack.envoy.url}/v1/completions  (admin {stack.envoy.admin_url})\n", flush=True)
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    print(f"  Envoy          {stack.envoy.url}{path}  (admin {stack.envoy.admin_url})\n", flush=True)
 
 
 def wait_for_ctrl_c() -> None:
@@ -304,7 +310,7 @@ def main() -> int:
         return 130
     try:
         print()
-        print(f"prewarm demo: {assignment['requests']} mooncake-synthetic requests (trace 0-{args.until_s:g}s) "
+        print(f"prewarm demo: {assignment['requests']} mooncake-synthetic {args.api} requests (trace 0-{args.until_s:g}s) "
               f"at x{args.time_scale:g}, 3 pods + {joining(args)} at {args.join_s:g}s; "
               f"times are model time ({PROFILE})", flush=True)
         modes_run = [m for m in MODES if m in modes]
@@ -318,7 +324,7 @@ def main() -> int:
               + ", ".join(str(args.out / m / "outcomes.jsonl") for m in modes_run))
         print(f"charts: {args.out / 'charts' / 'ttft_p95.png'}, {args.out / 'charts' / 'token_hit_ratio.png'}")
         if kept:
-            print_urls(kept)
+            print_urls(kept, args.api)
             wait_for_ctrl_c()
     finally:
         if kept:

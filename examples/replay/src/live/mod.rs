@@ -1,6 +1,8 @@
 //! Live replay: the trace over HTTP against a target — Envoy with the prewarm filter, or one pod
-//! — at trace timestamps divided by `--time-scale`, each request a streamed completion
-//! ([`stream`]), with bounded concurrency, `--max-requests`, `--until-s` and `--duration`.
+//! — at trace timestamps divided by `--time-scale`, each request streamed ([`stream`]): with
+//! `--api chat` (the default) as chat messages ([`chat`]: the system prompt, a conversation's
+//! earlier turns, the rest), with `--api completions` as a completion of the rendered text; with
+//! bounded concurrency, `--max-requests`, `--until-s` and `--duration`.
 //!
 //! Each request carries `user` (the trace's, else its prefix group, as offline) and the tenant
 //! in `--tenant-header`. Requests are attributed to the pod named by the `--pod-header` response
@@ -12,6 +14,7 @@
 //! observe (warm-up cost; adapter hits without `--profile`) is `null`. `--outcomes FILE` writes
 //! every request's [`Record`] as JSON lines, which `prewarm-replay report` reads.
 
+pub mod chat;
 pub mod records;
 pub mod stream;
 
@@ -19,17 +22,28 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use self::chat::ChatRenderer;
 use self::records::{build, Measurements, Reading};
-use self::stream::{send, Outgoing};
+use self::stream::{send, Outgoing, Prompt};
 use crate::cli::{prepare, write_outputs, OutputArgs, TraceArgs};
 use crate::outcome::{percentile, series, summarize};
 use crate::record::{outcomes, write_records, Record};
 use crate::render::BlockTexts;
 use crate::report::{table, Report};
 use crate::scenario::NEW_POD_WINDOW_S;
+
+/// Which OpenAI API the requests are sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `/v1/chat/completions`, the trace rendered as messages.
+    Chat,
+    /// `/v1/completions`, the rendered text as the prompt.
+    Completions,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
@@ -40,6 +54,9 @@ pub struct LiveArgs {
     /// Base URL of Envoy or of a pod, e.g. http://127.0.0.1:10000.
     #[arg(long)]
     pub target: String,
+    /// Send chat requests (the trace rendered as messages) or completions.
+    #[arg(long, value_enum, default_value_t = Api::Chat)]
+    pub api: Api,
     /// Trace seconds per real second (2 replays twice as fast).
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
@@ -98,6 +115,7 @@ pub struct LiveScenario {
     pub mode: &'static str,
     pub trace: String,
     pub target: String,
+    pub api: Api,
     pub adapters: String,
     pub seed: u64,
     /// Tokens of the system prompt every request starts with (0: none).
@@ -253,6 +271,7 @@ fn write_report(args: &LiveArgs, records: &[Record], sent: usize) -> Result<(), 
         mode: "live",
         trace: args.common.trace.display().to_string(),
         target: args.target.clone(),
+        api: args.api,
         adapters: args.common.adapters.clone(),
         seed: args.common.seed,
         system_prompt_tokens: args.common.system_prompt_tokens,
@@ -299,6 +318,7 @@ async fn dispatch(
     let timeout = Duration::from_secs_f64(args.request_timeout);
     let limit = args.common.max_requests.unwrap_or(usize::MAX);
     let mut texts = BlockTexts::default();
+    let mut chat = ChatRenderer::default();
     let mut tasks = Vec::new();
     let mut sent = 0usize;
     let factor = time_factor(args);
@@ -337,7 +357,10 @@ async fn dispatch(
         let adapter = assignment.adapters.get(i).cloned().flatten();
         let outgoing = Outgoing {
             model: adapter.unwrap_or_else(|| args.model.clone()),
-            prompt: texts.prompt(r),
+            prompt: match args.api {
+                Api::Chat => Prompt::Chat(chat.messages(r, &mut texts)),
+                Api::Completions => Prompt::Text(texts.prompt(r)),
+            },
             max_tokens: args
                 .max_output_tokens
                 .map_or(r.output_length, |cap| r.output_length.min(cap)),
@@ -378,4 +401,31 @@ async fn dispatch(
     }
     report(&tally, sent);
     Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn live(extra: &[&str]) -> Result<LiveArgs, clap::Error> {
+        let mut argv = vec!["prewarm-replay", "live", "--trace", "t.jsonl"];
+        argv.extend_from_slice(&["--target", "http://127.0.0.1:1"]);
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Live(a) => Ok(a),
+            _ => unreachable!("live was asked for"),
+        }
+    }
+
+    #[test]
+    fn chat_is_the_default_api_and_completions_can_be_chosen() {
+        assert_eq!(live(&[]).unwrap().api, Api::Chat);
+        assert_eq!(
+            live(&["--api", "completions"]).unwrap().api,
+            Api::Completions
+        );
+        assert!(live(&["--api", "responses"]).is_err());
+    }
 }
