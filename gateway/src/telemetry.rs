@@ -6,6 +6,7 @@
 //! | `prewarm_warmup_key_seconds` | histogram | `kind` (prefill / load / touch: each warm-up key's call, retries included) |
 //! | `prewarm_warmup_key_errors_total` | counter | `pod` (prefills of a warm-up that failed) |
 //! | `prewarm_prefills_total` | counter | `pod`, `outcome` (ok / unreachable / timeout / rejected / bad_reply) |
+//! | `prewarm_prefill_shapes_total` | counter | `shape` (chat: a chat prefix sent with its messages, tools, kwargs and salt / completion / unshaped: a chat prefix known without its shape, sent as a completion of its canonical text, which caches nothing its traffic looks up) |
 //! | `prewarm_adapter_loads_total` | counter | `pod`, `outcome` (ok / already / refused_manifest / error kinds) |
 //! | `prewarm_adapter_unloads_total` | counter | `pod`, `outcome` |
 //! | `prewarm_signals_ingested_total` | counter | `kind` (prefill / pin / feedback / rejected / dropped_by_filter) |
@@ -13,7 +14,7 @@
 //! | `prewarm_routing_table_pods` | gauge | — |
 //! | `prewarm_modelled_hit_ratio` | gauge | `pod` (hot prefixes placed on the pod believed resident) |
 //! | `prewarm_kv_model_hit_gap` | gauge | `pod` (modelled minus observed prefix-cache hit ratio over the last scrape interval) |
-//! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` |
+//! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` (policy `pool`: `back_off` — an engine rejected an entry's warm call —, `backed_off` and `salt_dropped` — a prefill not sent) |
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
@@ -54,6 +55,7 @@ pub struct Telemetry {
     pub warmup_key_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     pub warmup_key_errors: Family<Labels, Counter>,
     pub prefills: Family<Labels, Counter>,
+    pub prefill_shapes: Family<Labels, Counter>,
     pub adapter_loads: Family<Labels, Counter>,
     pub adapter_unloads: Family<Labels, Counter>,
     pub signals: Family<Labels, Counter>,
@@ -107,6 +109,7 @@ impl Telemetry {
             }),
             warmup_key_errors: Family::default(),
             prefills: Family::default(),
+            prefill_shapes: Family::default(),
             adapter_loads: Family::default(),
             adapter_unloads: Family::default(),
             signals: Family::default(),
@@ -155,6 +158,11 @@ impl Telemetry {
             "prewarm_prefills",
             "Prefills sent to pods by outcome",
             t.prefills.clone(),
+        );
+        registry.register(
+            "prewarm_prefill_shapes",
+            "Prefills sent to pods by the form they went in (chat, completion, unshaped)",
+            t.prefill_shapes.clone(),
         );
         registry.register(
             "prewarm_adapter_loads",
@@ -432,12 +440,14 @@ mod tests {
         let t = Telemetry::new();
         Telemetry::count(&t.prefills, &[("pod", "a"), ("outcome", "ok")]);
         Telemetry::count(&t.warmup_key_errors, &[("pod", "a")]);
+        Telemetry::count(&t.prefill_shapes, &[("shape", "unshaped")]);
         t.warmup_duration.observe(0.3);
         t.set_hit_ratio("a", 0.5);
         let text = t.render();
         for name in [
             "prewarm_prefills_total{pod=\"a\",outcome=\"ok\"} 1",
             "prewarm_warmup_key_errors_total{pod=\"a\"} 1",
+            "prewarm_prefill_shapes_total{shape=\"unshaped\"} 1",
             "prewarm_warmup_duration_seconds_count 1",
             "prewarm_modelled_hit_ratio{pod=\"a\"} 0.5",
             "prewarm_gold_pool_pods 0",

@@ -684,6 +684,48 @@ async fn adapters_register_list_pin_rollback_heatmap_remove() {
     );
 }
 
+/// A template may carry its traffic's shape: checked against its text (a bad one is refused
+/// naming the field), shown as a summary, its salt never shown.
+#[tokio::test]
+async fn a_template_may_carry_a_shape_and_a_bad_one_is_refused_naming_the_field() {
+    let f = fixture();
+    let system = "Answer questions about invoices, briefly and exactly. ".repeat(6);
+    let text = format!("<|system|>\n{system}");
+    let template = |len: usize| {
+        json!({"model": "base", "text": text, "endpoint": "chat_completions",
+            "shape": {"messages": [{"role": "system", "len": len}],
+                      "tools": r#"[{"type":"function","function":{"name":"lookup"}}]"#,
+                      "cache_salt": "operator-salt-31"}})
+    };
+    let (s, v) = admin(
+        &f.app,
+        Method::POST,
+        "/admin/prompts",
+        template(system.len() + 1),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(error_of(&v).starts_with("shape.messages[0]:"), "{v}");
+    let (s, v) = admin(
+        &f.app,
+        Method::POST,
+        "/admin/prompts",
+        template(system.len()),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v, _) = call(&f.app, Method::GET, "/admin/prompts?k=5", Some(READ), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let prompt = &v["prompts"][0];
+    assert_eq!(prompt["endpoint"], "chat_completions");
+    assert_eq!(prompt["shape"]["messages"], 1);
+    assert_eq!(prompt["shape"]["roles"], json!(["system"]));
+    assert_eq!(prompt["shape"]["salted"], true);
+    assert_eq!(prompt["rejections"], 0);
+    assert_eq!(prompt["backoff_until_ms"], Value::Null);
+    assert!(!v.to_string().contains("operator-salt-31"), "{v}");
+}
+
 #[tokio::test]
 async fn snapshot_on_demand_round_trips_through_restore() {
     let f = fixture();

@@ -223,7 +223,9 @@ async fn a_failed_key_is_an_error_span_and_no_context_is_sent_without_a_span() {
         epoch: 0,
         key,
         model: "base".into(),
-        text,
+        endpoint: prewarm_core::Endpoint::Completions,
+        text: text.into(),
+        shape: None,
         shards: Vec::new(),
         cause: Cause::KeepWarm,
     };

@@ -1,4 +1,10 @@
 //! Prompt endpoints: the top-K of the prompt pool, adding and removing operator templates.
+//!
+//! - `GET /admin/prompts?k=` — the hottest entries, each with its endpoint, a summary of its
+//!   traffic's shape (never a salt), its salt-dropped flag, the rejections of its warm calls
+//!   and the end of its back-off;
+//! - `POST /admin/prompts` — add a template (optionally with a shape);
+//! - `DELETE /admin/prompts/{key}` — remove a template.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -11,8 +17,9 @@ use serde_json::json;
 use super::error::ApiError;
 use super::input::json_body;
 use super::AppState;
-use crate::policy::hotness::{Origin, Template};
+use crate::policy::hotness::{Origin, ShapeSummary, Template};
 use crate::policy::PrefixKey;
+use prewarm_core::request::Endpoint;
 
 /// Largest `k` of `GET /admin/prompts`.
 pub const MAX_TOP_K: usize = 1000;
@@ -43,6 +50,17 @@ pub struct PromptSummary {
     pub last_signal_ms: u64,
     /// Keep-warm keeps it warm (`false`: only experiment arms without keep-warm signalled it).
     pub keep_warm: bool,
+    /// The endpoint its traffic used.
+    pub endpoint: Endpoint,
+    /// Its traffic's shape (messages, roles, tools and kwargs bytes, `salted`); null: none
+    /// known (a completion without salt, or an entry from an older snapshot or filter).
+    pub shape: Option<ShapeSummary>,
+    /// A snapshot dropped its shape's salt: not warmed until a signal brings it again.
+    pub salt_dropped: bool,
+    /// Warm calls an engine rejected in a row.
+    pub rejections: u32,
+    /// Its back-off's end (ms, the gateway's clock), while it lasts; null otherwise.
+    pub backoff_until_ms: Option<u64>,
 }
 
 pub async fn top(
@@ -57,6 +75,7 @@ pub async fn top(
             .filter(|k| (1..=MAX_TOP_K).contains(k))
             .ok_or_else(|| ApiError::BadRequest(format!("k: {s:?}: must be 1..{MAX_TOP_K}")))?,
     };
+    let now = gateway.now();
     let state = gateway.state();
     let pool = state.fleet.pool();
     let prompts: Vec<PromptSummary> = pool
@@ -76,6 +95,11 @@ pub async fn top(
             successes: v.successes,
             last_signal_ms: v.last_signal_ms,
             keep_warm: v.keep_warm,
+            endpoint: v.endpoint,
+            shape: v.shape.map(|s| s.summary()),
+            salt_dropped: v.salt_dropped,
+            rejections: v.rejections,
+            backoff_until_ms: (v.backoff_until_ms > now).then_some(v.backoff_until_ms),
         })
         .collect();
     Ok(Json(json!({

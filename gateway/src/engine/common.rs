@@ -1,13 +1,12 @@
-//! Calls both dialects make the same way: a `max_tokens: 1` completion, an embeddings request,
-//! `GET /health`, `GET /v1/models` and `GET /metrics`.
+//! Calls both dialects make the same way: a `max_tokens: 1` prefill in its traffic's shape, an
+//! embeddings request, `GET /health`, `GET /v1/models` and `GET /metrics`.
 
 use super::http::HttpPod;
 use super::metrics_text::{parse_pod_load, PodLoad};
 use super::models::{parse_models, ServedModels};
 use super::reply::{error_reply, AdapterReply};
-use prewarm_core::warm_call::{prefill_json, WARM_CALL_PATH};
 
-use super::{AdapterOutcome, EngineError};
+use super::{AdapterOutcome, EngineError, PrefillRequest};
 
 /// A rejected reply as an error naming the pod and URL.
 pub fn rejected(pod: &HttpPod, path: &str, status: u16, body: &[u8]) -> EngineError {
@@ -39,15 +38,34 @@ pub fn adapter_outcome(
     }
 }
 
-/// A completion of the prefix plus one token with `max_tokens: 1`: fills the prefix cache.
-pub async fn prefill(pod: &HttpPod, model: &str, prefix_text: &str) -> Result<(), EngineError> {
-    let path = WARM_CALL_PATH;
-    let body = prefill_json(model, prefix_text);
-    let reply = pod.post_json(path, &body, true).await?;
+/// `request` as `model` (the engine's name for the request's model), `max_tokens: 1`: fills
+/// the prefix cache with the tokens the traffic's requests look up. A rejection's message has
+/// the request's salt masked.
+pub async fn prefill(
+    pod: &HttpPod,
+    model: &str,
+    request: &PrefillRequest,
+) -> Result<(), EngineError> {
+    let call = request.call(model);
+    let reply = pod.post_json(call.path, &call.body, true).await?;
     if reply.status == 200 {
-        Ok(())
-    } else {
-        Err(rejected(pod, path, reply.status, &reply.body))
+        return Ok(());
+    }
+    match rejected(pod, call.path, reply.status, &reply.body) {
+        EngineError::Rejected {
+            pod,
+            url,
+            status,
+            kind,
+            message,
+        } => Err(EngineError::Rejected {
+            pod,
+            url,
+            status,
+            kind: request.redact(&kind),
+            message: request.redact(&message),
+        }),
+        other => Err(other),
     }
 }
 

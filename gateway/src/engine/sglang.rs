@@ -1,6 +1,7 @@
 //! SGLang's dialect: `POST /load_lora_adapter` / `/unload_lora_adapter` (no `/v1`) with JSON
 //! replies `{"success", "error_message", "loaded_adapters"}`, and adapters selected as
-//! `"model": "<base>:<adapter>"`.
+//! `"model": "<base>:<adapter>"` (a prefill too: the same body as vLLM's, its traffic's shape,
+//! with that model).
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -59,7 +60,7 @@ impl Engine for SglangEngine {
     ) -> BoxFuture<'a, Result<(), EngineError>> {
         async move {
             let model = self.request_model(&request.model);
-            common::prefill(&self.pod, &model, &request.prefix_text).await
+            common::prefill(&self.pod, &model, request).await
         }
         .boxed()
     }

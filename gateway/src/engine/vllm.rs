@@ -35,7 +35,7 @@ impl Engine for VllmEngine {
         &'a self,
         request: &'a PrefillRequest,
     ) -> BoxFuture<'a, Result<(), EngineError>> {
-        common::prefill(&self.pod, &request.model, &request.prefix_text).boxed()
+        common::prefill(&self.pod, &request.model, request).boxed()
     }
 
     fn load_adapter<'a>(

@@ -1,7 +1,8 @@
 //! The prompt pool: which prompt prefixes are hot, how hot, and which to warm next.
 //!
 //! Entries are keyed by [`PrefixKey`] and hold the bounded canonical prefix text, model,
-//! tenant, endpoint, tags (templates), the prefix's block hashes and a hotness.
+//! tenant, endpoint, tags (templates), the prefix's block hashes, a hotness, and the shape of
+//! their traffic ([`shape`]: how its requests reached the engine, which every warm call repeats).
 //! - *Static* entries are operator templates ([`PromptPool::add_template`]); their chain is
 //!   computed from the text with core's `BlockChain::of`, so it matches what the filter
 //!   fingerprints. They are never evicted and never decay below `template_hotness`.
@@ -10,12 +11,24 @@
 //! - Feedback adds `adoption_boost` (0.3) or `success_boost` (0.5) per request it stands for.
 //! - Every hotness is multiplied by `decay_factor` (0.95) once per `decay_period_ms`; dynamic
 //!   entries that fall below `retire_below` are retired.
-//! - At `max_entries` dynamic entries, or at `max_pool_bytes` (texts, hashes and a fixed
-//!   per-entry overhead), a new entry evicts the coldest dynamic entries.
+//! - At `max_entries` dynamic entries, or at `max_pool_bytes` (texts, hashes, shapes and a
+//!   fixed per-entry overhead), a new entry evicts the coldest dynamic entries.
 //! - Names (model, tenant) are at most [`MAX_NAME_BYTES`]; one batch's feedback for one prefix
 //!   stands for at most `max_feedback_count` requests.
 //! - Signals from the network are screened first ([`screen`]): a prefill whose block hashes are
 //!   not core's fingerprint of its text is refused.
+//! - A signal's shape must lie on its text (`WarmShape::check`), or the signal is refused naming
+//!   the field. The traffic's current shape wins: each signal for a known entry replaces its
+//!   shape (a signal without one leaves it unshaped). A template may carry a shape too. The
+//!   shape's bytes count against `max_pool_bytes`.
+//! - A snapshot keeps a shape without its `cache_salt` and says one was dropped; such an entry
+//!   is not warmed ([`Unwarmed::SaltDropped`]: its calls would fill blocks no request looks up)
+//!   until a signal brings its traffic's shape again.
+//! - A warm call an engine rejects (a 4xx: a template error on the shape, say) backs the entry
+//!   off ([`PromptPool::prefill_rejected`]): no warm call for one decay period, doubling with
+//!   each rejection in a row up to [`MAX_BACKOFF_PERIODS`] periods (64 min at the default
+//!   60 s period: longer than an entry signalled once lives unsignalled); an accepted call ends
+//!   the series.
 //!
 //! Decay is lazy: an entry stores `hotness × g^e` with `g = 1/decay_factor` and `e` the decay
 //! periods elapsed since a base epoch, so decaying everything costs nothing and the order of
@@ -25,9 +38,11 @@
 
 mod config;
 pub mod screen;
+pub mod shape;
 mod snapshot;
 
 pub use config::{HotnessConfig, MAX_TAG_BYTES};
+pub use shape::{ShapeSummary, SharedShape};
 pub use snapshot::{PromptRecord, SharedRecord};
 
 use std::collections::BTreeSet;
@@ -41,6 +56,7 @@ use prewarm_core::fingerprint::{
 };
 use prewarm_core::request::Endpoint;
 use prewarm_core::tokens::BYTES_PER_TOKEN;
+use prewarm_core::warm_shape::{ShapeError, WarmShape};
 use prewarm_core::wire::{
     FeedbackOutcome, FeedbackSignal, PinSignal, PrefillSignal, Signal, SignalBatch,
 };
@@ -65,6 +81,16 @@ pub fn entry_bytes(text_bytes: usize, blocks: usize) -> usize {
         .saturating_add(ENTRY_OVERHEAD_BYTES)
 }
 
+/// What a kept shape adds to its entry's bytes.
+fn shape_bytes(shape: Option<&SharedShape>) -> usize {
+    shape.map_or(0, |s| s.bytes())
+}
+
+/// Most decay periods a back-off lasts: 2^6, reached at the seventh rejection in a row (64 min
+/// at the default 60 s period, when an entry signalled once has retired: at the default decay
+/// and `retire_below`, one signal of priority 0 keeps it 59 periods).
+pub const MAX_BACKOFF_PERIODS: u64 = 64;
+
 /// Periods after which the lazy-decay base is moved (0.95^-512 ≈ 2.5e11: far from overflow).
 const REBASE_PERIODS: u64 = 512;
 
@@ -78,8 +104,9 @@ pub enum Origin {
     Dynamic,
 }
 
-/// An operator template, as the admin API takes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An operator template, as the admin API takes it. `Debug` shows its shape's summary, never a
+/// salt.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Template {
     /// Base model or adapter name: the chain's seed.
@@ -92,10 +119,47 @@ pub struct Template {
     pub endpoint: Endpoint,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// How the template's traffic reaches the engine (chat message spans over `text`, tools,
+    /// kwargs, salt), as a filter's signal carries it; absent: warmed as a completion of `text`
+    /// (chat: counted as unshaped) until a signal brings the traffic's shape.
+    #[serde(default)]
+    pub shape: Option<WarmShape>,
+}
+
+impl std::fmt::Debug for Template {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Template")
+            .field("model", &self.model)
+            .field("text_bytes", &self.text.len())
+            .field("tenant", &self.tenant)
+            .field("endpoint", &self.endpoint)
+            .field("tags", &self.tags)
+            .field("shape", &self.shape.as_ref().map(ShapeSummary::of))
+            .finish()
+    }
 }
 
 fn default_endpoint() -> Endpoint {
     Endpoint::ChatCompletions
+}
+
+/// Why an entry is not warmed now (a prefill of it is not sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwarmed {
+    /// A snapshot dropped its shape's salt; a signal brings it back.
+    SaltDropped,
+    /// An engine rejected its warm call; the back-off has not ended.
+    BackedOff,
+}
+
+impl Unwarmed {
+    /// The `decision` label it is counted under (policy `pool`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Unwarmed::SaltDropped => "salt_dropped",
+            Unwarmed::BackedOff => "backed_off",
+        }
+    }
 }
 
 /// Why the pool refused an input. Messages read `field: value: rule`.
@@ -127,6 +191,9 @@ pub enum PoolError {
     TooManyTemplates(usize),
     #[error("tags: {0}: too many or too long (max {1} tags of {MAX_TAG_BYTES} bytes)")]
     BadTags(usize, usize),
+    /// The shape is past a bound or does not lie on the text (the message names the field).
+    #[error("{0}")]
+    Shape(#[from] ShapeError),
 }
 
 /// What [`PromptPool::ingest`] did with a batch.
@@ -174,6 +241,28 @@ pub struct PromptView<'a> {
     /// Keep-warm keeps it warm on its pod: `false` while only experiment arms without
     /// keep-warm have signalled it.
     pub keep_warm: bool,
+    /// How its traffic reached the engine (`None`: a completion without salt, a filter older
+    /// than shapes, an entry from an older snapshot).
+    pub shape: Option<&'a SharedShape>,
+    /// A snapshot dropped its shape's salt: not warmed until a signal brings it again.
+    pub salt_dropped: bool,
+    /// Warm calls an engine rejected in a row (since the last it accepted).
+    pub rejections: u32,
+    /// No warm call before this time, ms (0: never backed off).
+    pub backoff_until_ms: u64,
+}
+
+impl PromptView<'_> {
+    /// Why it is not warmed at `now_ms`, if it is not.
+    pub fn unwarmed(&self, now_ms: u64) -> Option<Unwarmed> {
+        if self.salt_dropped {
+            Some(Unwarmed::SaltDropped)
+        } else if now_ms < self.backoff_until_ms {
+            Some(Unwarmed::BackedOff)
+        } else {
+            None
+        }
+    }
 }
 
 const NO_NAME: NameId = NameId::MAX;
@@ -222,6 +311,19 @@ struct Entry {
     endpoint: Endpoint,
     origin: Origin,
     keep_warm: bool,
+    /// See [`PromptView::shape`]; shared with the warm calls in flight.
+    shape: Option<SharedShape>,
+    salt_dropped: bool,
+    rejections: u32,
+    backoff_until_ms: u64,
+}
+
+impl Entry {
+    /// What it counts against `max_pool_bytes`.
+    fn bytes(&self) -> usize {
+        entry_bytes(self.text.len(), self.blocks.len())
+            .saturating_add(shape_bytes(self.shape.as_ref()))
+    }
 }
 
 /// The prompt pool. See the module docs.
@@ -300,6 +402,16 @@ impl PromptPool {
     /// `max_pool_bytes` (and, for a `dynamic` one, below `max_entries`). An entry that could
     /// not fit beside the templates alone is refused before anything is evicted.
     fn make_room(&mut self, cost: usize, dynamic: bool) -> Result<(), PoolError> {
+        self.make_room_except(cost, dynamic, None)
+    }
+
+    /// [`make_room`](Self::make_room), never evicting `keep` (an entry that grows).
+    fn make_room_except(
+        &mut self,
+        cost: usize,
+        dynamic: bool,
+        keep: Option<&PrefixKey>,
+    ) -> Result<(), PoolError> {
         if self.template_bytes.saturating_add(cost) > self.config.max_pool_bytes {
             return Err(PoolError::PoolFull(cost));
         }
@@ -309,7 +421,7 @@ impl PromptPool {
             if !over_bytes && !over_count {
                 return Ok(());
             }
-            let Some(&(_, coldest)) = self.order.first() else {
+            let Some(&(_, coldest)) = self.order.iter().find(|(_, k)| Some(k) != keep) else {
                 return Err(PoolError::PoolFull(cost));
             };
             self.remove_entry(&coldest);
@@ -319,8 +431,10 @@ impl PromptPool {
 
     /// Counts (`added`) or uncounts an entry's bytes.
     fn account(&mut self, e: &Entry, added: bool) {
-        let n = entry_bytes(e.text.len(), e.blocks.len());
-        let templates = e.origin == Origin::Static;
+        self.account_bytes(e.bytes(), e.origin == Origin::Static, added);
+    }
+
+    fn account_bytes(&mut self, n: usize, templates: bool, added: bool) {
         if added {
             self.bytes = self.bytes.saturating_add(n);
             if templates {
@@ -499,7 +613,9 @@ impl PromptPool {
     }
 
     /// Applies a prefill signal: a new dynamic entry (evicting the coldest at `max_entries`),
-    /// or more hotness for a known one. Returns the entry's key.
+    /// or more hotness for a known one, whose shape the signal's replaces (the traffic's
+    /// current shape wins; a salt a snapshot dropped is back). A shape that does not lie on the
+    /// signal's text refuses the signal. Returns the entry's key.
     pub fn apply_prefill(
         &mut self,
         signal: PrefillSignal,
@@ -508,11 +624,21 @@ impl PromptPool {
         self.tick(now_ms);
         let last = *signal.prefix.last().ok_or(PoolError::EmptyPrefix)?;
         let key = PrefixKey::new(&signal.model, last);
+        if let Some(shape) = &signal.shape {
+            shape.check(&signal.prefix_text)?;
+        }
         let boost = self.config.signal_boost * (1.0 + f64::from(signal.priority.min(99)) / 100.0);
-        if let Some(e) = self.entries.get_mut(&key) {
-            e.last_signal_ms = self.last_now_ms;
-            // one arm that keeps it warm is enough
-            e.keep_warm |= signal.keep_warm;
+        if let Some(e) = self.entries.get(&key) {
+            // The same chain; the text may differ by a character the filter cut.
+            if let (Some(shape), false) = (&signal.shape, *e.text == *signal.prefix_text) {
+                shape.check(&e.text)?;
+            }
+            self.replace_shape(&key, signal.shape.map(SharedShape::new))?;
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.last_signal_ms = self.last_now_ms;
+                // one arm that keeps it warm is enough
+                e.keep_warm |= signal.keep_warm;
+            }
             self.boost(&key, boost);
             return Ok(key);
         }
@@ -522,8 +648,10 @@ impl PromptPool {
         if let Some(t) = &signal.tenant {
             check_name("tenant", t)?;
         }
+        let shape = signal.shape.map(SharedShape::new);
         self.make_room(
-            entry_bytes(signal.prefix_text.len(), signal.prefix.len()),
+            entry_bytes(signal.prefix_text.len(), signal.prefix.len())
+                .saturating_add(shape_bytes(shape.as_ref())),
             true,
         )?;
         let (model, tenant) = self.acquire_names(&signal.model, signal.tenant.as_deref())?;
@@ -542,10 +670,65 @@ impl PromptPool {
                 endpoint: signal.endpoint,
                 origin: Origin::Dynamic,
                 keep_warm: signal.keep_warm,
+                shape,
+                salt_dropped: false,
+                rejections: 0,
+                backoff_until_ms: 0,
             },
         );
         self.order.insert((score.to_bits(), key));
         Ok(key)
+    }
+
+    /// Gives `key`'s entry `shape` (and takes back a dropped salt's flag), evicting colder
+    /// entries when it grows past `max_pool_bytes`; refused (the entry as it was) when it
+    /// cannot fit.
+    fn replace_shape(
+        &mut self,
+        key: &PrefixKey,
+        shape: Option<SharedShape>,
+    ) -> Result<(), PoolError> {
+        let Some(e) = self.entries.get(key) else {
+            return Ok(());
+        };
+        let (old, new) = (shape_bytes(e.shape.as_ref()), shape_bytes(shape.as_ref()));
+        if new > old {
+            self.make_room_except(new - old, false, Some(key))?;
+        }
+        let Some(e) = self.entries.get_mut(key) else {
+            return Ok(());
+        };
+        let templates = e.origin == Origin::Static;
+        e.shape = shape;
+        e.salt_dropped = false;
+        self.account_bytes(old, templates, false);
+        self.account_bytes(new, templates, true);
+        Ok(())
+    }
+
+    /// An engine rejected a warm call of `key` (a 4xx: the request itself is refused, so
+    /// sending it again would be refused again): the entry backs off, one decay period after
+    /// the first rejection in a row, doubling with each up to [`MAX_BACKOFF_PERIODS`]. A call
+    /// already in flight when a back-off started does not extend it. Returns the back-off's
+    /// end, or `None` when it was already backing off or is gone.
+    pub fn prefill_rejected(&mut self, key: &PrefixKey, now_ms: u64) -> Option<u64> {
+        let period = self.config.decay_period_ms.max(1);
+        let e = self.entries.get_mut(key)?;
+        if now_ms < e.backoff_until_ms {
+            return None;
+        }
+        let doublings = e.rejections.min(MAX_BACKOFF_PERIODS.trailing_zeros());
+        let periods = (1u64 << doublings).min(MAX_BACKOFF_PERIODS);
+        e.rejections = e.rejections.saturating_add(1);
+        e.backoff_until_ms = now_ms.saturating_add(period.saturating_mul(periods));
+        Some(e.backoff_until_ms)
+    }
+
+    /// An engine accepted a warm call of `key`: a series of rejections is over.
+    pub fn prefill_accepted(&mut self, key: &PrefixKey) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.rejections = 0;
+        }
     }
 
     /// Applies feedback: `adoption_boost` or `success_boost` per request it stands for, at
@@ -613,9 +796,10 @@ impl PromptPool {
         report
     }
 
-    /// Registers an operator template (or re-registers it with new tags). Its chain is
-    /// `BlockChain::of(model, text, fingerprint)`; a dynamic entry with the same key becomes
-    /// static and keeps its hotness.
+    /// Registers an operator template (or re-registers it with new tags, and its shape when it
+    /// carries one). Its chain is `BlockChain::of(model, text, fingerprint)`; a dynamic entry
+    /// with the same key becomes static and keeps its hotness (and its traffic's shape, unless
+    /// the template carries one).
     pub fn add_template(
         &mut self,
         template: Template,
@@ -635,6 +819,10 @@ impl PromptPool {
             .prefix_fingerprint()
             .ok_or(PoolError::ShorterThanABlock(template.text.len()))?;
         self.check_prefix(&template.text, chain.blocks.len())?;
+        if let Some(shape) = &template.shape {
+            shape.check(&template.text)?;
+        }
+        let shape = template.shape.map(SharedShape::new);
         let key = PrefixKey::new(&template.model, last);
         let existing = self.entries.get(&key).map(|e| e.origin);
         if existing != Some(Origin::Static) && self.templates >= self.config.max_templates {
@@ -642,20 +830,31 @@ impl PromptPool {
         }
         let floor = self.config.template_hotness * self.factor;
         match existing {
-            Some(Origin::Static) => {}
+            Some(Origin::Static) => {
+                if shape.is_some() {
+                    self.replace_shape(&key, shape)?;
+                }
+            }
             Some(Origin::Dynamic) => {
+                if shape.is_some() {
+                    self.replace_shape(&key, shape)?;
+                }
                 if let Some(e) = self.entries.get_mut(&key) {
                     self.order.remove(&(e.score.to_bits(), key));
                     e.origin = Origin::Static;
                     e.keep_warm = true;
                     e.score = e.score.max(floor);
                     self.templates += 1;
-                    let n = entry_bytes(e.text.len(), e.blocks.len());
+                    let n = e.bytes();
                     self.template_bytes = self.template_bytes.saturating_add(n);
                 }
             }
             None => {
-                self.make_room(entry_bytes(template.text.len(), chain.blocks.len()), false)?;
+                self.make_room(
+                    entry_bytes(template.text.len(), chain.blocks.len())
+                        .saturating_add(shape_bytes(shape.as_ref())),
+                    false,
+                )?;
                 let (model, tenant) =
                     self.acquire_names(&template.model, template.tenant.as_deref())?;
                 self.insert_entry(
@@ -672,6 +871,10 @@ impl PromptPool {
                         endpoint: template.endpoint,
                         origin: Origin::Static,
                         keep_warm: true,
+                        shape,
+                        salt_dropped: false,
+                        rejections: 0,
+                        backoff_until_ms: 0,
                     },
                 );
                 self.templates += 1;
@@ -704,12 +907,21 @@ impl PromptPool {
             successes: e.successes,
             last_signal_ms: e.last_signal_ms,
             keep_warm: e.keep_warm,
+            shape: e.shape.as_ref(),
+            salt_dropped: e.salt_dropped,
+            rejections: e.rejections,
+            backoff_until_ms: e.backoff_until_ms,
         }
     }
 
     /// The entry of `key`.
     pub fn get(&self, key: &PrefixKey) -> Option<PromptView<'_>> {
         self.entries.get(key).map(|e| self.view(key, e))
+    }
+
+    /// The text of `key`'s entry, shared (a warm call carries it without a copy).
+    pub fn shared_text(&self, key: &PrefixKey) -> Option<Arc<str>> {
+        self.entries.get(key).map(|e| e.text.clone())
     }
 
     /// Keys of every entry hottest first (ties by key), templates included.
@@ -797,5 +1009,7 @@ impl PromptPool {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod shape_tests;
 #[cfg(test)]
 mod tests;

@@ -1,15 +1,19 @@
 //! Executing the fleet core's actions and reporting their ends. Every call into the core goes
 //! through [`Gateway::fleet`], which also turns the core's notes into metrics, logs and pods'
-//! recent errors. A prefill is a `max_tokens: 1` completion of the prefix text; adapter calls
-//! run in order ([`super::adapters`]). The core decides; this module only executes.
+//! recent errors. A prefill is a `max_tokens: 1` request of the prefix in its traffic's shape
+//! (the engine builds it with core's `prefill_call`), counted by the form it went in
+//! (`prewarm_prefill_shapes_total{shape}`: `chat`, `completion`, or `unshaped` — a chat prefix
+//! known without its shape); its end goes back to the core as ok, rejected (a 4xx that names
+//! the request: the entry backs off) or failed. Adapter calls run in order
+//! ([`super::adapters`]). The core decides; this module only executes.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::Instrument;
 
-use crate::engine::PrefillRequest;
-use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill};
+use crate::engine::{EngineError, PrefillRequest};
+use crate::policy::fleet::{Action, AdapterCalls, Fleet, Note, Prefill, PrefillOutcome};
 use crate::policy::lora::LoraDecision;
 use crate::telemetry::Telemetry;
 use crate::traces::warmup::{key_done, PlanShape};
@@ -161,12 +165,17 @@ impl Gateway {
 
     async fn prefill(self: &Arc<Self>, p: Prefill) {
         let span = self.warmup_traces.prefill_span(&p, &self.warm_arms());
-        let ok = match self.pod_handle(&p.pod) {
+        let outcome = match self.pod_handle(&p.pod) {
             Some((engine, _)) => {
                 let request = PrefillRequest {
                     model: p.model.clone(),
+                    endpoint: p.endpoint,
                     prefix_text: p.text.clone(),
+                    shape: p.shape.clone(),
                 };
+                let form = request.form().label();
+                span.record("prewarm.shape", form);
+                Telemetry::count(&self.telemetry.prefill_shapes, &[("shape", form)]);
                 let started = Instant::now();
                 let result = engine.prefill(&request).instrument(span.clone()).await;
                 let label = match &result {
@@ -181,22 +190,22 @@ impl Gateway {
                     &[("pod", &p.pod), ("outcome", label)],
                 );
                 if let Err(e) = &result {
-                    tracing::warn!(pod = %p.pod, prefix = %p.key, error = %e, "prefill failed");
+                    tracing::warn!(pod = %p.pod, prefix = %p.key, shape = form, error = %e, "prefill failed");
                     if let Some(pod) = self.state().pods.get_mut(&p.pod) {
                         pod.note_error(e.to_string());
                     }
                 }
-                result.is_ok()
+                prefill_outcome(&result)
             }
             None => {
                 key_done(&span, "pod_gone", true, 0.0);
-                false
+                PrefillOutcome::Failed
             }
         };
         let now = self.now();
         let first_tier_done = self.fleet(|f| {
             let before = f.table().generation;
-            f.prefill_done(&p, ok, now);
+            f.prefill_done(&p, outcome, now);
             f.table().generation != before
         });
         if first_tier_done {
@@ -231,5 +240,52 @@ impl Gateway {
         self.fleet(|f| f.adapters_done(&calls, &failed, now));
         self.republish_table();
         outcomes
+    }
+}
+
+/// How a prefill's call ended, for the core. A 4xx names the request itself (a chat template's
+/// error on the shape, a body the engine refuses): rejected, so the entry backs off — except
+/// 404 (the model or adapter is not on this pod: a pod's state, not the request's), 408 and
+/// 429 (the pod was slow or busy), which fail like a 5xx or a transport error.
+pub fn prefill_outcome(result: &Result<(), EngineError>) -> PrefillOutcome {
+    match result {
+        Ok(()) => PrefillOutcome::Ok,
+        Err(EngineError::Rejected { status, .. })
+            if (400..500).contains(status) && !matches!(status, 404 | 408 | 429) =>
+        {
+            PrefillOutcome::Rejected
+        }
+        Err(_) => PrefillOutcome::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(status: u16) -> Result<(), EngineError> {
+        Err(EngineError::Rejected {
+            pod: "p".into(),
+            url: "u".into(),
+            status,
+            kind: "BadRequestError".into(),
+            message: "m".into(),
+        })
+    }
+
+    #[test]
+    fn only_a_4xx_that_names_the_request_is_a_rejection() {
+        assert_eq!(prefill_outcome(&Ok(())), PrefillOutcome::Ok);
+        for status in [400, 413, 422] {
+            assert_eq!(prefill_outcome(&rejected(status)), PrefillOutcome::Rejected);
+        }
+        for status in [404, 408, 429, 500, 503] {
+            assert_eq!(prefill_outcome(&rejected(status)), PrefillOutcome::Failed);
+        }
+        let timeout = Err(EngineError::Timeout {
+            pod: "p".into(),
+            url: "u".into(),
+        });
+        assert_eq!(prefill_outcome(&timeout), PrefillOutcome::Failed);
     }
 }

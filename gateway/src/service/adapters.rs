@@ -197,10 +197,7 @@ impl Gateway {
         name: &str,
     ) -> Result<&'static str, (String, String)> {
         let engine = self.engine_of(pod_id)?;
-        let request = PrefillRequest {
-            model: name.to_string(),
-            prefix_text: String::new(),
-        };
+        let request = PrefillRequest::completion(name, "");
         engine
             .prefill(&request)
             .await

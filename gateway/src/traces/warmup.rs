@@ -6,8 +6,9 @@
 //!
 //! Attributes (all prefixed `prewarm.`): `pod`, `source` (`plan`, `keep_warm`, `signal`, `pin`,
 //! `operator`, `reconcile`), `model`, `key` (a prefix's key) or `adapter` and `call`
-//! (`load`/`unload`/`touch`), `tokens` (the prefix's tokens), `outcome` (`ok` or the error's
-//! label), `latency_ms`, and `arms` — the running experiment's arms whose routing sees the warmth
+//! (`load`/`unload`/`touch`), `tokens` (the prefix's tokens), `shape` (a prefill's form:
+//! `chat`, `completion`, `unshaped`), `outcome` (`ok` or the error's label), `latency_ms`, and
+//! `arms` — the running experiment's arms whose routing sees the warmth
 //! (those with warm-up on: a warm-up is the fleet's, not one arm's), empty with no experiment.
 //! A plan's span has `adapters`, `first_tier`, `second_tier`, `lazy` (its keys per tier),
 //! `first_tier_seconds` once the pod is routable, and `outcome` (`done`, `interrupted`,
@@ -116,6 +117,7 @@ impl WarmupTraces {
             prewarm.key = %p.key,
             prewarm.tokens = tokens as i64,
             prewarm.arms = arms,
+            prewarm.shape = Empty,
             prewarm.outcome = Empty,
             prewarm.latency_ms = Empty,
         )

@@ -2,9 +2,13 @@
 //! logs. An action carries the pod's epoch: its completion is ignored if the pod re-joined (or
 //! left) meanwhile, so a late reply never edits the model of a newer life of the pod.
 
+use std::sync::Arc;
+
+use prewarm_core::request::Endpoint;
 use prewarm_core::Shard;
 use serde::Serialize;
 
+use crate::policy::hotness::SharedShape;
 use crate::policy::{LoraDecision, PrefixKey, WarmupAction};
 
 /// Why the core asks for an action.
@@ -26,7 +30,9 @@ pub enum Cause {
     Reconcile,
 }
 
-/// A `max_tokens: 1` completion of a pooled prefix's text on a pod.
+/// A `max_tokens: 1` request that fills a pod's prefix cache with a pooled prefix, in its
+/// traffic's shape (core's `prefill_call`: a chat prefix through the chat endpoint with its
+/// messages, tools, kwargs and salt; any other as a completion of its text).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prefill {
     pub pod: String,
@@ -34,12 +40,44 @@ pub struct Prefill {
     pub key: PrefixKey,
     /// The model or adapter the prefix was seen with.
     pub model: String,
+    /// The endpoint its traffic used.
+    pub endpoint: Endpoint,
+    /// Its canonical text, shared with the pool.
     #[serde(skip)]
-    pub text: String,
+    pub text: Arc<str>,
+    /// How its traffic reached the engine, shared with the pool (`Debug` shows no salt).
+    #[serde(skip)]
+    pub shape: Option<SharedShape>,
     /// The prefix's shards, for the KV model once the prefill is done.
     #[serde(skip)]
     pub shards: Vec<Shard>,
     pub cause: Cause,
+}
+
+/// How a prefill ended, as [`super::Fleet::prefill_done`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillOutcome {
+    /// The pod answered it: the prefix is cached.
+    Ok,
+    /// The pod refused the request itself (a 4xx such as a chat template's error on the
+    /// shape): sending it again would be refused again, so the entry backs off.
+    Rejected,
+    /// Anything else (unreachable, timed out, a 5xx, overloaded, the model not on the pod):
+    /// the prefix is not cached; it may be tried again.
+    Failed,
+}
+
+impl From<bool> for PrefillOutcome {
+    /// `true`: [`PrefillOutcome::Ok`]; `false`: [`PrefillOutcome::Failed`] (a driver that
+    /// cannot tell a rejection apart).
+    fn from(ok: bool) -> Self {
+        if ok {
+            PrefillOutcome::Ok
+        } else {
+            PrefillOutcome::Failed
+        }
+    }
 }
 
 /// LoRA calls on one pod, executed in order (an unload precedes the load it frees a slot for).

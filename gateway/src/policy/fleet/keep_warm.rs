@@ -3,7 +3,9 @@
 //! (within its prefill budget) and its LoRA model the adapters to touch. A warm prefix the pool
 //! has retired leaves the pod's warm set, so it stops holding a slot of the warm budget, and so
 //! does one only experiment arms without keep-warm signal (`keep_warm: false`, whatever put it
-//! there: a signal's prefill, a warm-up).
+//! there: a signal's prefill, a warm-up). One the pool does not warm now (its salt dropped by a
+//! snapshot, or backing off after a rejection) stays in the warm set, is not sent, and is
+//! counted each period it comes due.
 //!
 //! Also the modelled hit ratio of each routable pod: of the hot prefixes (the pool's hottest, up
 //! to the warm-up tiers' size) that placement routes to the pod, the share its KV model believes
@@ -36,14 +38,17 @@ impl Fleet {
                 None => continue,
             };
             for k in due {
-                match self.prefill_action(&id, k.key, Cause::KeepWarm) {
-                    Some(a) => {
+                match self.prefill_action(&id, k.key, Cause::KeepWarm, now_ms) {
+                    Ok(a) => {
                         prefills += 1;
                         actions.push(a);
                     }
-                    // An adapter's prefix on a pod that lost the adapter: not sent, so not
-                    // modelled done; its turn comes back if the pod gets the adapter again.
-                    None => {
+                    // An adapter's prefix on a pod that lost the adapter, or one the pool does
+                    // not warm now: not sent, so not modelled done; its turn comes back when
+                    // the pod gets the adapter again, the back-off ends or a signal brings the
+                    // salt.
+                    Err(not_sent) => {
+                        self.count_not_sent(not_sent);
                         if let Some(pod) = self.pods.get_mut(&id) {
                             pod.kv.prefill_failed(&k.key);
                         }

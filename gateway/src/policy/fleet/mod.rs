@@ -14,7 +14,8 @@
 //!   prefix-cache counters reconcile its KV model ([`FleetPod`]);
 //! - [`Fleet::tick`], every [`TICK_MS`]: the warm-ups' next steps, keep-warm every
 //!   `keep_warm_period_ms`, the routing table;
-//! - completions: [`Fleet::prefill_done`], [`Fleet::adapters_done`];
+//! - completions: [`Fleet::prefill_done`] (ok, rejected — the pool backs the entry off — or
+//!   failed), [`Fleet::adapters_done`];
 //! - outputs: the actions, [`Fleet::table`], and [`Note`]s for metrics and logs
 //!   ([`Fleet::take_notes`]).
 
@@ -26,6 +27,8 @@ mod placement;
 mod planning;
 mod pod;
 mod prefix_placement;
+#[cfg(test)]
+mod shape_tests;
 mod signals;
 mod steps;
 #[cfg(test)]
@@ -37,7 +40,7 @@ use prewarm_core::rate::RateWindow;
 use prewarm_core::wire::{RoutingTable, ServedRecord};
 use prewarm_core::FingerprintConfig;
 
-pub use action::{Action, AdapterCalls, Cause, Note, Prefill};
+pub use action::{Action, AdapterCalls, Cause, Note, Prefill, PrefillOutcome};
 pub use experiment::{ExperimentError, RunningExperiment};
 pub use placement::{
     listed_adapters, placed_pods_among, registry_tier, Placement, DEMAND_WINDOW_MS,

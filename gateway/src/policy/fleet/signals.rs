@@ -5,7 +5,8 @@
 //! pattern's state (the seed's 201/202): a `new` pattern's whole prefix is prefilled there at
 //! once, unless the KV model believes every shard of it resident; a `known` pattern's prefix is
 //! left to keep-warm, which prefills it (within the pod's budget) only when shards of it are not
-//! believed resident — incremental, as vLLM's prefix cache computes only the missing blocks. A
+//! believed resident — incremental, as vLLM's prefix cache computes only the missing blocks
+//! (neither while the pool backs the prefix off after an engine rejected its warm call). A
 //! pin signal makes its adapter resident on the pods it is placed on. Operator pins do the same with
 //! the registry's pin flag; a removed adapter is unloaded everywhere.
 
@@ -15,6 +16,7 @@ use prewarm_core::wire::{PatternState, PinSignal, Signal, SignalBatch, MAX_SERVE
 use prewarm_core::Shard;
 
 use super::action::{Action, Cause, Note};
+use super::steps::NotSent;
 use super::{adapter_calls, Fleet};
 use crate::policy::hotness::IngestReport;
 use crate::policy::{candidates_for, LoraDecision, PrefixKey};
@@ -122,10 +124,18 @@ impl Fleet {
             pod.kv.keep_warm_prefix(key, &shards);
             added += 1;
             if state == PatternState::New && !pod.kv.shards_resident(&shards) {
+                let action = self.prefill_action(&pod_id, key, Cause::NewPattern, now_ms);
+                if let Err(not_sent @ NotSent::Unwarmed(_)) = action {
+                    // Backing off: keep-warm sends it once the back-off is over.
+                    self.count_not_sent(not_sent);
+                    continue;
+                }
                 // Modelled done from now, as keep-warm's own prefills are: keep-warm does not
                 // send it again; a failure marks it evicted.
-                pod.kv.record_prefill(key, &shards, now_ms);
-                actions.extend(self.prefill_action(&pod_id, key, Cause::NewPattern));
+                if let Some(pod) = self.pods.get_mut(&pod_id) {
+                    pod.kv.record_prefill(key, &shards, now_ms);
+                }
+                actions.extend(action.ok());
             }
         }
         added

@@ -3,14 +3,27 @@
 //! action's end, which the models and the progress record. A step that cannot be attempted (an
 //! adapter the registry no longer has or the LoRA policy refuses, a prefix the pool dropped, an
 //! adapter's prefix on a pod that did not get the adapter — the filter would not route it
-//! there) is skipped at once.
+//! there, an entry the pool does not warm now: its salt dropped by a snapshot, or backing off
+//! after an engine rejected its warm call) is skipped at once.
 
 use prewarm_core::fingerprint::shards_of;
 
-use super::action::{Action, AdapterCalls, Cause, Note, Prefill};
+use super::action::{Action, AdapterCalls, Cause, Note, Prefill, PrefillOutcome};
 use super::{adapter_calls, Fleet};
+use crate::policy::hotness::Unwarmed;
 use crate::policy::warmup::{PodPressure, WarmupPhase};
 use crate::policy::{LoraDecision, PrefixKey, WarmupAction};
+
+/// Why a prefill of a pooled prefix is not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotSent {
+    /// The pool no longer has it, or the pod is gone.
+    Gone,
+    /// A registered adapter's prefix on a pod that does not serve the adapter.
+    Unserved,
+    /// The pool does not warm it now (counted: `prewarm_policy_decisions_total{policy="pool"}`).
+    Unwarmed(Unwarmed),
+}
 
 impl Fleet {
     /// The next steps of every warm-up in progress.
@@ -78,40 +91,73 @@ impl Fleet {
                     }
                 }
             }
-            WarmupAction::Prefill(key) => self
-                .prefill_action(pod_id, *key, Cause::Warmup(step.clone()))
-                .map(Some),
+            WarmupAction::Prefill(key) => {
+                match self.prefill_action(pod_id, *key, Cause::Warmup(step.clone()), now_ms) {
+                    Ok(action) => Some(Some(action)),
+                    Err(not_sent) => {
+                        self.count_not_sent(not_sent);
+                        None
+                    }
+                }
+            }
         }
     }
 
-    /// A prefill of pooled prefix `key` on `pod_id`; `None` when the pool no longer has it, or
-    /// it is a registered adapter's prefix and the pod does not serve the adapter.
+    /// Counts a prefill the pool does not warm now.
+    pub(super) fn count_not_sent(&mut self, not_sent: NotSent) {
+        if let NotSent::Unwarmed(why) = not_sent {
+            self.decision("pool", why.label(), 1);
+        }
+    }
+
+    /// A prefill of pooled prefix `key` on `pod_id`, carrying the entry's endpoint, text and
+    /// shape (shared with the pool, not copied); not sent when the pool no longer has it, it is
+    /// a registered adapter's prefix and the pod does not serve the adapter, or the pool does
+    /// not warm it at `now_ms` ([`Unwarmed`]).
     pub(super) fn prefill_action(
         &self,
         pod_id: &str,
         key: PrefixKey,
         cause: Cause,
-    ) -> Option<Action> {
-        let view = self.pool.get(&key)?;
-        let pod = self.pods.get(pod_id)?;
+        now_ms: u64,
+    ) -> Result<Action, NotSent> {
+        let view = self.pool.get(&key).ok_or(NotSent::Gone)?;
+        let pod = self.pods.get(pod_id).ok_or(NotSent::Gone)?;
         let unserved =
             self.registry.get(view.model).is_some() && !pod.lora.served().any(|a| a == view.model);
         if unserved {
-            return None;
+            return Err(NotSent::Unserved);
         }
-        Some(Action::Prefill(Prefill {
+        if let Some(why) = view.unwarmed(now_ms) {
+            return Err(NotSent::Unwarmed(why));
+        }
+        let text = self.pool.shared_text(&key).ok_or(NotSent::Gone)?;
+        Ok(Action::Prefill(Prefill {
             pod: pod_id.to_string(),
             epoch: pod.epoch,
             key,
             model: view.model.to_string(),
-            text: view.text.to_string(),
+            endpoint: view.endpoint,
+            text,
+            shape: view.shape.cloned(),
             shards: shards_of(view.blocks, &self.config.fingerprint),
             cause,
         }))
     }
 
-    /// A prefill ended (`ok`: the pod answered it).
-    pub fn prefill_done(&mut self, prefill: &Prefill, ok: bool, now_ms: u64) {
+    /// A prefill ended. A rejection backs the entry off in the pool (whatever the pod's epoch:
+    /// the request is what was refused); an accepted call ends a series of rejections.
+    pub fn prefill_done(&mut self, prefill: &Prefill, outcome: PrefillOutcome, now_ms: u64) {
+        match outcome {
+            PrefillOutcome::Ok => self.pool.prefill_accepted(&prefill.key),
+            PrefillOutcome::Rejected => {
+                if self.pool.prefill_rejected(&prefill.key, now_ms).is_some() {
+                    self.decision("pool", "back_off", 1);
+                }
+            }
+            PrefillOutcome::Failed => {}
+        }
+        let ok = outcome == PrefillOutcome::Ok;
         let Some(pod) = self.pods.get_mut(&prefill.pod) else {
             return;
         };

@@ -204,7 +204,7 @@ fn a_completion_from_an_older_epoch_is_ignored() {
         fleet.on_health("p0", false, None, 6_000 + u64::from(t));
     }
     bring_up(&mut fleet, "p0", 7_000);
-    fleet.prefill_done(&prefill, true, 7_100);
+    fleet.prefill_done(&prefill, PrefillOutcome::Ok, 7_100);
     assert!(!fleet.pod("p0").unwrap().kv.is_resident(&prefill.key));
 }
 
@@ -358,7 +358,7 @@ fn pods_joining_together_warm_exactly_what_the_table_then_sends_them() {
                     if matches!(p.cause, Cause::Warmup(_)) {
                         warmed.push((p.pod.clone(), p.key));
                     }
-                    fleet.prefill_done(&p, true, now);
+                    fleet.prefill_done(&p, PrefillOutcome::Ok, now);
                 }
                 Action::Adapters(calls) => fleet.adapters_done(&calls, &[], now),
             }
@@ -416,7 +416,7 @@ fn a_joining_pod_enters_the_table_when_its_first_tier_is_warm() {
     );
     assert!(!listed(&fleet));
     for p in &steps {
-        fleet.prefill_done(p, true, 3_200);
+        fleet.prefill_done(p, PrefillOutcome::Ok, 3_200);
     }
     assert!(listed(&fleet));
     // the next keep-warm period places the prefixes warmed on the new pod in the table, so the

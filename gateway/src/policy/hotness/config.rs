@@ -34,7 +34,8 @@ pub struct HotnessConfig {
     /// Maximum tags per template (default 16), each at most 64 bytes.
     pub max_tags: usize,
     /// Bound on the pool's memory, bytes (default 268,435,456 = 256 MiB): every entry's text,
-    /// block hashes and a fixed per-entry overhead ([`super::ENTRY_OVERHEAD_BYTES`]). At the
+    /// block hashes, traffic shape and a fixed per-entry overhead
+    /// ([`super::ENTRY_OVERHEAD_BYTES`]). At the
     /// bound a new entry evicts the coldest dynamic entries. The default holds the text of
     /// 64 M tokens (4 bytes a token): the whole KV cache of 256 pods of 262,144 tokens each
     /// (an 8B model on one H100, 16,384 blocks of 16 tokens), so the pool is never what keeps

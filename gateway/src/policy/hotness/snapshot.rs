@@ -2,13 +2,20 @@
 //! written takes [`SharedRecord`]s ([`PromptPool::export_shared`]): the texts and hashes are
 //! shared with the pool by reference count, so the lock is held for a pass over the entries,
 //! never for copying texts or serialising them.
+//!
+//! A shape is written without its `cache_salt` (a client's secret never goes to disk), with
+//! `salt_dropped: true` when there was one: the restored entry is not warmed until a signal
+//! brings the salt again. An entry from a snapshot older than shapes has none (a chat prefix is
+//! then warmed unshaped, and counted, until a signal brings its shape).
 
 use std::sync::Arc;
 
 use prewarm_core::fingerprint::BlockHash;
 use prewarm_core::request::Endpoint;
+use prewarm_core::warm_shape::WarmShape;
 use serde::{Deserialize, Serialize};
 
+use super::shape::{serialize_unsalted, SharedShape};
 use super::{Entry, Origin, PoolError, PromptPool};
 use crate::policy::PrefixKey;
 
@@ -34,6 +41,12 @@ pub struct PromptRecord {
     /// Absent (every record before this field, and every kept-warm one): `true`.
     #[serde(default = "kept_warm", skip_serializing_if = "is_kept_warm")]
     pub keep_warm: bool,
+    /// The traffic's shape, without its salt. Absent: none (every record before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<WarmShape>,
+    /// The shape had a salt, not written. Absent: `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub salt_dropped: bool,
 }
 
 fn kept_warm() -> bool {
@@ -42,6 +55,10 @@ fn kept_warm() -> bool {
 
 fn is_kept_warm(b: &bool) -> bool {
     *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An entry for a snapshot being written: serialises exactly as a [`PromptRecord`], its text,
@@ -60,6 +77,9 @@ pub struct SharedRecord {
     successes: u32,
     last_signal_ms: u64,
     keep_warm: bool,
+    /// Serialised without its salt.
+    shape: Option<SharedShape>,
+    salt_dropped: bool,
 }
 
 /// [`PromptRecord`]'s fields, borrowed.
@@ -78,6 +98,13 @@ struct RecordRef<'a> {
     last_signal_ms: u64,
     #[serde(skip_serializing_if = "is_kept_warm")]
     keep_warm: bool,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_unsalted"
+    )]
+    shape: &'a Option<SharedShape>,
+    #[serde(skip_serializing_if = "is_false")]
+    salt_dropped: bool,
 }
 
 impl Serialize for SharedRecord {
@@ -95,6 +122,8 @@ impl Serialize for SharedRecord {
             successes: self.successes,
             last_signal_ms: self.last_signal_ms,
             keep_warm: self.keep_warm,
+            shape: &self.shape,
+            salt_dropped: self.salt_dropped,
         }
         .serialize(serializer)
     }
@@ -123,6 +152,8 @@ impl PromptPool {
                     successes: e.successes,
                     last_signal_ms: e.last_signal_ms,
                     keep_warm: e.keep_warm,
+                    shape: e.shape.clone(),
+                    salt_dropped: e.salt_dropped || e.shape.as_ref().is_some_and(|s| s.salted()),
                 })
             })
             .collect()
@@ -147,6 +178,8 @@ impl PromptPool {
                     successes: v.successes,
                     last_signal_ms: v.last_signal_ms,
                     keep_warm: v.keep_warm,
+                    shape: v.shape.map(|s| s.without_salt()),
+                    salt_dropped: v.salt_dropped || v.shape.is_some_and(|s| s.salted()),
                 })
             })
             .collect()
@@ -168,6 +201,12 @@ impl PromptPool {
     fn restore_one(&mut self, r: PromptRecord) -> Result<(), PoolError> {
         let last = *r.blocks.last().ok_or(PoolError::EmptyPrefix)?;
         self.check_prefix(&r.text, r.blocks.len())?;
+        if let Some(shape) = &r.shape {
+            shape.check(&r.text)?;
+        }
+        let shape = r.shape.map(SharedShape::new);
+        let cost = super::entry_bytes(r.text.len(), r.blocks.len())
+            .saturating_add(super::shape_bytes(shape.as_ref()));
         let key = PrefixKey::new(&r.model, last);
         if self.entries.contains_key(&key) {
             return Ok(());
@@ -181,18 +220,13 @@ impl PromptPool {
             }
             Origin::Dynamic if self.dynamic_len() >= self.config.max_entries => return Ok(()),
             // Records come hottest first: a colder dynamic one that does not fit is dropped.
-            Origin::Dynamic
-                if self
-                    .bytes
-                    .saturating_add(super::entry_bytes(r.text.len(), r.blocks.len()))
-                    > self.config.max_pool_bytes =>
-            {
+            Origin::Dynamic if self.bytes.saturating_add(cost) > self.config.max_pool_bytes => {
                 return Ok(())
             }
             _ => {}
         }
         if r.origin == Origin::Static {
-            self.make_room(super::entry_bytes(r.text.len(), r.blocks.len()), false)?;
+            self.make_room(cost, false)?;
         }
         let (model, tenant) = self.acquire_names(&r.model, r.tenant.as_deref())?;
         let hotness = if r.hotness.is_finite() {
@@ -215,6 +249,11 @@ impl PromptPool {
                 endpoint: r.endpoint,
                 origin: r.origin,
                 keep_warm: r.keep_warm || r.origin == Origin::Static,
+                // A salt in a record (not one this gateway wrote) is the traffic's own.
+                salt_dropped: r.salt_dropped && !shape.as_ref().is_some_and(|s| s.salted()),
+                shape,
+                rejections: 0,
+                backoff_until_ms: 0,
             },
         );
         match r.origin {

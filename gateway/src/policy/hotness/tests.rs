@@ -170,6 +170,7 @@ fn the_coldest_dynamic_entry_is_evicted_and_templates_never() {
                 tenant: None,
                 endpoint: Endpoint::Completions,
                 tags: vec!["support".into()],
+                shape: None,
             },
             &fp(),
             0,
@@ -234,6 +235,7 @@ fn the_byte_bound_evicts_the_coldest_and_counts_what_is_held() {
         tenant: None,
         endpoint: Endpoint::Completions,
         tags: vec![],
+        shape: None,
     };
     let bytes = pool.bytes();
     assert!(matches!(
@@ -254,6 +256,7 @@ fn the_byte_bound_evicts_the_coldest_and_counts_what_is_held() {
             tenant: None,
             endpoint: Endpoint::Completions,
             tags: vec![],
+            shape: None,
         };
         i += 1;
         if pool.add_template(t, &fp(), 0).is_err() {
@@ -327,6 +330,7 @@ fn templates_match_filter_fingerprints_and_keep_their_floor() {
                 tenant: Some("acme".into()),
                 endpoint: Endpoint::ChatCompletions,
                 tags: vec!["sql".into()],
+                shape: None,
             },
             &fp(),
             0,
@@ -368,6 +372,7 @@ fn a_dynamic_entry_registered_as_template_becomes_static() {
         tenant: None,
         endpoint: Endpoint::ChatCompletions,
         tags: vec![],
+        shape: None,
     };
     assert_eq!(pool.add_template(tpl, &fp(), 0), Ok(key));
     let v = pool.get(&key).unwrap();
@@ -423,6 +428,7 @@ fn bad_input_is_refused_with_the_field_named() {
         tenant: None,
         endpoint: Endpoint::Completions,
         tags,
+        shape: None,
     };
     let short = Template {
         text: "short".into(),
@@ -518,6 +524,7 @@ fn top_k_merges_templates_and_dynamic_entries_hottest_first() {
         tenant: None,
         endpoint: Endpoint::Completions,
         tags: vec![],
+        shape: None,
     };
     let config = HotnessConfig {
         template_hotness: 1.6,
@@ -604,6 +611,7 @@ fn export_and_restore_round_trip() {
             tenant: None,
             endpoint: Endpoint::Completions,
             tags: vec!["t".into()],
+            shape: None,
         },
         &fp(),
         0,

@@ -351,7 +351,7 @@ impl Prewarm {
             }
             let at = ms(done_s);
             match &f.action {
-                Action::Prefill(p) => self.core.prefill_done(p, f.ok, at),
+                Action::Prefill(p) => self.core.prefill_done(p, f.ok.into(), at),
                 Action::Adapters(calls) => self.core.adapters_done(calls, &f.failed, at),
             }
         }
