@@ -86,7 +86,7 @@ impl JsonText {
 /// What a request carries beyond its prompt that changes the tokens or the cache keys an engine
 /// computes for it (`ENGINE-FACTS.md`, chat requests and the prefix cache): kept so a warm call
 /// can repeat them, never part of the prefix's identity.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct RequestExtras {
     /// Chat `tools` (rendered into the prompt by most chat templates).
     pub tools: Option<JsonText>,
@@ -95,6 +95,19 @@ pub struct RequestExtras {
     /// `cache_salt` (vLLM mixes it into the first block's hash). A secret of the client: never
     /// logged, counted by value or shown.
     pub cache_salt: Option<String>,
+}
+
+impl std::fmt::Debug for RequestExtras {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestExtras")
+            .field("tools", &self.tools)
+            .field("chat_template_kwargs", &self.chat_template_kwargs)
+            .field(
+                "cache_salt",
+                &self.cache_salt.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl RequestExtras {

@@ -54,8 +54,8 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// How a prefix's requests reached the engine. See the module docs.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// How a prefix's requests reached the engine. See the module docs. Its `Debug` hides the salt.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct WarmShape {
     /// Chat: the messages the prefix covers, in order; empty for completions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -66,6 +66,20 @@ pub struct WarmShape {
     pub chat_template_kwargs: Option<JsonText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<String>,
+}
+
+impl std::fmt::Debug for WarmShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmShape")
+            .field("messages", &self.messages)
+            .field("tools", &self.tools)
+            .field("chat_template_kwargs", &self.chat_template_kwargs)
+            .field(
+                "cache_salt",
+                &self.cache_salt.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 /// Why a shape was not taken or not kept; the field it names.
@@ -379,6 +393,14 @@ mod tests {
         let mut salted = shape;
         salted.cache_salt = Some("s".repeat(MAX_SALT_BYTES + 1));
         assert_eq!(salted.check(prefix), Err(ShapeError::Salt));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_salt() {
+        let shape = WarmShape::of(&system_and_question(), 300).unwrap().unwrap();
+        let shown = format!("{shape:?} {:?}", system_and_question().extras);
+        assert!(!shown.contains("tenant-7"), "{shown}");
+        assert!(shown.contains("<redacted>"));
     }
 
     #[test]
