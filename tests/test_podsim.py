@@ -31,6 +31,14 @@ def client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30)
 
 
+def llama31(system: str, turns: str) -> str:
+    """Llama 3.1 instruct's layout (podsim's built-in chat template): a BOS, a system turn with
+    the knowledge and today dates, then the turns."""
+    return ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+            f"{system.strip()}<|eot_id|>{turns}")
+
+
 def test_chat_completion_with_the_openai_client(pod):
     _, url, _ = pod
     system = "You answer with SQL only. " * 10
@@ -41,12 +49,14 @@ def test_chat_completion_with_the_openai_client(pod):
     assert first.choices[0].finish_reason == "length"
     assert first.choices[0].message.role == "assistant"
     assert len(first.choices[0].message.content) == 20  # 5 tokens of 4 bytes
-    canonical = f"<|system|>\n{system}\n<|user|>\ncount users\n"
-    assert first.usage.prompt_tokens == -(-len(canonical) // 4)
+    # The prompt is the chat template's rendering, not prewarm's canonical one.
+    rendered = llama31(system, "<|start_header_id|>user<|end_header_id|>\n\ncount users<|eot_id|>"
+                               "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert first.usage.prompt_tokens == -(-len(rendered) // 4)
     assert first.usage.completion_tokens == 5
     assert first.usage.prompt_tokens_details.cached_tokens == 0
     again = client(url).chat.completions.create(model="sql-lora", messages=messages, max_tokens=1)
-    assert again.usage.prompt_tokens_details.cached_tokens == len(canonical) // 64 * 16
+    assert again.usage.prompt_tokens_details.cached_tokens == (first.usage.prompt_tokens - 1) // 16 * 16
 
 
 def test_streaming_chat_delivers_tokens_usage_and_done(pod):
@@ -91,17 +101,33 @@ def test_runtime_lora_load_then_prefix_warm_up_then_metrics(pod):
     path = make_adapter(adapters, "chat-lora", rank=16)
     r = requests.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "chat-lora", "lora_path": str(path)}, timeout=10)
     assert (r.status_code, r.text) == (200, "Success: LoRA adapter 'chat-lora' added successfully.")
-    # The gateway's prefill: the canonical chat prefix plus one token, max_tokens 1.
     system = "Warm me up please. " * 8
-    prefix = f"<|system|>\n{system}\n"
-    warm = client(url).completions.create(model="chat-lora", prompt=prefix + "<|us", max_tokens=1)
-    assert warm.usage.prompt_tokens_details.cached_tokens == 0
-    chat = client(url).chat.completions.create(
+    # A completion of prewarm's canonical rendering warms nothing a chat request uses.
+    canonical = client(url).completions.create(
+        model="chat-lora", prompt=f"<|system|>\n{system}\n<|user|>\nhi there", max_tokens=1)
+    assert canonical.usage.prompt_tokens_details.cached_tokens == 0
+    # A chat warm call of the prefix: the last message cut and left open.
+    warm = client(url).chat.completions.create(
         model="chat-lora",
         messages=[{"role": "system", "content": system}, {"role": "user", "content": "hi"}],
         max_tokens=1,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
     )
-    assert chat.usage.prompt_tokens_details.cached_tokens == (len(prefix) + 4) // 64 * 16 > 0
+    assert warm.usage.prompt_tokens_details.cached_tokens == 0
+    open_prefix = llama31(system, "<|start_header_id|>user<|end_header_id|>\n\nhi")
+    assert warm.usage.prompt_tokens == -(-len(open_prefix) // 4)
+    chat = client(url).chat.completions.create(
+        model="chat-lora",
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "hi there"}],
+        max_tokens=1,
+    )
+    cached = chat.usage.prompt_tokens_details.cached_tokens
+    assert cached == len(open_prefix) // 64 * 16 > 0, (cached, warm.usage)
+    with pytest.raises(openai.BadRequestError) as e:
+        client(url).chat.completions.create(
+            model="chat-lora", messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+            extra_body={"continue_final_message": True, "add_generation_prompt": True})
+    assert "continue_final_message" in e.value.body["message"]
     metrics = requests.get(f"{url}/metrics", timeout=10).text
     assert 'vllm:lora_requests_info{max_lora="1"' in metrics
     hits = [l for l in metrics.splitlines() if l.startswith("vllm:prefix_cache_hits_total{")]

@@ -1,8 +1,11 @@
 //! The command line, in the style of `vllm serve`, and its translation into a
 //! [`ServerConfig`]. Every flag is documented in docs/podsim.md.
 
+use std::sync::Arc;
+
 use clap::Parser;
 
+use crate::chat::{ChatTemplate, ContentFormatArg};
 use crate::config::{Engine, PodConfig};
 use crate::profile::LatencyProfile;
 use crate::server::errors::ErrorFormat;
@@ -116,6 +119,14 @@ pub struct Args {
     /// Components of a `/v1/embeddings` vector (all-MiniLM-L6-v2's 384 by default).
     #[arg(long, default_value_t = 384)]
     pub embedding_dim: usize,
+    /// The chat template: a file, or the template text itself. Default: MODEL's folder
+    /// (`chat_template.jinja`, else `tokenizer_config.json`'s `chat_template`) when MODEL is a
+    /// local folder, else the built-in Llama 3.1 template.
+    #[arg(long)]
+    pub chat_template: Option<String>,
+    /// How message content reaches the template: auto (detected), string or openai (parts).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub chat_template_content_format: ContentFormatArg,
     /// Seconds to let in-flight replies finish after SIGTERM.
     #[arg(long, default_value_t = 5.0)]
     pub shutdown_grace_seconds: f64,
@@ -207,6 +218,13 @@ impl Args {
         if let Err(e) = self.lora_modules() {
             problems.push(e);
         }
+        let chat_template = ChatTemplate::load(
+            self.chat_template.as_deref(),
+            &self.model,
+            self.chat_template_content_format,
+        )
+        .map_err(|e| problems.push(e))
+        .ok();
         let pod = PodConfig {
             served_model_name: self
                 .served_model_name
@@ -233,9 +251,9 @@ impl Args {
             seed: self.seed,
         };
         problems.extend(pod.validate().into_iter().map(|p| flag_problem(&p)));
-        if !problems.is_empty() {
+        let Some(chat_template) = chat_template.filter(|_| problems.is_empty()) else {
             return Err(problems);
-        }
+        };
         Ok(ServerConfig {
             pod,
             time_scale: self.time_scale,
@@ -244,6 +262,7 @@ impl Args {
             enable_prompt_tokens_details: self.enable_prompt_tokens_details,
             max_body_bytes: self.max_body_bytes,
             embedding_dim: self.embedding_dim,
+            chat_template: Arc::new(chat_template),
         })
     }
 

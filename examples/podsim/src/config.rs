@@ -175,7 +175,7 @@ impl PodConfig {
         problems
     }
 
-    /// Bytes of canonical prompt in one KV block (4 bytes a token).
+    /// Bytes of prompt in one KV block (4 bytes a token).
     pub fn block_bytes(&self) -> usize {
         prewarm_core::tokens::token_bytes(self.block_size)
     }

@@ -6,8 +6,11 @@
 //! has no clock and no I/O: `now` is model time in seconds, passed in. The binary wraps it in an
 //! OpenAI-compatible HTTP server ([`server`]) that behaves like `vllm serve` (or SGLang).
 //!
-//! Tokens are prewarm-core's stand-in (4 bytes of canonical prompt a token), so podsim's
-//! `prompt_tokens` and `cached_tokens` agree with the filter's and gateway's fingerprints.
+//! Tokens are prewarm-core's stand-in (4 bytes of prompt a token). A completion's prompt is
+//! prewarm's canonical prompt of it, so podsim's `prompt_tokens` and `cached_tokens` agree with
+//! the filter's and gateway's fingerprints; a chat request's prompt is what the served model's
+//! chat template renders ([`chat`]), as on the engine, so a completion of prewarm's canonical
+//! rendering of a conversation does not warm the chat request.
 //!
 //! ```
 //! use podsim::{AdapterSpec, Pod, PodConfig, RequestSpec};
@@ -30,6 +33,7 @@
 //! ```
 
 pub mod adapters;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod embedding;
@@ -42,7 +46,8 @@ pub mod schedule;
 pub mod server;
 
 pub use adapters::AdapterSpec;
+pub use chat::ChatTemplate;
 pub use config::{Engine, PodConfig};
 pub use pod::{AdapterError, Admission, FinishedReason, Pod, PodMetrics, RequestError, RequestId};
 pub use profile::LatencyProfile;
-pub use request::RequestSpec;
+pub use request::{PrepareError, PreparedRequest, RequestSpec};

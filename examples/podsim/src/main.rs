@@ -24,6 +24,14 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    // As on vLLM, a template that does not compile does not stop the server: chat requests
+    // get a 400 naming the error.
+    for (name, error) in config.chat_template.compile_errors() {
+        eprintln!(
+            "podsim: chat template {name} ({}) does not compile; chat requests will get 400: {error}",
+            config.chat_template.origin()
+        );
+    }
     let modules = args.lora_modules().unwrap_or_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::adapters::{AdapterSets, AdapterSpec};
 use crate::config::{Engine, PodConfig};
-use crate::prefix_cache::{prompt_block_hashes, BlockId, BlockPool};
+use crate::prefix_cache::{prompt_block_hashes, salted_prompt_block_hashes, BlockId, BlockPool};
 use crate::request::RequestSpec;
 use crate::schedule::{adapters_at, earliest_start, micros, BatchLimits, Interval};
 
@@ -220,6 +220,17 @@ impl Pod {
     /// Admits a request arriving at `now`; see the module doc.
     /// A `now` earlier than the pod's clock (or not a number) counts as the clock.
     pub fn submit(&mut self, now: f64, spec: &RequestSpec) -> Result<Admission, RequestError> {
+        self.submit_salted(now, spec, None)
+    }
+
+    /// [`Pod::submit`] for a request carrying a `cache_salt`: the salt is mixed into its first
+    /// block's hash, so its blocks are found only by requests with the same salt.
+    pub fn submit_salted(
+        &mut self,
+        now: f64,
+        spec: &RequestSpec,
+        cache_salt: Option<&str>,
+    ) -> Result<Admission, RequestError> {
         self.advance(now);
         let now = self.now;
         let adapter = self.resolve_model(&spec.model)?.cloned();
@@ -251,8 +262,9 @@ impl Pod {
             .as_ref()
             .map_or(self.config.served_model_name.as_str(), |a| a.name.as_str());
         let hashes = if self.config.enable_prefix_caching {
-            prompt_block_hashes(
+            salted_prompt_block_hashes(
                 cache_key,
+                cache_salt,
                 spec.canonical_prompt.as_bytes(),
                 self.cache.block_bytes(),
             )

@@ -4,7 +4,7 @@
 //!   are usable.
 //! - A full prompt block is registered under its chained hash (seeded by the adapter or base
 //!   model name, so the same text for another adapter is another entry). Only full blocks are
-//!   cached.
+//!   cached. A request's `cache_salt` is mixed into its first block's hash.
 //! - Free blocks sit in one LRU queue; allocation takes from its front, and taking a block that
 //!   still carries a hash evicts that hash. A cache hit on a free block takes it out of the queue.
 //! - A finished request returns its blocks in reverse order, so its deepest block is evicted
@@ -38,11 +38,34 @@ pub struct BlockPool {
 
 /// The chained hashes of a prompt's full blocks, seeded by the cache key (adapter or base name).
 pub fn prompt_block_hashes(cache_key: &str, canonical: &[u8], block_bytes: usize) -> Vec<u64> {
+    salted_prompt_block_hashes(cache_key, None, canonical, block_bytes)
+}
+
+/// Marks the salt's bytes so that no block text can stand for them.
+const SALT_DOMAIN: &[u8] = b"\0podsim cache_salt\0";
+
+/// [`prompt_block_hashes`] with a request's `cache_salt` mixed into the first block's hash, as
+/// vLLM mixes it into that block's extra keys: every later hash chains from it, so a salted
+/// prompt shares no block with the same prompt under another salt or none. `None` gives the
+/// unsalted chain.
+pub fn salted_prompt_block_hashes(
+    cache_key: &str,
+    cache_salt: Option<&str>,
+    prompt: &[u8],
+    block_bytes: usize,
+) -> Vec<u64> {
     let mut previous = chain_seed(cache_key);
-    canonical
+    prompt
         .chunks_exact(block_bytes.max(1))
-        .map(|block| {
+        .enumerate()
+        .map(|(i, block)| {
             previous = next_block_hash(previous, block).0;
+            if let (0, Some(salt)) = (i, cache_salt) {
+                let mut keyed = Vec::with_capacity(SALT_DOMAIN.len() + salt.len());
+                keyed.extend_from_slice(SALT_DOMAIN);
+                keyed.extend_from_slice(salt.as_bytes());
+                previous = next_block_hash(previous, &keyed).0;
+            }
             previous
         })
         .collect()
@@ -182,5 +205,22 @@ mod tests {
         // Same text, other adapter: nothing shared.
         let b = prompt_block_hashes("adapter", b"aaaabbbbcccc", 4);
         assert_eq!(pool.cached_prefix_blocks(&b), 0);
+    }
+
+    #[test]
+    fn a_salt_changes_every_block_and_no_salt_is_the_plain_chain() {
+        let plain = prompt_block_hashes("m", b"aaaabbbbcccc", 4);
+        assert_eq!(
+            salted_prompt_block_hashes("m", None, b"aaaabbbbcccc", 4),
+            plain
+        );
+        let t1 = salted_prompt_block_hashes("m", Some("t1"), b"aaaabbbbcccc", 4);
+        let t2 = salted_prompt_block_hashes("m", Some("t2"), b"aaaabbbbcccc", 4);
+        assert!(t1.iter().zip(&plain).all(|(a, b)| a != b));
+        assert!(t1.iter().zip(&t2).all(|(a, b)| a != b));
+        assert_eq!(
+            t1,
+            salted_prompt_block_hashes("m", Some("t1"), b"aaaabbbbcccc", 4)
+        );
     }
 }

@@ -67,40 +67,6 @@ fn hits_are_full_blocks_capped_below_the_prompt_length() {
 }
 
 #[test]
-fn a_completion_of_a_chat_prefix_warms_the_chat_request() {
-    use prewarm_core::request::Endpoint;
-    let mut pod = Pod::new(PodConfig::default()).unwrap();
-    let system = "You are a careful SQL assistant. ".repeat(8);
-    let chat = format!(
-        r#"{{"model":"{BASE}","messages":[{{"role":"system","content":"{system}"}},{{"role":"user","content":"count rows"}}]}}"#
-    );
-    let (_, chat_spec) =
-        RequestSpec::from_body(Endpoint::ChatCompletions, chat.as_bytes(), 1 << 20).unwrap();
-    let prefix = format!("<|system|>\n{system}\n");
-    // The gateway's prefill: the prefix plus one more token, max_tokens 1.
-    let warm = format!(
-        r#"{{"model":"{BASE}","prompt":{},"max_tokens":1}}"#,
-        serde_json::to_string(&format!("{prefix}<|us")).unwrap()
-    );
-    let (_, warm_spec) =
-        RequestSpec::from_body(Endpoint::Completions, warm.as_bytes(), 1 << 20).unwrap();
-    let w = pod.submit(0.0, &warm_spec).unwrap();
-    assert_eq!(w.cached_tokens, 0);
-    let full_blocks = (prefix.len() + 4) / 64;
-    assert!(full_blocks >= 4);
-    assert_eq!(
-        pod.would_hit_tokens(None, &chat_spec.canonical_prompt),
-        full_blocks * 16
-    );
-    let c = pod.submit(1.0, &chat_spec).unwrap();
-    assert_eq!(c.cached_tokens, full_blocks * 16);
-    assert_eq!(
-        c.prompt_tokens,
-        chat_spec.canonical_prompt.len().div_ceil(4)
-    );
-}
-
-#[test]
 fn the_adapter_is_part_of_the_block_key() {
     let mut pod = lora_pod(2, 2);
     pod.load_adapter(adapter("sql", 8), false).unwrap();

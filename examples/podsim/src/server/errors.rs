@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::chat::ChatError;
 use crate::pod::{AdapterError, RequestError};
 
 /// Which error body vLLM version to imitate.
@@ -160,6 +161,33 @@ impl From<RequestError> for ApiError {
                 param: Some("input_tokens"),
                 ..Self::bad_request(e.to_string())
             },
+        }
+    }
+}
+
+impl From<ChatError> for ApiError {
+    /// vLLM answers template and flag errors with a plain `BadRequestError` (param null); a
+    /// field of the wrong type gets FastAPI's validation reply naming it.
+    fn from(e: ChatError) -> Self {
+        match &e {
+            ChatError::Field { field, .. } => {
+                Self::validation(Some(field), format!("1 validation error:\n  {e}"))
+            }
+            ChatError::InvalidMessage { .. } => {
+                Self::validation(Some("messages"), format!("1 validation error:\n  {e}"))
+            }
+            ChatError::EmptyTools => Self {
+                param: Some("tools"),
+                ..Self::bad_request(e.to_string())
+            },
+            ChatError::CacheSalt(_) => Self {
+                param: Some("cache_salt"),
+                ..Self::bad_request(e.to_string())
+            },
+            ChatError::BothGenerationFlags
+            | ChatError::Template(_)
+            | ChatError::ContinueFinalMessage(_)
+            | ChatError::UnexpectedKwargs(_) => Self::bad_request(e.to_string()),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `POST /v1/completions` and `POST /v1/chat/completions`: parse with prewarm-core, admit into
+//! `POST /v1/completions` and `POST /v1/chat/completions`: parse with prewarm-core (a chat
+//! request's prompt rendered with the chat template, see [`crate::chat`]), admit into
 //! the pod model, wait (scaled) until the model's times, and answer with vLLM's JSON or
 //! server-sent-event chunks (`[DONE]` last; usage in a final chunk with
 //! `stream_options.include_usage`). A client that goes away aborts its request in the model.
@@ -19,7 +20,7 @@ use serde_json::{json, Value};
 use super::errors::ApiError;
 use super::{json_body, AppState};
 use crate::pod::{Admission, RequestId};
-use crate::request::RequestSpec;
+use crate::request::{PrepareError, RequestSpec};
 
 /// The generated text: 4-byte tokens, so completion lengths follow the token stand-in too.
 const FILLER: [&str; 8] = [
@@ -89,12 +90,22 @@ fn admit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Accepted, ApiError> {
     let body = json_body(headers, body)?;
-    let (request, spec) = RequestSpec::from_body(endpoint, &body, state.config.max_body_bytes)
-        .map_err(parse_error)?;
+    let prepared = RequestSpec::prepare(
+        endpoint,
+        &body,
+        state.config.max_body_bytes,
+        &state.config.chat_template,
+        state.config.pod.engine,
+    )
+    .map_err(|e| match e {
+        PrepareError::Parse(e) => parse_error(e),
+        PrepareError::Chat(e) => ApiError::from(e),
+    })?;
+    let request = prepared.request;
     let options: ReplyOptions = serde_json::from_slice(&body).unwrap_or_default();
     let mut pod = state.lock_pod();
     let now = state.clock.now();
-    let admission = pod.submit(now, &spec)?;
+    let admission = pod.submit_salted(now, &prepared.spec, prepared.cache_salt.as_deref())?;
     state.exporter.observe_admission(&admission);
     let snapshot = pod.metrics(now);
     state.exporter.sync(&snapshot);

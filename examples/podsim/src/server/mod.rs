@@ -10,6 +10,9 @@
 //! - SGLang: `POST /load_lora_adapter`, `POST /unload_lora_adapter` with `--enable-lora`
 //! - anything else: 404 `{"detail": "Not Found"}`
 //!
+//! Chat requests are rendered with the served model's chat template ([`crate::chat`]) before
+//! they reach the model; `cache_salt` is honoured on both inference routes.
+//!
 //! Requests are admitted by the pure model at the current model time; the shell then only
 //! waits (real time = model time / `--time-scale`) and writes what the model decided.
 
@@ -35,6 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::chat::ChatTemplate;
 use crate::config::Engine;
 use crate::pod::Pod;
 use crate::PodConfig;
@@ -57,6 +61,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Components of a `/v1/embeddings` vector (default 384, all-MiniLM-L6-v2's size).
     pub embedding_dim: usize,
+    /// The served model's chat template (default: the built-in Llama 3.1 layout).
+    pub chat_template: Arc<ChatTemplate>,
 }
 
 impl ServerConfig {
@@ -69,6 +75,7 @@ impl ServerConfig {
             enable_prompt_tokens_details: false,
             max_body_bytes: 8 << 20,
             embedding_dim: 384,
+            chat_template: Arc::new(ChatTemplate::builtin()),
         }
     }
 }
