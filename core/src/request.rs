@@ -92,6 +92,10 @@ pub struct RequestExtras {
     pub tools: Option<JsonText>,
     /// Chat `chat_template_kwargs` (template variables).
     pub chat_template_kwargs: Option<JsonText>,
+    /// Chat `tool_choice`: vLLM refuses `tools` under its default (`auto`) unless the server
+    /// runs with automatic tool choice, and SGLang renders only a named tool; a warm call
+    /// repeats it so the engine accepts and renders the tools as it did for the traffic.
+    pub tool_choice: Option<JsonText>,
     /// `cache_salt` (vLLM mixes it into the first block's hash). A secret of the client: never
     /// logged, counted by value or shown.
     pub cache_salt: Option<String>,
@@ -113,7 +117,10 @@ impl std::fmt::Debug for RequestExtras {
 impl RequestExtras {
     /// Whether the request carried none of them.
     pub fn is_empty(&self) -> bool {
-        self.tools.is_none() && self.chat_template_kwargs.is_none() && self.cache_salt.is_none()
+        self.tools.is_none()
+            && self.chat_template_kwargs.is_none()
+            && self.tool_choice.is_none()
+            && self.cache_salt.is_none()
     }
 }
 
@@ -221,6 +228,8 @@ struct RawBody {
     #[serde(default)]
     chat_template_kwargs: Option<Box<serde_json::value::RawValue>>,
     #[serde(default)]
+    tool_choice: Option<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
     cache_salt: Option<String>,
 }
 
@@ -284,6 +293,7 @@ pub fn parse_request(
             chat_template_kwargs: raw
                 .chat_template_kwargs
                 .map(|k| JsonText(k.get().to_string())),
+            tool_choice: raw.tool_choice.map(|c| JsonText(c.get().to_string())),
             cache_salt: raw.cache_salt,
         },
         modalities,

@@ -63,6 +63,9 @@ pub fn prefill_call(
             if let Some(kwargs) = &shape.chat_template_kwargs {
                 fields.insert("chat_template_kwargs".into(), raw(kwargs));
             }
+            if let Some(choice) = &shape.tool_choice {
+                fields.insert("tool_choice".into(), raw(choice));
+            }
             if let Some(salt) = &shape.cache_salt {
                 fields.insert("cache_salt".into(), json!(salt));
             }
@@ -195,7 +198,7 @@ mod tests {
     #[test]
     fn a_chat_prefix_is_warmed_as_chat_with_its_messages_left_open_and_its_extras() {
         let body = r#"{"model":"m","messages":[{"role":"system","content":"Be brief and exact, always."},
-            {"role":"user","content":"Tell me"}],"tools":[{"type":"function"}],
+            {"role":"user","content":"Tell me"}],"tools":[{"type":"function"}],"tool_choice":"none",
             "chat_template_kwargs":{"x":1},"cache_salt":"s"}"#;
         let r = crate::parse_request(Endpoint::ChatCompletions, body.as_bytes(), 1 << 20).unwrap();
         let canonical = crate::canonical_prompt(&r);
@@ -210,6 +213,7 @@ mod tests {
         assert_eq!(call.body["messages"][0]["role"], "system");
         assert_eq!(call.body["messages"][0]["content"], "Be brief ");
         assert_eq!(call.body["tools"][0]["type"], "function");
+        assert_eq!(call.body["tool_choice"], "none");
         assert_eq!(call.body["chat_template_kwargs"]["x"], 1);
         assert_eq!(call.body["cache_salt"], "s");
     }

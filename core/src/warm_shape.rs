@@ -14,8 +14,9 @@
 //!   the text is carried once: a warm call rebuilds the messages from the canonical prefix
 //!   ([`WarmShape::messages`]) and sends them with `continue_final_message` (the last, cut
 //!   message left open). [`WarmShape::check`] refuses spans that do not lie on the text.
-//! - **tools, chat_template_kwargs**: as the request sent them (JSON text), at most
-//!   [`MAX_SHAPE_JSON_BYTES`] together: they change the rendered tokens.
+//! - **tools, chat_template_kwargs, tool_choice**: as the request sent them (JSON text), at most
+//!   [`MAX_SHAPE_JSON_BYTES`] together: they change the rendered tokens (`tool_choice` decides
+//!   whether the engine accepts and renders the tools).
 //! - **cache_salt**: as sent, at most [`MAX_SALT_BYTES`]. A client's secret: it travels in a
 //!   signal and lives in the gateway's memory, and is never logged, shown or snapshotted.
 //!
@@ -64,6 +65,9 @@ pub struct WarmShape {
     pub tools: Option<JsonText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_template_kwargs: Option<JsonText>,
+    /// Chat `tool_choice`, as sent (it decides whether the engine accepts and renders tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<JsonText>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<String>,
 }
@@ -97,7 +101,7 @@ pub enum ShapeError {
     JsonTooLarge,
     #[error("shape.chat_template_kwargs: must be a JSON object")]
     KwargsNotObject,
-    #[error("shape.tools: not one JSON value")]
+    #[error("shape.tools: tools or tool_choice not one JSON value")]
     ToolsNotJson,
     #[error("shape.cache_salt: empty or longer than {MAX_SALT_BYTES} bytes")]
     Salt,
@@ -118,6 +122,7 @@ impl WarmShape {
             messages: Vec::new(),
             tools: extras.tools.clone(),
             chat_template_kwargs: extras.chat_template_kwargs.clone(),
+            tool_choice: extras.tool_choice.clone(),
             cache_salt: extras.cache_salt.clone(),
         };
         if let Prompt::Chat(messages) = &request.prompt {
@@ -168,6 +173,7 @@ impl WarmShape {
         spans
             .saturating_add(self.tools.as_ref().map_or(0, JsonText::len))
             .saturating_add(self.chat_template_kwargs.as_ref().map_or(0, JsonText::len))
+            .saturating_add(self.tool_choice.as_ref().map_or(0, JsonText::len))
             .saturating_add(self.cache_salt.as_ref().map_or(0, String::len))
     }
 
@@ -186,7 +192,8 @@ impl WarmShape {
             .tools
             .as_ref()
             .map_or(0, JsonText::len)
-            .saturating_add(self.chat_template_kwargs.as_ref().map_or(0, JsonText::len));
+            .saturating_add(self.chat_template_kwargs.as_ref().map_or(0, JsonText::len))
+            .saturating_add(self.tool_choice.as_ref().map_or(0, JsonText::len));
         if json > MAX_SHAPE_JSON_BYTES {
             return Err(ShapeError::JsonTooLarge);
         }
@@ -197,7 +204,10 @@ impl WarmShape {
         {
             return Err(ShapeError::KwargsNotObject);
         }
-        if self.tools.as_ref().is_some_and(|t| !t.is_json()) {
+        if [&self.tools, &self.tool_choice]
+            .iter()
+            .any(|j| j.as_ref().is_some_and(|t| !t.is_json()))
+        {
             return Err(ShapeError::ToolsNotJson);
         }
         if self
