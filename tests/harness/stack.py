@@ -367,6 +367,16 @@ class Stack:
         assert status == 200, (status, body[:300])
         return self.pod_by_address(headers.get(UPSTREAM_HEADER, "")), json.loads(body)
 
+    def chat(self, messages: list, model: str = BASE_MODEL, user: Optional[str] = None, max_tokens: int = 1,
+             extra: Optional[dict] = None, **kwargs) -> tuple[Optional[Pod], dict]:
+        """A chat completion through Envoy that must succeed: (serving pod, reply JSON). `extra`
+        adds body fields (`tools`, `cache_salt`, ...)."""
+        request = {"model": model, "messages": messages, "max_tokens": max_tokens, **(extra or {})}
+        status, headers, body = self.post("/v1/chat/completions", request, user=user, **kwargs)
+        assert status == 200, (status, body[:300])
+        return self.pod_by_address(headers.get(UPSTREAM_HEADER, "")), json.loads(body)
+
+
 
 TEMPLATE_BYTES = 64 * 4 * 10
 """A test template's size: 10 fingerprint blocks of 64 tokens (4 bytes a token)."""

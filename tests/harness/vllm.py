@@ -2,16 +2,22 @@
 
 `make setup-vllm` installs it into `.venv-vllm` (or `PREWARM_VLLM_VENV`); tests that need it
 skip when it is missing (`requires_vllm`), and `make test` says so. Models are made by
-`tools/vllm/make_model.py` (a tiny random-weight Llama with the MiniLM WordPiece tokenizer, PEFT
-adapters, the MiniLM folder for pooling): nothing is downloaded at run time.
+`tools/vllm/make_model.py` (a tiny random-weight Llama with the MiniLM WordPiece tokenizer and a
+real model family's chat template and special tokens, PEFT adapters, the MiniLM folder for
+pooling): nothing is downloaded at run time.
 
-- `tiny_models(root, adapters)` writes (once per root) and returns `TinyModels`.
+- `tiny_models(root, adapters)` writes (once per root) and returns `TinyModels`: `llama` (Llama
+  3.1's template) and `chat[family]` (the same weights with `llama3`, `chatml` or `mistral`'s
+  tokenizer and template, tools/chat_templates/).
+- `chat_model_folders(root)` writes only those folders' tokenizer files, with the tests' own
+  Python (no vLLM venv needed): a podsim given one as MODEL renders chat as vLLM does.
 - `start_vllm(workdir, model, *flags, ...)` starts `python -m vllm.entrypoints.openai.api_server`
   on 127.0.0.1 and a port reserved from a `:0` bind, and returns `(process, base_url)` once
   `/health` answers 200 (polled with a deadline; a dead process fails at once).
 - `VllmStack` is `harness.stack.Stack` with real vLLM pods (Envoy + filter + gateway as usual).
 - `LLAMA_FLAGS` are the engine flags every generative pod gets (served name, prefix caching,
-  cached-token reporting, float32 on CPU); `lora_flags()` adds LoRA.
+  cached-token reporting, float32 on CPU, Llama 3.1's tool-call parser); `chat_flags(family)`
+  are the tool-call flags a deployment of that family runs with; `lora_flags()` adds LoRA.
 
 Bounded on 2 cores: `VLLM_CPU_KVCACHE_SPACE=1` (GiB), one OpenMP thread per server, and callers
 start at most two servers at once (fixtures are module-scoped) and stop them by process id.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -35,13 +42,25 @@ VENV = Path(os.environ.get("PREWARM_VLLM_VENV", REPO / ".venv-vllm"))
 PYTHON = VENV / "bin" / "python"
 # The tiny Llama is served as `BASE_MODEL`, the base-model name podsim and the stack use.
 
-LLAMA_FLAGS = (
+TOOL_CALL_PARSERS = {"llama3": "llama3_json", "chatml": "hermes", "mistral": "mistral"}
+"""The parser each family's deployments name: vLLM refuses a request with `tools` (and the
+default `tool_choice: auto`) unless the server runs `--enable-auto-tool-choice` with one."""
+
+
+def chat_flags(family: str) -> tuple[str, ...]:
+    return ("--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSERS[family])
+
+
+BASE_FLAGS = (
     "--served-model-name", BASE_MODEL,
     "--dtype", "float32",
     "--max-model-len", "4096",
     "--enable-prefix-caching",
     "--enable-prompt-tokens-details",
 )
+LLAMA_FLAGS = (*BASE_FLAGS, *chat_flags("llama3"))
+"""For `TinyModels.llama` (Llama 3.1's template); a `chat[family]` model takes
+`(*BASE_FLAGS, *chat_flags(family))`."""
 
 
 def lora_flags(max_loras: int = 2, max_cpu_loras: int = 4, max_lora_rank: int = 8) -> tuple[str, ...]:
@@ -56,22 +75,34 @@ def available() -> bool:
 requires_vllm = pytest.mark.skipif(not available(), reason=f"real vLLM not installed in {VENV} (make setup-vllm)")
 
 
+MAKE_MODEL = REPO / "tools" / "vllm" / "make_model.py"
+
+
 @dataclass
 class TinyModels:
     llama: Path
     minilm: Path
     adapters: dict[str, Path]
+    chat: dict[str, Path]
+    """Family (`llama3`, `chatml`, `mistral`) → a model folder with `llama`'s weights."""
 
 
 def tiny_models(root: Path, adapters: Sequence[str] = (), rank: int = 8) -> TinyModels:
     out = subprocess.run(
-        [str(PYTHON), str(REPO / "tools" / "vllm" / "make_model.py"), str(root),
-         "--adapters", ",".join(adapters), "--rank", str(rank)],
+        [str(PYTHON), str(MAKE_MODEL), str(root), "--adapters", ",".join(adapters), "--rank", str(rank)],
         capture_output=True, text=True, timeout=300, check=True,
     )
     paths = json.loads(out.stdout.strip().splitlines()[-1])
     return TinyModels(Path(paths["llama"]), Path(paths["minilm"]),
-                      {k: Path(v) for k, v in paths["adapters"].items()})
+                      {k: Path(v) for k, v in paths["adapters"].items()},
+                      {k: Path(v) for k, v in paths["chat"].items()})
+
+
+def chat_model_folders(root: Path) -> dict[str, Path]:
+    """Family → a folder with that family's tokenizer files (template, bos/eos), no weights."""
+    out = subprocess.run([sys.executable, str(MAKE_MODEL), str(root), "--tokenizers-only"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return {k: Path(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1])["chat"].items()}
 
 
 def start_vllm(
