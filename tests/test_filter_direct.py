@@ -177,7 +177,9 @@ def lora_admitted(pod: Pod, adapter: str) -> bool:
 def test_standalone_pin_touches_the_adapter_on_its_pod(standalone, tmp_path):
     adapter = make_adapter(tmp_path / "adapters", "sql-lora")
     flags = ["--enable-lora", "--max-loras", "1", "--max-cpu-loras", "2", "--lora-modules", f"sql-lora={adapter}"]
-    s = standalone(3, podsim_flags=flags)
+    # the prompt six users share is also hot across users (a prefill where it is served): off
+    # here, so the touch is the one warming call
+    s = standalone(3, podsim_flags=flags, filter_config={"triggers": {"shared_prompts": 100000}})
     # pin rate 5 a minute: six requests of one prompt from six users (no streak), all routed to
     # one pod; the adapter's pod by core's rule is another one (placement is over pod ids and
     # names only, so this holds on every run), where nothing but the touch can make it resident
@@ -210,8 +212,11 @@ def test_a_client_request_carrying_the_direct_header_is_not_honoured(envoys, fak
     strips it, no pod sees a client's direct header, and no client request reaches the direct
     cluster (no route references it)."""
     pods = fake_pods(2)
+    # the six requests share one template with no user: hot across users, which would send a
+    # (legitimate) prefill through the direct cluster; off, so only clients' requests are counted
     config = {"direct_calls": "always", "tick_period_ms": 200, "base_models": ["m"],
-              "direct_pods": [{"id": p.name, "address": p.address} for p in pods]}
+              "direct_pods": [{"id": p.name, "address": p.address} for p in pods],
+              "triggers": {"shared_prompts": 100000}}
     envoy = envoys.start(pods=[p.address for p in pods], filter_config=config,
                          with_filter=stripper == "filter",
                          mutate=_without_envoy_strip if stripper == "filter" else None)

@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod embed_cache;
 pub mod experiment;
 pub mod fingerprint;
+pub mod identity;
 pub mod placement;
 pub mod prefix;
 pub mod rate;

@@ -6,9 +6,14 @@
 //!   prompts — the template, not the whole prompt. It fires once per streak.
 //! - *pin*: an adapter seen at `pin_rate_per_minute` (default 5) requests a minute or more is
 //!   kept resident.
+//! - *shared prefix* ([`shared`]): a prefix many requests share — whoever sends them, with a
+//!   user or without — is hot when a proxy sees it `shared_prompts` times (default: the
+//!   streak's `similar_prompts`) within one rate window; re-signalled once a window while hot.
 //! - *priority*: `floor(100 · r / (r + priority_half_rate))`, capped at 99, for a rate `r` in
 //!   requests a minute: 0 at rest, 50 at `priority_half_rate` (default 20/min), approaching 99
 //!   as the rate grows; monotone in `r`.
+
+pub mod shared;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +36,9 @@ pub struct TriggerConfig {
     pub pin_rate_per_minute: f64,
     /// Rate in requests a minute at which priority reaches 50 (default 20).
     pub priority_half_rate: f64,
+    /// Requests of one prefix, from any users, within one rate window that make it hot
+    /// (default `None`: `similar_prompts`, the evidence a user's streak needs; see [`shared`]).
+    pub shared_prompts: Option<u32>,
 }
 
 impl Default for TriggerConfig {
@@ -40,6 +48,7 @@ impl Default for TriggerConfig {
             similar_prompts: 3,
             pin_rate_per_minute: 5.0,
             priority_half_rate: 20.0,
+            shared_prompts: None,
         }
     }
 }
@@ -72,7 +81,18 @@ impl TriggerConfig {
                 self.priority_half_rate
             ));
         }
+        if let Some(n) = self.shared_prompts.filter(|n| !(2..=100_000).contains(n)) {
+            p.push(format!(
+                "{prefix}shared_prompts: {n}: must be between 2 and 100000, or null"
+            ));
+        }
         p
+    }
+
+    /// Requests within one rate window that make a shared prefix hot: `shared_prompts`, else
+    /// `similar_prompts`.
+    pub fn shared_prompt_threshold(&self) -> u32 {
+        self.shared_prompts.unwrap_or(self.similar_prompts)
     }
 }
 
@@ -120,11 +140,8 @@ impl PrefillDecision {
         rate_per_minute: f64,
         config: &TriggerConfig,
     ) -> PrefillSignal {
-        let tokens = blocks_to_tokens(self.prefix.len(), fingerprint);
-        let prefix_text = truncate_to_tokens(origin.canonical, tokens);
-        let shape = origin
-            .request
-            .and_then(|r| WarmShape::of(r, prefix_text.len()).ok().flatten());
+        let (tokens, prefix_text, shape) =
+            prefix_text_and_shape(&origin, &self.prefix, fingerprint);
         PrefillSignal {
             model: origin.model.to_string(),
             tenant: origin.tenant.map(str::to_string),
@@ -142,6 +159,22 @@ impl PrefillDecision {
             keep_warm: true,
         }
     }
+}
+
+/// The tokens, canonical text and shape of `prefix` (a block prefix of `origin`'s prompt), as a
+/// signal of it carries them: the text cut to the prefix's tokens, the shape of the request over
+/// that text (`None` for a request past a shape's bounds, see [`shape_expected`]).
+pub fn prefix_text_and_shape<'a>(
+    origin: &PromptOrigin<'a>,
+    prefix: &[BlockHash],
+    fingerprint: &FingerprintConfig,
+) -> (usize, &'a str, Option<WarmShape>) {
+    let tokens = blocks_to_tokens(prefix.len(), fingerprint);
+    let text = truncate_to_tokens(origin.canonical, tokens);
+    let shape = origin
+        .request
+        .and_then(|r| WarmShape::of(r, text.len()).ok().flatten());
+    (tokens, text, shape)
 }
 
 /// Whether a signal of `request`'s prefix should carry a shape: a chat request, or one with
@@ -376,10 +409,12 @@ mod tests {
             similar_prompts: 1,
             pin_rate_per_minute: -1.0,
             priority_half_rate: 0.0,
+            shared_prompts: Some(1),
         };
         let p = bad.validate("triggers.");
-        assert_eq!(p.len(), 4);
+        assert_eq!(p.len(), 5);
         assert!(p[0].starts_with("triggers.similarity_threshold: 1.5:"));
+        assert!(p[4].starts_with("triggers.shared_prompts: 1:"));
     }
 
     #[test]

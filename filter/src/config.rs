@@ -15,6 +15,9 @@ pub use crate::embed_config::EmbeddingCacheConfig;
 /// Most signals in one batch (the gateway refuses more).
 pub const MAX_BATCH_SIGNALS: usize = 10_000;
 
+/// Most `credential_headers` (each is a header lookup on a request without a user).
+pub const MAX_CREDENTIAL_HEADERS: usize = 8;
+
 /// Everything the filter can be told. Durations are milliseconds, sizes bytes.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -63,6 +66,13 @@ pub struct FilterConfig {
     pub user_header: Option<String>,
     /// Whether the body's `user` field is the user when the header gives none (default true).
     pub user_from_body: bool,
+    /// Headers whose credential (a bearer token, an API key) identifies a request that names no
+    /// user, for its streak, by a keyed hash (default `authorization`, `x-api-key`, `api-key`;
+    /// empty: none).
+    pub credential_headers: Vec<String>,
+    /// The key of that hash, at least 16 bytes (default none: a random key per proxy, kept in
+    /// shared data).
+    pub credential_key: Option<String>,
     /// Request paths inspected, and the OpenAI endpoint each is parsed as (default the three
     /// `/v1/...` paths of prewarm-core).
     pub inference_paths: BTreeMap<String, Endpoint>,
@@ -91,6 +101,11 @@ pub struct FilterConfig {
     pub pattern_slots: u32,
     /// Hashed slots for adapters' rates (default 1024).
     pub adapter_slots: u32,
+    /// Hashed slots for shared prompts' rates, one per routing key (default 4096).
+    pub shared_prompt_slots: u32,
+    /// Bytes of one VM's tally of shared prompts: their common prefixes' hashes, texts and
+    /// shapes (default 4 MiB).
+    pub shared_prompt_tally_bytes: usize,
     /// Hashed slots of the prefix index, one shared-data key of 26 bytes each (default 16,384:
     /// about 416 KiB of values per Envoy; at most 1,048,576).
     pub prefix_slots: u32,
@@ -151,6 +166,10 @@ impl Default for FilterConfig {
             tenant_header: Some("x-prewarm-tenant".into()),
             user_header: Some("x-prewarm-user".into()),
             user_from_body: true,
+            credential_headers: ["authorization", "x-api-key", "api-key"]
+                .map(String::from)
+                .to_vec(),
+            credential_key: None,
             inference_paths: [
                 Endpoint::Completions,
                 Endpoint::ChatCompletions,
@@ -171,6 +190,8 @@ impl Default for FilterConfig {
             user_slots: 4096,
             pattern_slots: 4096,
             adapter_slots: 1024,
+            shared_prompt_slots: 4096,
+            shared_prompt_tally_bytes: 4 << 20,
             prefix_slots: prewarm_core::prefix::DEFAULT_SLOTS,
             prefix_horizon_ms: prewarm_core::prefix::DEFAULT_HORIZON_MS,
             cas_retries: 8,
@@ -359,6 +380,20 @@ impl FilterConfig {
         range(&mut p, "adapter_slots", self.adapter_slots, 1, 1 << 20);
         range(
             &mut p,
+            "shared_prompt_slots",
+            self.shared_prompt_slots,
+            1,
+            1 << 20,
+        );
+        range(
+            &mut p,
+            "shared_prompt_tally_bytes",
+            self.shared_prompt_tally_bytes,
+            64 << 10,
+            1 << 30,
+        );
+        range(
+            &mut p,
             "prefix_slots",
             self.prefix_slots,
             1,
@@ -387,6 +422,20 @@ impl FilterConfig {
         ] {
             if let Some(h) = header {
                 header_name(&mut p, field, h);
+            }
+        }
+        if self.credential_headers.len() > MAX_CREDENTIAL_HEADERS {
+            p.push(format!(
+                "credential_headers: {} headers: must be at most {MAX_CREDENTIAL_HEADERS}",
+                self.credential_headers.len()
+            ));
+        }
+        for h in &self.credential_headers {
+            header_name(&mut p, "credential_headers", h);
+        }
+        if let Some(key) = &self.credential_key {
+            if !(16..=256).contains(&key.len()) || !key.bytes().all(|b| b.is_ascii_graphic()) {
+                p.push("credential_key: (hidden): must be 16 to 256 bytes of visible ASCII".into());
             }
         }
         if self.inference_paths.is_empty() {
@@ -479,6 +528,31 @@ mod tests {
             "{e:?}"
         );
         assert!(FilterConfig::from_json(br#"{"max_pending_bytes":1024}"#).is_err());
+    }
+
+    #[test]
+    fn shared_prompt_and_credential_settings_are_checked_by_name() {
+        let e = FilterConfig::from_json(
+            br#"{"triggers":{"shared_prompts":1},"shared_prompt_slots":0,
+                "shared_prompt_tally_bytes":10,"credential_headers":["Authorization"],
+                "credential_key":"short-secret"}"#,
+        )
+        .unwrap_err();
+        for field in [
+            "triggers.shared_prompts: 1:",
+            "shared_prompt_slots: 0:",
+            "shared_prompt_tally_bytes: 10:",
+            "credential_headers: \"Authorization\":",
+            "credential_key: (hidden):",
+        ] {
+            assert!(e.iter().any(|p| p.starts_with(field)), "{field} in {e:?}");
+        }
+        assert!(
+            !e.iter().any(|p| p.contains("short-secret")),
+            "a key is never echoed"
+        );
+        let c = FilterConfig::from_json(br#"{"triggers":{"shared_prompts":null}}"#).unwrap();
+        assert_eq!(c.triggers.shared_prompt_threshold(), 3);
     }
 
     #[test]

@@ -95,6 +95,9 @@ metrics! {
     SkippedTooLarge => "prewarm.skipped.too_large", false;
     SkippedMalformed => "prewarm.skipped.malformed", false;
     NoUser => "prewarm.no_user", false;
+    UserFromCredential => "prewarm.user_from_credential", false;
+    SharedPromptSignals => "prewarm.shared_prompts.signals", false;
+    SharedPromptEvicted => "prewarm.shared_prompts.evicted", false;
     SignalsEnqueued => "prewarm.signals.enqueued", false;
     SignalsSent => "prewarm.signals.sent", false;
     SignalsDropped => "prewarm.signals.dropped", false;
@@ -149,6 +152,7 @@ metrics! {
     EmbeddingWarmEntries => "prewarm.embeddings.warm_entries", false;
     DirectActive => "prewarm.direct.active", true;
     EmbeddingBytes => "prewarm.embeddings.bytes", true;
+    SharedPromptBytes => "prewarm.shared_prompts.bytes", true;
     TableGeneration => "prewarm.table.generation", true;
     TableAgeMs => "prewarm.table.age_ms", true;
 }

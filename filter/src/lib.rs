@@ -10,6 +10,7 @@
 //! while native tests drive the same code through a double.
 
 pub mod config;
+pub mod credential;
 pub mod direct;
 pub mod direct_budget;
 pub mod direct_config;
@@ -26,6 +27,7 @@ pub mod json_scan;
 pub mod observe;
 pub mod outcome;
 pub mod prefix_index;
+pub mod prompt_tally;
 pub mod request;
 pub mod response;
 pub mod root;
@@ -45,6 +47,8 @@ mod entry;
 mod wasm_host;
 
 #[cfg(test)]
+mod credential_scenarios;
+#[cfg(test)]
 mod direct_scenarios;
 #[cfg(test)]
 mod embed_scenarios;
@@ -56,3 +60,5 @@ mod fake_host;
 mod outcome_scenarios;
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod shared_prompt_scenarios;

@@ -1,11 +1,16 @@
 //! From requests to the signals they cause, with the state kept in shared data: the user's
 //! prompt pattern (core's `observe_prompt`, on the request: one compare-and-swap), the hot
-//! pattern's rate and whether it was signalled before, and the adapter's rate with its pinned
-//! flag (core's `should_pin`, once per crossing). Adapter requests and adopted uses of hot
-//! prefixes are tallied per VM on the request path and folded into shared data on the tick
-//! ([`fold_tally`]), so a request of a hot template costs one shared-data update, not four.
-//! The decisions are core's; this module only loads and stores their state.
+//! pattern's rate and whether it was signalled before, the adapter's rate with its pinned
+//! flag (core's `should_pin`, once per crossing), and each shared prompt's rate across users
+//! (core's `trigger::shared`: a prefix many requests share is hot whoever sends it). Adapter
+//! requests, adopted uses of hot prefixes and requests per routing key (`prompt_tally`) are
+//! tallied per VM on the request path and folded into shared data on the tick
+//! ([`fold_tally`]), so a request of a hot template costs one shared-data update, not four,
+//! and a request without a user none. The decisions are core's; this module only loads and
+//! stores their state.
 
+use prewarm_core::experiment::ArmSettings;
+use prewarm_core::trigger::shared::{count_shared_prompt, shared_prefix_signal};
 use prewarm_core::trigger::{
     observe_prompt, priority, shape_expected, should_pin, PromptOrigin, UserPattern,
 };
@@ -14,7 +19,8 @@ use prewarm_core::{BlockChain, BlockHash, Endpoint, InferenceRequest, Sketch};
 
 use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
-use crate::shared::{read_u64, update, Keys, RateSlot};
+use crate::prompt_tally::PromptTally;
+use crate::shared::{read_u64, update, Keys, RateSlot, SharedPromptSlot};
 use crate::tally::{AdapterTally, Tallied, Tally};
 
 /// One inspected request, as the observers need it.
@@ -22,6 +28,7 @@ pub struct Observation<'a> {
     pub endpoint: Endpoint,
     pub model: &'a str,
     pub tenant: Option<&'a str>,
+    /// Whose streak the prompt continues: the user, else its credential's identity.
     pub user: Option<&'a str>,
     pub canonical: &'a str,
     pub chain: &'a BlockChain,
@@ -30,6 +37,9 @@ pub struct Observation<'a> {
     /// The text to sketch (the canonical prompt cut to `max_prefix_tokens`): sketched only
     /// when the request has a user, since only users' patterns compare sketches.
     pub sketched: &'a str,
+    /// The request's experiment arm's settings (the defaults without one): an arm with warm-up
+    /// off keeps its prompts out of the shared-prompt tally.
+    pub arm: ArmSettings,
 }
 
 /// What one request caused.
@@ -46,13 +56,17 @@ pub fn observe<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
-    tally: &Tally,
+    tallies: (&Tally, &PromptTally),
     seen: Observation<'_>,
 ) -> Observed {
+    let (tally, prompts) = tallies;
     if !config.base_models.iter().any(|m| m == seen.model)
         && !tally.adapter_request(seen.model, seen.tenant)
     {
         host.count(Metric::TallyOverflow, 1);
+    }
+    if seen.arm.warmup {
+        tally_prompt(host, config, prompts, &seen);
     }
     match seen.user {
         Some(user) => observe_user(host, config, keys, tally, user, &seen).unwrap_or_default(),
@@ -60,16 +74,49 @@ pub fn observe<H: Host + ?Sized>(
     }
 }
 
-/// Folds one tick's tally into shared data: adopted feedback (with its count) for each hot
-/// prefix used, and a pin signal for each adapter whose rate crossed the threshold.
+/// Tallies the request under its routing key (none without a full block) for the cross-user
+/// trigger; nothing is written to shared data here.
+fn tally_prompt<H: Host + ?Sized>(
+    host: &H,
+    config: &FilterConfig,
+    prompts: &PromptTally,
+    seen: &Observation<'_>,
+) {
+    let fingerprint = config.fingerprint();
+    let Some(key) = seen.chain.routing_key(&fingerprint) else {
+        return;
+    };
+    let origin = PromptOrigin {
+        model: seen.model,
+        tenant: seen.tenant,
+        endpoint: seen.endpoint,
+        canonical: seen.canonical,
+        request: Some(seen.request),
+    };
+    let evicted = prompts.observe(
+        key,
+        &origin,
+        &seen.chain.blocks,
+        seen.arm.keep_warm,
+        &fingerprint,
+    );
+    if evicted > 0 {
+        host.count(Metric::SharedPromptEvicted, evicted);
+    }
+}
+
+/// Folds one tick's tallies into shared data: adopted feedback (with its count) for each hot
+/// prefix used, a pin signal for each adapter whose rate crossed the threshold, and a prefill
+/// signal for each shared prompt that is hot and was not signalled within the last window.
 pub fn fold_tally<H: Host + ?Sized>(
     host: &H,
     config: &FilterConfig,
     keys: &Keys,
     tallied: Tallied,
+    prompts: &PromptTally,
 ) -> Vec<Signal> {
     let now = host.now_ms();
-    let mut signals = Vec::new();
+    let mut signals = fold_prompts(host, config, keys, prompts, now);
     for ((model, prefix), count) in tallied.adopted {
         if count_pattern(host, config, keys, prefix, count, now).is_some() {
             signals.push(Signal::Feedback(FeedbackSignal {
@@ -94,6 +141,51 @@ pub fn fold_tally<H: Host + ?Sized>(
             signals.push(pin);
         }
     }
+    signals
+}
+
+/// One compare-and-swap per routing key with requests since the last fold: its requests join
+/// the proxy's rate window, and core's rule says whether to signal it now.
+fn fold_prompts<H: Host + ?Sized>(
+    host: &H,
+    config: &FilterConfig,
+    keys: &Keys,
+    prompts: &PromptTally,
+    now: u64,
+) -> Vec<Signal> {
+    let fingerprint = config.fingerprint();
+    let mut signals = Vec::new();
+    prompts.fold(|key, group, fold| {
+        let slot = keys.shared_prompt(key.0, config.shared_prompt_slots);
+        let hot = update(host, &slot, config.cas_retries, |bytes| {
+            let mut slot = SharedPromptSlot::read(bytes, key.0, config.rate_window_ms);
+            let hot = count_shared_prompt(
+                &mut slot.state,
+                fold.requests,
+                now,
+                group.can_signal(),
+                &config.triggers,
+            );
+            (Some(slot.to_bytes()), hot)
+        })
+        .flatten();
+        let signal = hot.and_then(|mut hot| {
+            // the prefix's pattern flag, shared with streaks: whichever signals it first says
+            // `new`, so a prefix is prefilled as new once (the gateway, direct calls)
+            let last = *group.common().last()?;
+            let (streak_signalled, _) = count_pattern(host, config, keys, last, 0, now)?;
+            hot.signalled_before |= streak_signalled;
+            shared_prefix_signal(group, hot, fold.keep_warm, &fingerprint, &config.triggers)
+        });
+        if let Some(signal) = signal {
+            if signal.shape.is_none() && group.unshaped() {
+                host.count(Metric::SignalsUnshaped, 1);
+            }
+            host.count(Metric::SharedPromptSignals, 1);
+            signals.push(Signal::Prefill(signal));
+        }
+    });
+    host.gauge(Metric::SharedPromptBytes, prompts.bytes() as u64);
     signals
 }
 

@@ -4,7 +4,8 @@
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
 //! nothing is sized from a client's header: a stalled request costs the VM no memory); then
-//! parse, fingerprint and sketch with core, observe, enqueue the signals, assign the request
+//! parse, fingerprint and sketch with core, observe (a request naming no user continues the
+//! streak of its credential's identity, `credential`), enqueue the signals, assign the request
 //! its experiment arm when the table runs one (`experiment`), route, and continue —
 //! unless an embeddings request for a cached model is answered from the embedding cache
 //! (`embed_flow`), the one case the filter ends a request itself. Responses are watched, never
@@ -56,6 +57,8 @@ struct Inspection {
     buffered: usize,
     tenant: Option<String>,
     user: Option<String>,
+    /// The identity of the request's credential, when the headers name no user (`credential`).
+    credential: Option<String>,
     /// When the headers arrived.
     started_ms: u64,
 }
@@ -106,11 +109,18 @@ impl RequestFlow {
             host.count(Metric::SkippedTooLarge, 1);
             return Verdict::Continue;
         }
+        let user = header_name(host, config.user_header.as_deref());
+        // hashed now, while the headers are at hand; used only if the body names no user
+        let credential = match user {
+            None => worker.identity.identity(host, &worker.keys, config),
+            Some(_) => None,
+        };
         self.inspecting = Some(Inspection {
             endpoint,
             buffered: 0,
             tenant: header_name(host, config.tenant_header.as_deref()),
-            user: header_name(host, config.user_header.as_deref()),
+            user,
+            credential,
             started_ms: host.now_ms(),
         });
         // Routing must set a header, and the embedding cache may answer the request itself, so
@@ -264,8 +274,15 @@ impl RequestFlow {
             .as_deref()
             .filter(|u| config.user_from_body && u.len() <= MAX_NAME_BYTES);
         let user = inspection.user.as_deref().or(body_user);
+        // a streak's identity: the user, else the credential's (never an arm's unit: see
+        // `credential`)
+        let identity = user.or(inspection.credential.as_deref());
         if user.is_none() {
-            host.count(Metric::NoUser, 1);
+            let counted = match identity {
+                Some(_) => Metric::UserFromCredential,
+                None => Metric::NoUser,
+            };
+            host.count(counted, 1);
         }
         // the arm first: an arm without warm-up keeps its prompts from the gateway's warm-ups
         let arm = self.assign_arm(host, worker, user, inspection.tenant.as_deref());
@@ -276,16 +293,17 @@ impl RequestFlow {
             host,
             config,
             &worker.keys,
-            &worker.tally,
+            (&worker.tally, &worker.prompts),
             Observation {
                 endpoint: request.endpoint,
                 model: &request.model,
                 tenant: inspection.tenant.as_deref(),
-                user,
+                user: identity,
                 canonical: &canonical,
                 chain: &chain,
                 request: &request,
                 sketched,
+                arm: settings,
             },
         );
         if settings.warmup {

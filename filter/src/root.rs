@@ -1,6 +1,8 @@
 //! The root context's background work, on each tick: adopt a newer routing table another worker
-//! published, fold this VM's tally into shared data (feedback and pin signals), send the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one
-//! worker per tick, by a lease in shared data) poll `GET /v1/routing` with
+//! published, read (or make) the proxy's key of credential identities (`credential`), fold
+//! this VM's tallies into shared data (feedback, pin and shared-prompt prefill signals), send
+//! the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one worker per tick, by
+//! a lease in shared data) poll `GET /v1/routing` with
 //! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
 //! checked with core's decoder and published to every worker through shared data. Every reply
 //! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
@@ -59,6 +61,7 @@ impl RootTasks {
             host.gauge(Metric::TableGeneration, stamp.generation);
             host.gauge(Metric::TableAgeMs, now.saturating_sub(stamp.fetched_at_ms));
         }
+        worker.identity.refresh(host, &worker.keys, &worker.config);
         self.fold_tally(host, worker);
         self.flush_signals(host, worker, now);
         if worker.config.direct_calls != DirectMode::Always {
@@ -69,7 +72,13 @@ impl RootTasks {
     /// Folds the VM's tally into shared data and queues the signals it makes.
     pub fn fold_tally<H: Host + ?Sized>(&self, host: &H, worker: &Worker) {
         let config = &worker.config;
-        let signals = fold_tally(host, config, &worker.keys, worker.tally.take());
+        let signals = fold_tally(
+            host,
+            config,
+            &worker.keys,
+            worker.tally.take(),
+            &worker.prompts,
+        );
         worker.queue.enqueue(host, signals);
     }
 

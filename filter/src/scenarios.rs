@@ -64,7 +64,7 @@ pub(crate) fn send_flow(
 }
 
 /// The signals pending in the shared ring (default 256 slots), without taking them.
-fn queued(host: &FakeHost) -> Vec<Signal> {
+pub(crate) fn queued(host: &FakeHost) -> Vec<Signal> {
     let counter = |name: &str| {
         host.shared_value(&format!("prewarm/signals/{name}"))
             .map_or(0, |b| u64::from_le_bytes(b[..8].try_into().unwrap()))
@@ -176,7 +176,8 @@ fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
     assert!(canonical.starts_with(&p.prefix_text));
     assert_eq!(p.state, PatternState::New);
     // more prompts of the hot template: tallied, then one adopted feedback with their count
-    // on the tick; no second prefill
+    // on the tick; the tick also finds the template shared-hot (five requests in the window)
+    // and signals it once more, as known: the streak signalled it new
     for q in ["fourth?", "fifth?"] {
         let body = chat_body("base", &t, q);
         send(
@@ -190,9 +191,14 @@ fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
     assert_eq!(queued(&host).len(), 1);
     RootTasks::default().fold_tally(&host, &worker);
     let signals = queued(&host);
-    assert_eq!(signals.len(), 2);
+    assert_eq!(signals.len(), 3, "{signals:?}");
     let last = *p.prefix.last().unwrap();
-    assert!(matches!(&signals[1], Signal::Feedback(f) if f.prefix == last && f.count == 2));
+    assert!(matches!(&signals[2], Signal::Feedback(f) if f.prefix == last && f.count == 2));
+    let Signal::Prefill(shared) = &signals[1] else {
+        panic!("the shared prompt's prefill: {signals:?}")
+    };
+    assert_eq!(shared.prefix, p.prefix);
+    assert_eq!(shared.state, PatternState::Known);
     assert_eq!(host.metric(Metric::RequestsInspected), 5);
 }
 

@@ -8,6 +8,8 @@
 //! | `user/<slot>` (`user_slots` of them) | user hash (8) + core `UserPattern` bytes |
 //! | `pattern/<slot>` (`pattern_slots`) | [`RateSlot`]: pattern hash, signalled flag, rate window |
 //! | `adapter/<slot>` (`adapter_slots`) | [`RateSlot`]: adapter hash, pinned flag, rate window |
+//! | `shared_prompt/<slot>` (`shared_prompt_slots`) | [`SharedPromptSlot`]: routing key, when last signalled, rate window |
+//! | `identity/key` | the proxy's key of credential identities (32 random bytes; see `credential`) |
 //! | `signals/head`, `signals/tail`, `signals/<slot>` (`max_pending_signals` slots) | the pending-signal ring (see `shared_ring`, `signal_queue`) |
 //! | `px/<slot>` (`prefix_slots`) | core's prefix-index entry (26 bytes; see `prefix_index`) |
 //! | `routing/table` | the last routing table body the gateway sent (JSON) |
@@ -21,6 +23,7 @@
 
 use prewarm_core::fingerprint::chain_seed;
 use prewarm_core::rate::{RateWindow, ENCODED_LEN};
+use prewarm_core::trigger::shared::SharedPromptState;
 
 use crate::host::{Host, Metric};
 
@@ -57,6 +60,16 @@ impl Keys {
 
     pub fn adapter(&self, adapter_hash: u64, slots: u32) -> String {
         self.slot("adapter", adapter_hash, slots)
+    }
+
+    /// A shared prompt's slot, by its routing key.
+    pub fn shared_prompt(&self, routing_key: u64, slots: u32) -> String {
+        self.slot("shared_prompt", routing_key, slots)
+    }
+
+    /// The proxy's key of credential identities.
+    pub fn identity_key(&self) -> String {
+        format!("{}identity/key", self.prefix)
     }
 
     /// An embedding-cache slot of the proxy's shared level.
@@ -176,10 +189,58 @@ impl RateSlot {
     }
 }
 
+/// A shared prompt's state for one routing key (core's `trigger::shared`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedPromptSlot {
+    pub owner: u64,
+    pub state: SharedPromptState,
+}
+
+/// Bytes of an encoded [`SharedPromptSlot`]: owner (8), last signalled ms (8, 0 for never),
+/// the rate window.
+pub const SHARED_PROMPT_SLOT_LEN: usize = 16 + ENCODED_LEN;
+
+impl SharedPromptSlot {
+    /// The slot's state for `owner`: what is stored when it is `owner`'s, else a fresh one.
+    pub fn read(bytes: &[u8], owner: u64, window_ms: u64) -> Self {
+        let mine = bytes.len() == SHARED_PROMPT_SLOT_LEN && read_u64(bytes, 0) == Some(owner);
+        let mut state = SharedPromptState::new(window_ms);
+        if mine {
+            state.signalled_at_ms = read_u64(bytes, 8).filter(|t| *t != 0);
+            state.window = RateWindow::from_bytes(bytes.get(16..).unwrap_or(&[]), window_ms);
+        }
+        Self { owner, state }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(SHARED_PROMPT_SLOT_LEN);
+        out.extend_from_slice(&self.owner.to_le_bytes());
+        let signalled = self.state.signalled_at_ms.map_or(0, |t| t.max(1));
+        out.extend_from_slice(&signalled.to_le_bytes());
+        out.extend_from_slice(&self.state.window.to_bytes());
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fake_host::FakeHost;
+
+    #[test]
+    fn shared_prompt_slot_round_trips_and_resets_for_another_key() {
+        let mut s = SharedPromptSlot::read(&[], 9, 60_000);
+        assert_eq!(s.state.signalled_at_ms, None);
+        s.state.window.record(5_000, 2);
+        s.state.signalled_at_ms = Some(5_000);
+        let bytes = s.to_bytes();
+        assert_eq!(bytes.len(), SHARED_PROMPT_SLOT_LEN);
+        assert_eq!(SharedPromptSlot::read(&bytes, 9, 60_000), s);
+        let other = SharedPromptSlot::read(&bytes, 10, 60_000);
+        assert_eq!(other.state.signalled_at_ms, None);
+        assert_eq!(other.state.window.count(5_000), 0);
+        assert_eq!(Keys::new("p/").shared_prompt(10, 4), "p/shared_prompt/2");
+    }
 
     #[test]
     fn keys_are_prefixed_and_slotted() {

@@ -1,16 +1,19 @@
 //! What one VM (one Envoy worker, or the main thread) holds for all its contexts: the validated
 //! configuration, its shared-data keys, its signal and served-record queues, its copy of the
-//! routing table (in standalone mode, the one built from `direct_pods`), its tally and its
-//! embedding cache. Its queues: signals, served records and outcome records.
+//! routing table (in standalone mode, the one built from `direct_pods`), its tallies (adapters
+//! and hot prefixes' uses; shared prompts), the key of credential identities and its embedding
+//! cache. Its queues: signals, served records and outcome records.
 
 use std::cell::RefCell;
 
 use prewarm_core::FingerprintConfig;
 
 use crate::config::{DirectMode, FilterConfig};
+use crate::credential::IdentityKey;
 use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
 use crate::embed_reports::EmbeddingReports;
+use crate::prompt_tally::PromptTally;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signal_queue::{OutcomeQueue, ServedQueue, SignalQueue};
@@ -26,6 +29,10 @@ pub struct Worker {
     pub outcomes: OutcomeQueue,
     pub table: TableCache,
     pub tally: Tally,
+    /// Requests per routing key, for the cross-user trigger (`prompt_tally`).
+    pub prompts: PromptTally,
+    /// The key of credential identities (`credential`).
+    pub identity: IdentityKey,
     /// The embedding cache of this VM (`embedding_cache`; empty while off).
     pub embeddings: RefCell<EmbeddingCache>,
     /// What this VM tells the gateway of its embedding cache since its last batch.
@@ -48,6 +55,8 @@ impl Worker {
             keys,
             table,
             tally: Tally::default(),
+            prompts: PromptTally::new(config.shared_prompt_tally_bytes),
+            identity: IdentityKey::new(&config),
             embeddings: RefCell::new(EmbeddingCache::new(
                 config.embedding_cache.max_bytes,
                 config.embedding_cache.ttl_ms,
