@@ -155,7 +155,7 @@ fn fold_prompts<H: Host + ?Sized>(
 ) -> Vec<Signal> {
     let fingerprint = config.fingerprint();
     let mut signals = Vec::new();
-    prompts.fold(|key, group, fold| {
+    prompts.fold(now, config.rate_window_ms, |key, group, fold| {
         let slot = keys.shared_prompt(key.0, config.shared_prompt_slots);
         let hot = update(host, &slot, config.cas_retries, |bytes| {
             let mut slot = SharedPromptSlot::read(bytes, key.0, config.rate_window_ms);

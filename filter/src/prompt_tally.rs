@@ -79,12 +79,19 @@ impl PromptTally {
         evicted
     }
 
-    /// Calls `each` with every group that had requests since the last fold, and what the fold
-    /// takes of it (the group's requests start again from zero).
-    pub fn fold(&self, mut each: impl FnMut(BlockHash, &PromptGroup, GroupFold)) {
+    /// Calls `each` with every group a fold takes at `now_ms` (core's `take_fold`: those with
+    /// requests since the last fold, and those holding their text within `window_ms` of their
+    /// last request), and what the fold takes of it (the group's requests start again from
+    /// zero).
+    pub fn fold(
+        &self,
+        now_ms: u64,
+        window_ms: u64,
+        mut each: impl FnMut(BlockHash, &PromptGroup, GroupFold),
+    ) {
         let mut groups = self.groups.borrow_mut();
         for (key, group) in groups.iter_mut() {
-            if let Some(fold) = group.take_fold() {
+            if let Some(fold) = group.take_fold(now_ms, window_ms) {
                 each(BlockHash(*key), group, fold);
             }
         }
@@ -154,14 +161,17 @@ mod tests {
         assert!(t.text_copies() > 0);
         assert_eq!(t.text_bytes(), 2048);
         let mut folded = 0;
-        t.fold(|_, g, f| {
+        t.fold(0, 60_000, |_, g, f| {
             folded += f.requests;
             assert!(g.text_bytes() == 0 || g.text_bytes() == 2048);
         });
         assert!(folded > 0);
         let mut again = 0;
-        t.fold(|_, _, _| again += 1);
-        assert_eq!(again, 0, "a fold takes the requests");
+        t.fold(60_000, 60_000, |_, _, _| again += 1);
+        assert_eq!(
+            again, 0,
+            "a fold takes the requests; past the window none is rechecked"
+        );
     }
 
     #[test]

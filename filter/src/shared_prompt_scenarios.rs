@@ -200,6 +200,25 @@ fn workers_count_one_prefix_together_and_one_holding_its_text_signals_it() {
 }
 
 #[test]
+fn the_worker_holding_the_text_signals_a_prefix_another_worker_made_hot_without_a_new_request() {
+    let host = FakeHost::new();
+    let other = host.sibling();
+    let (a, b) = (worker(), worker());
+    send(&host, &a, "/v1/chat/completions", &[], &body(0, "q1"));
+    send(&host, &a, "/v1/chat/completions", &[], &body(0, "q2"));
+    RootTasks::default().fold_tally(&host, &a);
+    send(&other, &b, "/v1/chat/completions", &[], &body(0, "q3"));
+    RootTasks::default().fold_tally(&other, &b);
+    assert!(queued(&host).is_empty());
+    // no more requests: a's next tick still takes its group and signals it, once
+    RootTasks::default().fold_tally(&host, &a);
+    RootTasks::default().fold_tally(&host, &a);
+    let signals = queued(&host);
+    assert_eq!(signals.len(), 1, "{signals:?}");
+    assert!(matches!(&signals[0], Signal::Prefill(p) if p.state == PatternState::New));
+}
+
+#[test]
 fn a_prompt_seen_once_never_copies_its_text() {
     let host = FakeHost::new();
     let worker = worker();

@@ -57,6 +57,13 @@ pub struct PromptGroup {
     requests: u32,
     /// Whether any of those came from an arm that keeps its prefixes warm.
     keep_warm: bool,
+    /// Until when a fold takes the group even without new requests (a rate window after its
+    /// last one), so a worker holding its text signals it when another worker's requests made
+    /// it hot: with several workers a group's requests split among them, and the worker whose
+    /// fold crosses the threshold may hold no text.
+    recheck_until_ms: u64,
+    /// `keep_warm` of the last fold that had requests (what a recheck signals with).
+    last_keep_warm: bool,
 }
 
 /// The part of a group copied from a request: the common prefix's text and shape, and the
@@ -87,6 +94,8 @@ impl PromptGroup {
             text: None,
             requests: 1,
             keep_warm,
+            recheck_until_ms: 0,
+            last_keep_warm: keep_warm,
         }
     }
 
@@ -128,10 +137,15 @@ impl PromptGroup {
         true
     }
 
-    /// Takes the requests since the last fold (`None` when there were none).
-    pub fn take_fold(&mut self) -> Option<GroupFold> {
+    /// Takes the requests since the last fold; with none, a fold of zero requests while the
+    /// group holds its text and is within a rate window of its last request (`None` otherwise).
+    pub fn take_fold(&mut self, now_ms: u64, window_ms: u64) -> Option<GroupFold> {
         if self.requests == 0 {
-            return None;
+            // no requests of its own: taken again while another worker's may make it hot
+            return (self.can_signal() && now_ms < self.recheck_until_ms).then_some(GroupFold {
+                requests: 0,
+                keep_warm: self.last_keep_warm,
+            });
         }
         let fold = GroupFold {
             requests: self.requests,
@@ -139,6 +153,8 @@ impl PromptGroup {
         };
         self.requests = 0;
         self.keep_warm = false;
+        self.last_keep_warm = fold.keep_warm;
+        self.recheck_until_ms = now_ms.saturating_add(window_ms);
         Some(fold)
     }
 
@@ -413,7 +429,7 @@ mod tests {
             &whole.blocks[..],
             "the system prompt's full blocks"
         );
-        let fold = group.take_fold().unwrap();
+        let fold = group.take_fold(1_000, 60_000).unwrap();
         assert_eq!(
             fold,
             GroupFold {
@@ -421,7 +437,14 @@ mod tests {
                 keep_warm: true
             }
         );
-        assert_eq!(group.take_fold(), None);
+        // no new requests: rechecked within the window (another worker's may make it hot),
+        // not after it
+        let recheck = GroupFold {
+            requests: 0,
+            keep_warm: true,
+        };
+        assert_eq!(group.take_fold(2_000, 60_000), Some(recheck));
+        assert_eq!(group.take_fold(61_000, 60_000), None);
         let hot = SharedPromptHot {
             signalled_before: false,
             rate_per_minute: 20.0,

@@ -113,10 +113,10 @@ impl FilterSide {
         let mut out = Vec::new();
         let mut hot = Vec::new();
         for (key, (group, _)) in self.groups.iter_mut() {
-            let Some(fold) = group.take_fold() else {
+            let window = self.rate_window_ms;
+            let Some(fold) = group.take_fold(now_ms, window) else {
                 continue;
             };
-            let window = self.rate_window_ms;
             let slot = self
                 .shared
                 .entry(*key % SHARED_PROMPT_SLOTS)
