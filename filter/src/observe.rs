@@ -42,6 +42,19 @@ pub struct Observation<'a> {
     pub arm: ArmSettings,
 }
 
+impl<'a> Observation<'a> {
+    /// What a prefill signal of this request's prompt is made from.
+    fn origin(&self) -> PromptOrigin<'a> {
+        PromptOrigin {
+            model: self.model,
+            tenant: self.tenant,
+            endpoint: self.endpoint,
+            canonical: self.canonical,
+            request: Some(self.request),
+        }
+    }
+}
+
 /// What one request caused.
 #[derive(Debug, Default)]
 pub struct Observed {
@@ -86,13 +99,7 @@ fn tally_prompt<H: Host + ?Sized>(
     let Some(key) = seen.chain.routing_key(&fingerprint) else {
         return;
     };
-    let origin = PromptOrigin {
-        model: seen.model,
-        tenant: seen.tenant,
-        endpoint: seen.endpoint,
-        canonical: seen.canonical,
-        request: Some(seen.request),
-    };
+    let origin = seen.origin();
     let evicted = prompts.observe(
         key,
         &origin,
@@ -220,15 +227,8 @@ fn observe_user<H: Host + ?Sized>(
         let last = *decision.prefix.last()?;
         let now = host.now_ms();
         let (was_signalled, rate) = count_pattern(host, config, keys, last, 1, now)?;
-        let origin = PromptOrigin {
-            model: seen.model,
-            tenant: seen.tenant,
-            endpoint: seen.endpoint,
-            canonical: seen.canonical,
-            request: Some(seen.request),
-        };
         let signal = decision.into_signal(
-            origin,
+            seen.origin(),
             &config.fingerprint(),
             was_signalled,
             rate,

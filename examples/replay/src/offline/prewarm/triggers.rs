@@ -45,6 +45,18 @@ pub struct FilterSide {
     next_fold_ms: u64,
 }
 
+/// What a prefill signal of a trace request is made from: the evaluator replays completions,
+/// so a request has no chat shape.
+fn origin_of<'a>(r: &RequestCtx<'a>) -> PromptOrigin<'a> {
+    PromptOrigin {
+        model: r.model,
+        tenant: r.tenant,
+        endpoint: Endpoint::Completions,
+        canonical: r.canonical,
+        request: None,
+    }
+}
+
 impl FilterSide {
     pub fn new(triggers: TriggerConfig, fingerprint: FingerprintConfig) -> Self {
         Self {
@@ -86,13 +98,7 @@ impl FilterSide {
         let Some(key) = r.chain.routing_key(&self.fingerprint) else {
             return;
         };
-        let origin = PromptOrigin {
-            model: r.model,
-            tenant: r.tenant,
-            endpoint: Endpoint::Completions,
-            canonical: r.canonical,
-            request: None,
-        };
+        let origin = origin_of(r);
         let blocks = &r.chain.blocks;
         match self.groups.get_mut(&key.0) {
             Some((group, seen)) if group.is_for(r.model) => {
@@ -191,13 +197,7 @@ impl FilterSide {
         if let Some(decision) = decision {
             let last = *decision.prefix.last()?;
             let (was, rate) = self.count_pattern(last.0, now_ms, 1);
-            let origin = PromptOrigin {
-                model: r.model,
-                tenant: r.tenant,
-                endpoint: Endpoint::Completions,
-                canonical: r.canonical,
-                request: None,
-            };
+            let origin = origin_of(r);
             return Some(Signal::Prefill(decision.into_signal(
                 origin,
                 &self.fingerprint,
