@@ -69,6 +69,10 @@ pub struct TraceArgs {
     /// multiple of 512; 0: none).
     #[arg(long, default_value_t = 0)]
     pub system_prompt_tokens: u64,
+    /// Every request is sent by a user of its own (an application's visitors): no user repeats
+    /// a prompt, so no per-user streak forms and only prefixes hot across users are warmed.
+    #[arg(long)]
+    pub one_shot_users: bool,
 }
 
 /// Where a run's report goes.
@@ -182,7 +186,12 @@ pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), Stri
         args.gold_share,
         args.silver_share,
     );
-    let trace = with_system_prompt(trace, args.system_prompt_tokens);
+    let mut trace = with_system_prompt(trace, args.system_prompt_tokens);
+    if args.one_shot_users {
+        for (i, r) in trace.iter_mut().enumerate() {
+            r.user = Some(format!("visitor-{i}"));
+        }
+    }
     Ok((trace, assignment))
 }
 
@@ -292,6 +301,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         gold_share: args.common.gold_share,
         silver_share: args.common.silver_share,
         system_prompt_tokens: args.common.system_prompt_tokens,
+        one_shot_users: args.common.one_shot_users,
         fleet,
         events: events.clone(),
         new_pod_window_s: NEW_POD_WINDOW_S,
@@ -327,5 +337,37 @@ mod tests {
         assert!(err(&["--restart-pod", "9@10s"]).starts_with("--restart-pod: 9@10s"));
         assert!(err(&["--system-prompt-tokens", "100"]).starts_with("--system-prompt-tokens: 100"));
         assert!(err(&[]).contains("/nonexistent.jsonl"));
+    }
+
+    #[test]
+    fn one_shot_users_give_every_request_a_user_of_its_own() {
+        let dir = std::env::temp_dir().join(format!("replay-one-shot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.jsonl");
+        let line =
+            r#"{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [0, 1]}"#;
+        std::fs::write(&trace, format!("{line}\n{line}\n")).unwrap();
+        let args = |extra: &[&str]| {
+            let mut argv = vec![
+                "prewarm-replay",
+                "offline",
+                "--trace",
+                trace.to_str().unwrap(),
+            ];
+            argv.extend_from_slice(extra);
+            match Cli::parse_from(argv).command {
+                Command::Offline(a) => a.common,
+                _ => unreachable!("offline was asked for"),
+            }
+        };
+        let (same, _) = prepare(&args(&[])).unwrap();
+        assert_eq!(
+            same[0].user_key(),
+            same[1].user_key(),
+            "one prefix group, one user"
+        );
+        let (own, _) = prepare(&args(&["--one-shot-users"])).unwrap();
+        assert_ne!(own[0].user_key(), own[1].user_key());
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -72,6 +72,8 @@ pub struct Scenario {
     pub silver_share: f64,
     /// Tokens of the system prompt every request starts with (0: none).
     pub system_prompt_tokens: u64,
+    /// Every request was its own user's (`--one-shot-users`).
+    pub one_shot_users: bool,
     pub fleet: FleetSpec,
     pub events: Vec<FleetEvent>,
     pub new_pod_window_s: f64,
