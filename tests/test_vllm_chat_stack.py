@@ -46,13 +46,7 @@ def test_a_joining_vllm_pod_warmed_for_chat_traffic_finds_its_first_chat_request
         wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(APPLICATIONS), 30,
                    what="every application's system prompt hot in the gateway")
 
-        new = stack.join_spare(0)
-        status = wait_until(lambda: new.id in stack.routed_ids() and stack.warmup(new.id), 120, interval=0.05,
-                            what="the new vLLM pod routable")
-        assert status["first_tier"]["total"] > 0, status
-        assert status["first_tier"]["done"] == status["first_tier"]["total"], status
-        assert status["first_tier"]["failed"] == 0, status
-        stack.wait_envoy_routes(new.address)
+        new, _ = stack.join_warmed(0)
 
         firsts = []
         for app in APPLICATIONS:

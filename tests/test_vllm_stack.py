@@ -64,13 +64,7 @@ def test_a_joining_vllm_pod_is_warmed_before_it_is_routed_and_serves_its_first_r
         wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(TEMPLATES), 30,
                    what="every template hot in the gateway")
 
-        new = stack.join_spare(0)
-        status = wait_until(lambda: new.id in stack.routed_ids() and stack.warmup(new.id), 120, interval=0.05,
-                            what="the new vLLM pod routable")
-        assert status["first_tier"]["total"] > 0, status
-        assert status["first_tier"]["done"] == status["first_tier"]["total"], status
-        assert status["first_tier"]["failed"] == 0, status
-        stack.wait_envoy_routes(new.address)
+        new, status = stack.join_warmed(0)
 
         block = block_size(new)
         _, hits_before = prefix_cache_counters(new)

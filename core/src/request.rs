@@ -106,10 +106,7 @@ impl std::fmt::Debug for RequestExtras {
         f.debug_struct("RequestExtras")
             .field("tools", &self.tools)
             .field("chat_template_kwargs", &self.chat_template_kwargs)
-            .field(
-                "cache_salt",
-                &self.cache_salt.as_ref().map(|_| "<redacted>"),
-            )
+            .field("cache_salt", &crate::warm_shape::redacted(&self.cache_salt))
             .finish()
     }
 }

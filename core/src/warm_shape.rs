@@ -86,6 +86,11 @@ impl std::fmt::Debug for WarmShape {
     }
 }
 
+/// How a `cache_salt` shows in `Debug` output: whether there is one, never its value.
+pub fn redacted(salt: &Option<String>) -> Option<&'static str> {
+    salt.as_ref().map(|_| "<redacted>")
+}
+
 /// Why a shape was not taken or not kept; the field it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {

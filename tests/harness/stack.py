@@ -315,6 +315,19 @@ class Stack:
         assert self.gateway is not None
         return self.gateway.get("/v1/routing").json()
 
+    def join_warmed(self, index: int = 0, timeout: float = 120.0) -> tuple[Pod, dict]:
+        """Starts spare `index`, announces it, and waits until the gateway routes it with its first
+        tier warmed (asserted whole: planned, all done, none failed) and Envoy routes to it:
+        (the pod, its warm-up status)."""
+        new = self.join_spare(index)
+        status = wait_until(lambda: new.id in self.routed_ids() and self.warmup(new.id), timeout, interval=0.05,
+                            what=f"{new.id} routable")
+        assert status["first_tier"]["total"] > 0, status
+        assert status["first_tier"]["done"] == status["first_tier"]["total"], status
+        assert status["first_tier"]["failed"] == 0, status
+        self.wait_envoy_routes(new.address)
+        return new, status
+
     def routed_ids(self) -> list[str]:
         return [p["id"] for p in self.routing()["pods"]]
 
