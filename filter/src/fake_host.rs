@@ -3,20 +3,12 @@
 //! settable clock. Used by the native scenario tests only.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
 use crate::host::{CasMismatch, Host, Level, Metric};
-
-#[derive(Debug, Default)]
-pub struct SharedStore {
-    map: HashMap<String, (Vec<u8>, u32)>,
-    next_cas: u32,
-    failing_sets: u32,
-    /// Bytes copied out of and into the store, since the last reset.
-    traffic: (usize, usize),
-}
+use crate::memory_host::SharedStore;
 
 /// A call the filter made.
 #[derive(Debug, Clone)]
@@ -105,7 +97,7 @@ impl FakeHost {
     }
 
     pub fn shared_value(&self, key: &str) -> Option<Vec<u8>> {
-        self.shared.borrow().map.get(key).map(|(v, _)| v.clone())
+        self.shared.borrow().peek(key).map(<[u8]>::to_vec)
     }
 
     /// Bytes of shared data read and written since the last reset.
@@ -118,9 +110,7 @@ impl FakeHost {
     }
 
     pub fn shared_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.shared.borrow().map.keys().cloned().collect();
-        keys.sort();
-        keys
+        self.shared.borrow().keys()
     }
 
     pub fn metric(&self, m: Metric) -> u64 {
@@ -222,33 +212,11 @@ impl Host for FakeHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        let mut store = self.shared.borrow_mut();
-        let found = store.map.get(key).map(|(v, cas)| (v.clone(), *cas));
-        match found {
-            Some((v, cas)) => {
-                store.traffic.0 += v.len();
-                (Some(v), Some(cas))
-            }
-            None => (None, None),
-        }
+        self.shared.borrow_mut().get(key)
     }
 
     fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
-        let mut store = self.shared.borrow_mut();
-        if store.failing_sets > 0 {
-            store.failing_sets -= 1;
-            return Err(CasMismatch);
-        }
-        if let (Some(cas), Some((_, current))) = (cas, store.map.get(key)) {
-            if cas != *current {
-                return Err(CasMismatch);
-            }
-        }
-        store.next_cas += 1;
-        store.traffic.1 += value.len();
-        let next = store.next_cas;
-        store.map.insert(key.to_string(), (value.to_vec(), next));
-        Ok(())
+        self.shared.borrow_mut().set(key, value, cas)
     }
 
     fn dispatch(

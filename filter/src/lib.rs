@@ -24,6 +24,8 @@ pub mod experiment;
 pub mod gateway_health;
 pub mod host;
 pub mod json_scan;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod memory_host;
 pub mod observe;
 pub mod outcome;
 pub mod prefix_index;

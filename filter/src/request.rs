@@ -381,19 +381,33 @@ impl RequestFlow {
                 if refused > 0 {
                     host.count(Metric::PrefixWriteFailures, refused);
                 }
-                // standalone, no gateway ages a KV model with them
-                if config.direct_calls != DirectMode::Always {
-                    let served = ServedRecord::of(
-                        &route.primary.id,
-                        &request.model,
-                        &chain,
-                        chain.prompt_tokens as u64,
-                        &worker.fingerprint,
-                    );
+                if let Some(served) =
+                    served_record(worker, &route.primary.id, &request.model, &chain)
+                {
                     worker.served.enqueue(host, vec![served]);
                 }
             }
             Err(why) => host.count(why.metric(), 1),
         }
     }
+}
+
+/// The served record of a request the table routed to `pod` (a request the filter did not
+/// route has none: the pod Envoy chose is not known here), for the gateway's KV model of the
+/// pod. None standalone: no gateway ages a KV model with it.
+pub fn served_record(
+    worker: &Worker,
+    pod: &str,
+    model: &str,
+    chain: &BlockChain,
+) -> Option<ServedRecord> {
+    (worker.config.direct_calls != DirectMode::Always).then(|| {
+        ServedRecord::of(
+            pod,
+            model,
+            chain,
+            chain.prompt_tokens as u64,
+            &worker.fingerprint,
+        )
+    })
 }

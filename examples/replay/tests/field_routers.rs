@@ -50,9 +50,10 @@ fn send(
         adapter: None,
         tenant: None,
         tier: Tier::Bronze,
-        user: "u",
+        user: Some("u"),
         canonical: &canonical,
         chain: &chain,
+        max_tokens: request.output_length,
     };
     let routed = policy.route(fleet, &ctx);
     let pod = force.unwrap_or(routed);

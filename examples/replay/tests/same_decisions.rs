@@ -1,8 +1,9 @@
 //! The same decisions in production and in the evaluator: one recorded input sequence (pods
-//! joining, health rounds, served requests with their signals, ticks) is driven through the
-//! gateway's shell — its real health round, tick, signal ingestion and action execution, with
-//! an in-process engine over simulated pods and a manual clock — and through the evaluator's
-//! `prewarm` policy over an identical simulated fleet. Both must return the same actions, in the
+//! joining, health rounds, requests, ticks) is driven through the gateway's shell — its real
+//! health round, tick, signal ingestion and action execution, with an in-process engine over
+//! simulated pods and a manual clock, fed the batches the filter's own observation code sends
+//! (`FilterVm`: the filter's `observe`, tally fold, success watch and served-record rule) — and
+//! through the evaluator's `prewarm` policy over an identical simulated fleet. Both must return the same actions, in the
 //! same order, and route every request to the same pod.
 //!
 //! Time is virtual on both sides: the engine's calls end when the simulated pod says they do,
@@ -16,7 +17,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use podsim::RequestSpec;
-use prewarm_core::wire::{ServedRecord, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 use prewarm_gateway::config::{EngineKind, GatewayConfig, PodSpec};
 use prewarm_gateway::engine::{
@@ -31,7 +31,7 @@ use prewarm_replay::offline::baselines::RoundRobin;
 use prewarm_replay::offline::fleet::Fleet;
 use prewarm_replay::offline::policy::{Policy, RequestCtx};
 use prewarm_replay::offline::prewarm::execute;
-use prewarm_replay::offline::prewarm::triggers::FilterSide;
+use prewarm_replay::offline::prewarm::filter_vm::FilterVm;
 use prewarm_replay::offline::prewarm::{
     choose_from_table, pod_load, served_adapters, PrefixIndex, Prewarm, PrewarmConfig,
 };
@@ -133,9 +133,10 @@ fn ctx<'a>(r: &'a Request, index: usize, chain: &'a BlockChain) -> RequestCtx<'a
         adapter: r.adapter.as_deref(),
         tenant: None,
         tier: Tier::Bronze,
-        user: &r.user,
+        user: Some(&r.user),
         canonical: &r.text,
         chain,
+        max_tokens: 8,
     }
 }
 
@@ -411,7 +412,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
         }
     };
     let fp = FingerprintConfig::default();
-    let mut filter = FilterSide::new(Default::default(), fp);
+    let mut filter = FilterVm::new(&fleet.lock().unwrap().base_model().to_string());
     let mut fallback = RoundRobin::default();
     let mut index = PrefixIndex::for_fleet(&fleet.lock().unwrap());
     let mut routed = Vec::new();
@@ -424,6 +425,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
         let request_ms = next.peek().map(|(_, r)| (r.at_s * 1000.0).round() as u64);
         let candidates = [
             Some(next_tick),
+            Some(filter.next_tick_ms()),
             request_ms,
             time.next_end(),
             (!joined).then_some(join_ms),
@@ -442,14 +444,20 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
             let index = fleet.lock().unwrap().add_pod().unwrap();
             add(index);
         }
+        if at == next_tick && next_tick.is_multiple_of(config.pods.health_interval_ms) {
+            let g = gw.clone();
+            let reconcile = round.is_multiple_of(5);
+            round += 1;
+            tokio::spawn(async move { g.health_round(reconcile).await });
+            settle().await;
+        }
+        // the filter's tick: what it sends arrives before the core's tick due at the same time
+        for batch in filter.tick(at) {
+            let (_, actions) = gw.apply_signals(batch);
+            spawn_all(actions);
+            settle().await;
+        }
         if at == next_tick {
-            if next_tick.is_multiple_of(config.pods.health_interval_ms) {
-                let g = gw.clone();
-                let reconcile = round.is_multiple_of(5);
-                round += 1;
-                tokio::spawn(async move { g.health_round(reconcile).await });
-                settle().await;
-            }
             spawn_all(gw.tick());
             settle().await;
             next_tick += TICK_MS;
@@ -457,29 +465,23 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
         while let Some((i, r)) = next.next_if(|(_, r)| (r.at_s * 1000.0).round() as u64 == at) {
             let chain = BlockChain::of(&r.model, r.text.as_bytes(), &fp);
             let c = ctx(r, i, &chain);
+            filter.observe(&c, at);
             let table = gw.state().fleet.table().clone();
-            let pod = {
+            let (pod, by_table) = {
                 let sim = fleet.lock().unwrap();
-                choose_from_table(&table, &r.model, &chain, &fp, &mut index, at)
-                    .and_then(|id| sim.pods.iter().position(|p| p.id == id))
-                    .unwrap_or_else(|| fallback.route(&sim, &c))
+                let chosen = choose_from_table(&table, &r.model, &chain, &fp, &mut index, at)
+                    .and_then(|id| sim.pods.iter().position(|p| p.id == id));
+                match chosen {
+                    Some(pod) => (pod, true),
+                    None => (fallback.route(&sim, &c), false),
+                }
             };
-            let admission = fleet
+            filter.routed(&c, &format!("pod-{pod}"), by_table);
+            fleet
                 .lock()
                 .unwrap()
                 .serve(pod, r.at_s, &spec_of(r))
                 .unwrap();
-            let mut batch = SignalBatch::new("test", at, filter.observe(&c, at));
-            batch.served.push(ServedRecord::of(
-                &format!("pod-{pod}"),
-                &r.model,
-                &chain,
-                admission.prompt_tokens as u64,
-                &fp,
-            ));
-            let (_, actions) = gw.apply_signals(batch);
-            spawn_all(actions);
-            settle().await;
             routed.push(pod);
         }
     }

@@ -17,12 +17,14 @@ pub struct RequestCtx<'a> {
     pub adapter: Option<&'a str>,
     pub tenant: Option<&'a str>,
     pub tier: Tier,
-    /// The user the filter's similarity trigger keys on.
-    pub user: &'a str,
+    /// The user the filter's similarity trigger keys on; none for a request that names none.
+    pub user: Option<&'a str>,
     /// The canonical prompt.
     pub canonical: &'a str,
     /// Core's fingerprint chain of the canonical prompt.
     pub chain: &'a BlockChain,
+    /// The tokens it asks for (`max_tokens`).
+    pub max_tokens: u64,
 }
 
 /// A routing and warming policy over the simulated fleet.

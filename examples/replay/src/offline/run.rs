@@ -139,9 +139,10 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
             adapter: adapter.as_deref(),
             tenant: tenant.as_deref(),
             tier,
-            user: &user,
+            user: Some(&user),
             canonical: &canonical,
             chain: &chain,
+            max_tokens: r.output_length,
         };
         let pod = policy.route(&fleet, &ctx);
         let adapter_hit = adapter.as_deref().map(|a| fleet.adapter_in_slot(pod, a));

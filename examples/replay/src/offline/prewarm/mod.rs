@@ -9,9 +9,9 @@
 //! - every `health_interval` (the gateway's default, 1 s): every pod's load (its KV usage,
 //!   queue, cache geometry and prefix-cache counters, as `/metrics` reports them), every 5th
 //!   round its served adapters (`/v1/models`);
-//! - per served request: one batch as a filter sends it: the request's served record (core's
-//!   `ServedRecord`: the pod, the prompt's shards and tokens, the model) and the signals the
-//!   filter's triggers send ([`triggers`]);
+//! - per request: the filter's own observation code in one filter VM ([`filter_vm`]), and every
+//!   filter tick the batch it sends: its signals and the served records of the requests the
+//!   table routed (core's `ServedRecord`: the pod, the prompt's shards and tokens, the model);
 //! - every [`TICK_MS`]: the core's tick (warm-up steps, keep-warm, the table).
 //!
 //! Each action the core returns is executed on the simulated pod ([`execute`]) and reported back
@@ -21,15 +21,14 @@
 //! table's placed prefixes seed, as the filter seeds it when it adopts a table.
 
 pub mod execute;
-pub mod triggers;
+pub mod filter_vm;
 
 use std::collections::BTreeMap;
 
-use podsim::Admission;
 use prewarm_core::prefix::{
     eviction_horizon_ms, record, route_prefix, seed, MemoryStore, PromptKeys, DEFAULT_SLOTS,
 };
-use prewarm_core::wire::{RoutingTable, ServedRecord, SignalBatch};
+use prewarm_core::wire::{RoutingTable, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 use prewarm_gateway::config::{GatewayConfig, PodSpec};
 use prewarm_gateway::policy::fleet::{
@@ -38,7 +37,7 @@ use prewarm_gateway::policy::fleet::{
 use prewarm_gateway::policy::lora::LoraSlots;
 use prewarm_gateway::policy::{LoraDecision, Tier};
 
-use self::triggers::FilterSide;
+use self::filter_vm::FilterVm;
 use super::baselines::RoundRobin;
 use super::fleet::Fleet;
 use super::policy::{Policy, RequestCtx};
@@ -144,7 +143,7 @@ struct InFlight {
 pub struct Prewarm {
     config: PrewarmConfig,
     core: FleetCore,
-    filter: FilterSide,
+    filter: FilterVm,
     fingerprint: FingerprintConfig,
     in_flight: Vec<InFlight>,
     warm_tokens: u64,
@@ -213,9 +212,8 @@ impl Prewarm {
                 .registry_mut()
                 .register_unverified(&name, &path, tier, false);
         }
-        let triggers = prewarm_core::trigger::TriggerConfig::default();
         let mut me = Self {
-            filter: FilterSide::new(triggers, fingerprint),
+            filter: FilterVm::new(fleet.base_model()),
             fingerprint,
             core,
             in_flight: Vec::new(),
@@ -265,6 +263,12 @@ impl Prewarm {
             let actions = self.core.on_models(&id, served_adapters(fleet, pod), now);
             self.execute_all(fleet, actions, now_s);
         }
+    }
+
+    /// A batch the filter sent, as the gateway ingests it.
+    fn ingest(&mut self, fleet: &mut Fleet, batch: SignalBatch, now_s: f64) {
+        let (_, actions) = self.core.on_signals(batch, ms(now_s));
+        self.execute_all(fleet, actions, now_s);
     }
 
     fn health_round(&mut self, fleet: &mut Fleet, now_s: f64) {
@@ -425,7 +429,11 @@ impl Policy for Prewarm {
 
     fn next_wakeup(&self) -> Option<f64> {
         let flights = self.in_flight.iter().map(|f| f.done_s);
-        let due = self.next_tick_ms.min(self.next_health_ms) as f64 / 1000.0;
+        let due = self
+            .next_tick_ms
+            .min(self.next_health_ms)
+            .min(self.filter.next_tick_ms()) as f64
+            / 1000.0;
         Some(flights.fold(due, f64::min))
     }
 
@@ -439,6 +447,9 @@ impl Policy for Prewarm {
                 self.next_health_ms += interval;
             }
         }
+        for batch in self.filter.tick(now) {
+            self.ingest(fleet, batch, now_s);
+        }
         if now >= self.next_tick_ms {
             self.tick(fleet, now_s);
             while self.next_tick_ms <= now {
@@ -448,39 +459,22 @@ impl Policy for Prewarm {
     }
 
     fn route(&mut self, fleet: &Fleet, request: &RequestCtx<'_>) -> usize {
-        choose_from_table(
+        let now = ms(request.now_s);
+        self.filter.observe(request, now);
+        let routed = choose_from_table(
             self.core.table(),
             request.model,
             request.chain,
             &self.fingerprint,
             &mut self.index,
-            ms(request.now_s),
+            now,
         )
-        .and_then(|id| fleet.pods.iter().position(|p| p.id == id))
-        .unwrap_or_else(|| self.fallback.route(fleet, request))
-    }
-
-    fn served(
-        &mut self,
-        fleet: &mut Fleet,
-        request: &RequestCtx<'_>,
-        pod: usize,
-        admission: &Admission,
-    ) {
-        let now = ms(request.now_s);
-        let signals = self.filter.observe(request, now);
-        let mut batch = SignalBatch::new("replay", now, signals);
+        .and_then(|id| fleet.pods.iter().position(|p| p.id == id));
+        let pod = routed.unwrap_or_else(|| self.fallback.route(fleet, request));
         if let Some(p) = fleet.pods.get(pod) {
-            batch.served.push(ServedRecord::of(
-                &p.id,
-                request.model,
-                request.chain,
-                admission.prompt_tokens as u64,
-                &self.fingerprint,
-            ));
+            self.filter.routed(request, &p.id, routed.is_some());
         }
-        let (_, actions) = self.core.on_signals(batch, now);
-        self.execute_all(fleet, actions, request.now_s);
+        pod
     }
 
     fn warmup_prefill_tokens(&self) -> Option<u64> {
