@@ -18,6 +18,7 @@
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
+//! | `prewarm_pod_restarts_total` | counter | `pod`, `evidence` (start_time: `process_start_time_seconds` changed / counters: a prefix-cache counter went down) — restarts of pods that were up, each re-warmed as a joining pod (`policy::fleet::restart`) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
@@ -67,6 +68,7 @@ pub struct Telemetry {
     pub snapshot_fallbacks: Family<Labels, Counter>,
     pub snapshots_written: Family<Labels, Counter>,
     pub pods: Family<Labels, Gauge>,
+    pub pod_restarts: Family<Labels, Counter>,
     pub auto_rollbacks: Family<Labels, Counter>,
     pub gold_pool_pods: Gauge,
     pub experiment_arm_weight: Family<Labels, Gauge<f64, AtomicU64>>,
@@ -121,6 +123,7 @@ impl Telemetry {
             snapshot_fallbacks: Family::default(),
             snapshots_written: Family::default(),
             pods: Family::default(),
+            pod_restarts: Family::default(),
             auto_rollbacks: Family::default(),
             gold_pool_pods: Gauge::default(),
             experiment_arm_weight: Family::default(),
@@ -215,6 +218,11 @@ impl Telemetry {
             t.snapshots_written.clone(),
         );
         registry.register("prewarm_pods", "Pods by state", t.pods.clone());
+        registry.register(
+            "prewarm_pod_restarts",
+            "Restarts of pods that were up (re-warmed as joining pods), by evidence",
+            t.pod_restarts.clone(),
+        );
         registry.register(
             "prewarm_gold_pool_pods",
             "Pods in the gold tier pool (0: one pool for every tier)",
@@ -441,6 +449,7 @@ mod tests {
         Telemetry::count(&t.prefills, &[("pod", "a"), ("outcome", "ok")]);
         Telemetry::count(&t.warmup_key_errors, &[("pod", "a")]);
         Telemetry::count(&t.prefill_shapes, &[("shape", "unshaped")]);
+        Telemetry::count(&t.pod_restarts, &[("pod", "a"), ("evidence", "counters")]);
         t.warmup_duration.observe(0.3);
         t.set_hit_ratio("a", 0.5);
         let text = t.render();
@@ -448,6 +457,7 @@ mod tests {
             "prewarm_prefills_total{pod=\"a\",outcome=\"ok\"} 1",
             "prewarm_warmup_key_errors_total{pod=\"a\"} 1",
             "prewarm_prefill_shapes_total{shape=\"unshaped\"} 1",
+            "prewarm_pod_restarts_total{pod=\"a\",evidence=\"counters\"} 1",
             "prewarm_warmup_duration_seconds_count 1",
             "prewarm_modelled_hit_ratio{pod=\"a\"} 0.5",
             "prewarm_gold_pool_pods 0",

@@ -223,6 +223,14 @@ async fn models_health_metrics_and_unknown_routes() {
         metric(&m, &format!("vllm:prefix_cache_hits_total{labels}")),
         32.0
     );
+    // vLLM's API server keeps prometheus_client's process collector: the process start time
+    let started = metric(&m, "process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(started > 1.7e9 && started <= now, "{started}");
+    assert!(m.contains("# TYPE process_start_time_seconds gauge"));
     assert_eq!(
         metric(
             &m,
@@ -499,6 +507,10 @@ async fn sglang_mode_serves_its_lora_routes_naming_and_metrics() {
     assert!(m.contains("sglang:num_queue_reqs{"));
     assert!(m.contains("sglang:cache_hit_rate{"));
     assert!(!m.contains("vllm:"));
+    assert!(
+        !m.contains("process_start_time_seconds"),
+        "SGLang's multiprocess registry has no process metrics"
+    );
     let (status, text) = post(
         &format!("{url}/unload_lora_adapter"),
         json!({"lora_name": "s"}),

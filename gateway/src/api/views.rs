@@ -40,6 +40,11 @@ pub struct PodDetail {
     pub spec: PodSpec,
     pub last_ok_ms: u64,
     pub consecutive_failures: u32,
+    /// Restarts detected while the pod was up (since the gateway started), each re-warmed as a
+    /// join (`policy::fleet::restart`).
+    pub restarts: u64,
+    /// `process_start_time_seconds` of its last scrape that had one (unix seconds).
+    pub process_start_time_s: Option<f64>,
     pub load: PodLoad,
     /// `/v1/models` at the last reconciliation: base model and (name, path) pairs.
     pub served: crate::engine::ServedModels,
@@ -79,6 +84,8 @@ pub fn detail(pod: &FleetPod, io: &PodEntry, now_ms: u64) -> PodDetail {
         spec: io.spec.clone(),
         last_ok_ms: pod.last_ok_ms,
         consecutive_failures: pod.consecutive_failures,
+        restarts: pod.restart.restarts(),
+        process_start_time_s: pod.restart.start_time_s(),
         load: pod.load.clone(),
         served: io.served.clone(),
         lora: pod.lora.adapters(),

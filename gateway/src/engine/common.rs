@@ -2,7 +2,7 @@
 //! embeddings request, `GET /health`, `GET /v1/models` and `GET /metrics`.
 
 use super::http::HttpPod;
-use super::metrics_text::{parse_pod_load, PodLoad};
+use super::metrics_text::{parse_scrape, MetricsScrape, PodLoad};
 use super::models::{parse_models, ServedModels};
 use super::reply::{error_reply, AdapterReply};
 
@@ -103,11 +103,15 @@ pub async fn models(pod: &HttpPod) -> Result<ServedModels, EngineError> {
 }
 
 pub async fn load(pod: &HttpPod) -> Result<PodLoad, EngineError> {
+    scrape(pod).await.map(|s| s.load)
+}
+
+pub async fn scrape(pod: &HttpPod) -> Result<MetricsScrape, EngineError> {
     let path = "/metrics";
     let reply = pod.get(path).await?;
     if reply.status != 200 {
         return Err(rejected(pod, path, reply.status, &reply.body));
     }
     let text = std::str::from_utf8(&reply.body).map_err(|_| pod.bad_reply(path, "not UTF-8"))?;
-    Ok(parse_pod_load(text))
+    Ok(parse_scrape(text))
 }

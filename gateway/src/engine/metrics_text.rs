@@ -4,9 +4,29 @@
 //! takes the series with the largest value and skips ones whose lists are both empty).
 //! The prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in tokens) are
 //! summed over their label sets. SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
-//! read too.
+//! read too. Beside the load, a scrape keeps `process_start_time_seconds` (the Prometheus
+//! client's process metric, which vLLM's API server exports), by which the fleet core tells a
+//! restarted pod (`policy::fleet::restart`).
 
 pub use crate::policy::fleet::PodLoad;
+
+/// One `/metrics` scrape: the pod's load and its process start time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsScrape {
+    pub load: PodLoad,
+    /// `process_start_time_seconds`, unix seconds; `None` when not exported (SGLang, vLLM with
+    /// several API servers).
+    pub process_start_s: Option<f64>,
+}
+
+impl From<PodLoad> for MetricsScrape {
+    fn from(load: PodLoad) -> Self {
+        Self {
+            load,
+            process_start_s: None,
+        }
+    }
+}
 
 /// One sample line: name, labels, value.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,11 +116,19 @@ fn names(list: Option<&str>) -> Vec<String> {
 /// Reads a whole exposition into a [`PodLoad`]. Gauges summed over `engine` labels; unknown
 /// metrics ignored.
 pub fn parse_pod_load(text: &str) -> PodLoad {
+    parse_scrape(text).load
+}
+
+/// Reads a whole exposition into a [`MetricsScrape`]: [`parse_pod_load`]'s load and the
+/// process start time (a finite, positive `process_start_time_seconds`).
+pub fn parse_scrape(text: &str) -> MetricsScrape {
     let mut load = PodLoad::default();
+    let mut process_start_s = None;
     let mut newest_lora: Option<f64> = None;
     for sample in text.lines().filter_map(parse_line) {
         let v = sample.value;
         match sample.name {
+            "process_start_time_seconds" if v.is_finite() && v > 0.0 => process_start_s = Some(v),
             "vllm:num_requests_waiting" | "sglang:num_queue_reqs" => {
                 load.waiting = load.waiting.saturating_add(v.max(0.0) as u64)
             }
@@ -138,7 +166,10 @@ pub fn parse_pod_load(text: &str) -> PodLoad {
             _ => {}
         }
     }
-    load
+    MetricsScrape {
+        load,
+        process_start_s,
+    }
 }
 
 /// A counter summed over its label sets (one per engine and model).
@@ -177,6 +208,42 @@ vllm:prefix_cache_hits_total{engine="0",model_name="base"} 640.0
         assert_eq!(l.waiting_adapters, ["d"]);
         assert_eq!(l.prefix_cache_queries, Some(1500), "summed over engines");
         assert_eq!(l.prefix_cache_hits, Some(640));
+    }
+
+    /// The head of vLLM 0.32's `/metrics` (CPU, one API server: prometheus_client's default
+    /// registry with its process collector), as served.
+    const VLLM_PROCESS: &str = r#"# HELP process_virtual_memory_bytes Virtual memory size in bytes.
+# TYPE process_virtual_memory_bytes gauge
+process_virtual_memory_bytes 4.815745024e+09
+# HELP process_resident_memory_bytes Resident memory size in bytes.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.084772352e+09
+# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1.79656982687e+09
+# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 13.200000000000001
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
+# HELP vllm:prefix_cache_queries_created Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_created gauge
+vllm:prefix_cache_queries_created{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 1.7965699112314289e+09
+"#;
+
+    #[test]
+    fn reads_the_process_start_time_vllm_exports() {
+        let s = parse_scrape(VLLM_PROCESS);
+        assert_eq!(s.process_start_s, Some(1_796_569_826.87));
+        assert_eq!(s.load.prefix_cache_queries, Some(0));
+        assert_eq!(parse_scrape(VLLM).process_start_s, None, "not exported");
+        for bad in [
+            "process_start_time_seconds NaN",
+            "process_start_time_seconds -1",
+        ] {
+            assert_eq!(parse_scrape(bad).process_start_s, None, "{bad}");
+        }
     }
 
     #[test]

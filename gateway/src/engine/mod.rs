@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::config::EngineKind;
 pub use http::{HttpPod, RetryPolicy};
-pub use metrics_text::PodLoad;
+pub use metrics_text::{MetricsScrape, PodLoad};
 pub use models::ServedModels;
 
 /// The extra text a prefill appends (core's, so the filter's direct prefills send the same).
@@ -215,6 +215,11 @@ pub trait Engine: Send + Sync {
     fn models(&self) -> BoxFuture<'_, Result<ServedModels, EngineError>>;
     /// `GET /metrics`: queue, running, KV usage, cache config, LoRA activity.
     fn load(&self) -> BoxFuture<'_, Result<PodLoad, EngineError>>;
+    /// `GET /metrics` with the pod's process start time where it exports one (what the health
+    /// loop reads). By default [`load`](Self::load) without one.
+    fn scrape(&self) -> BoxFuture<'_, Result<MetricsScrape, EngineError>> {
+        Box::pin(async move { self.load().await.map(MetricsScrape::from) })
+    }
 }
 
 /// The client for a pod of `kind`.

@@ -10,7 +10,10 @@ use serde_json::json;
 use super::http::HttpPod;
 use super::reply::sglang;
 use super::ServedModels;
-use super::{common, AdapterLoad, AdapterOutcome, Engine, EngineError, PodLoad, PrefillRequest};
+use super::{
+    common, AdapterLoad, AdapterOutcome, Engine, EngineError, MetricsScrape, PodLoad,
+    PrefillRequest,
+};
 use crate::config::EngineKind;
 
 pub struct SglangEngine {
@@ -94,6 +97,10 @@ impl Engine for SglangEngine {
 
     fn load(&self) -> BoxFuture<'_, Result<PodLoad, EngineError>> {
         common::load(&self.pod).boxed()
+    }
+
+    fn scrape(&self) -> BoxFuture<'_, Result<MetricsScrape, EngineError>> {
+        common::scrape(&self.pod).boxed()
     }
 }
 

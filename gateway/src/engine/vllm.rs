@@ -9,7 +9,10 @@ use serde_json::json;
 use super::http::HttpPod;
 use super::reply::{vllm_load, vllm_unload};
 use super::ServedModels;
-use super::{common, AdapterLoad, AdapterOutcome, Engine, EngineError, PodLoad, PrefillRequest};
+use super::{
+    common, AdapterLoad, AdapterOutcome, Engine, EngineError, MetricsScrape, PodLoad,
+    PrefillRequest,
+};
 use crate::config::EngineKind;
 
 pub struct VllmEngine {
@@ -79,5 +82,9 @@ impl Engine for VllmEngine {
 
     fn load(&self) -> BoxFuture<'_, Result<PodLoad, EngineError>> {
         common::load(&self.pod).boxed()
+    }
+
+    fn scrape(&self) -> BoxFuture<'_, Result<MetricsScrape, EngineError>> {
+        common::scrape(&self.pod).boxed()
     }
 }

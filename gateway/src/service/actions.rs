@@ -19,14 +19,20 @@ use crate::telemetry::Telemetry;
 use crate::traces::warmup::{key_done, PlanShape};
 
 use super::adapters::DecisionOutcome;
-use super::Gateway;
+use super::{Gateway, State};
 
 impl Gateway {
     /// Runs `f` on the fleet core under the lock, then records the notes it left.
     pub fn fleet<R>(&self, f: impl FnOnce(&mut Fleet) -> R) -> R {
+        self.fleet_and_pods(|state| f(&mut state.fleet))
+    }
+
+    /// [`fleet`](Self::fleet) for a step that also edits the pods' I/O side under the same
+    /// lock.
+    pub(super) fn fleet_and_pods<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let (result, notes) = {
             let mut state = self.state();
-            let result = f(&mut state.fleet);
+            let result = f(&mut state);
             let notes = state.fleet.take_notes();
             for note in &notes {
                 if let Note::PodError { pod, message } = note {
@@ -63,6 +69,20 @@ impl Gateway {
                 t.warmup_duration.observe(seconds);
                 self.warmup_traces.first_tier_done(&pod, seconds);
                 tracing::info!(pod = %pod, seconds, "warm-up first tier done: pod routable");
+            }
+            Note::Restarted {
+                pod,
+                epoch,
+                evidence,
+            } => {
+                Telemetry::count(
+                    &t.pod_restarts,
+                    &[("pod", &pod), ("evidence", evidence.label())],
+                );
+                tracing::warn!(
+                    pod = %pod, epoch, evidence = evidence.label(),
+                    "pod restarted while up: its caches and adapters are gone; out of the table until warmed"
+                );
             }
             Note::Planned {
                 pod,

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::Gateway;
 use crate::config::PodSpec;
-use crate::engine::{engine_for, Engine, HttpPod, PodLoad, ServedModels};
-use crate::policy::fleet::{FleetError, HealthChange};
+use crate::engine::{engine_for, Engine, HttpPod, ServedModels};
+use crate::policy::fleet::{FleetError, HealthChange, HealthCheck};
 
 /// Errors kept per pod for the admin API.
 const RECENT_ERRORS: usize = 16;
@@ -141,18 +141,18 @@ impl Gateway {
         state.pods.get(id).map(|p| (p.engine.clone(), epoch))
     }
 
-    /// Records a health check. Returns the new epoch when the pod just (re)joined and needs a
-    /// warm-up.
-    pub fn record_health(&self, id: &str, ok: bool, load: Option<PodLoad>) -> Option<u64> {
-        let change = {
-            let mut state = self.state();
-            let change = state.fleet.on_health(id, ok, load, self.now());
+    /// Records a health check. Returns the new epoch when the pod just (re)joined — or
+    /// restarted while up — and needs a warm-up.
+    pub fn record_health(&self, id: &str, check: HealthCheck) -> Option<u64> {
+        let now = self.now();
+        let change = self.fleet_and_pods(|state| {
+            let change = state.fleet.on_check(id, check, now);
             if let (HealthChange::Joined(_), Some(pod)) = (change, state.pods.get_mut(id)) {
-                // A returning pod lost its adapters.
+                // A returning (or restarted) pod lost its adapters.
                 pod.versions.clear();
             }
             change
-        };
+        });
         match change {
             HealthChange::Joined(epoch) => {
                 tracing::info!(pod = %id, epoch, "pod up: warm-up will start");

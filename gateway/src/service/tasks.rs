@@ -2,9 +2,10 @@
 //! - health: every `pods.health_interval_ms`, `GET /health` and `/metrics` of every pod, each
 //!   pod's within a deadline of one interval (at least 2 s, at most `pods.request_timeout_ms`):
 //!   a pod that does not answer in time counts as failed, so a hung pod never stretches the
-//!   others' rounds; what they report is fed to the fleet core; a pod that comes up has its
-//!   `/v1/models` reconciled, then its warm-up started; every 5th round `/v1/models` reconciles
-//!   the LoRA model of every pod;
+//!   others' rounds; what they report is fed to the fleet core; a pod that comes up (or that the
+//!   core finds restarted while up, `policy::fleet::restart`) has its `/v1/models` reconciled,
+//!   then its warm-up started; every 5th round `/v1/models` reconciles the LoRA model of every
+//!   pod;
 //! - fleet: every [`TICK_MS`], the core's tick (warm-up steps, keep-warm, the table) and the
 //!   execution of its actions, concurrently; a finished action wakes the loop at once (the
 //!   warm-up's next step may be allowed);
@@ -22,7 +23,7 @@ use super::pods::PodSource;
 use super::Gateway;
 use crate::config::PodSpec;
 use crate::engine::Engine;
-use crate::policy::fleet::{Action, PodHealth, TICK_MS};
+use crate::policy::fleet::{Action, HealthCheck, PodHealth, TICK_MS};
 
 /// Ticks between two exports of the modelled hit ratios.
 const HIT_RATIO_TICKS: u64 = 10;
@@ -87,15 +88,22 @@ async fn check_pod(gateway: Arc<Gateway>, id: String, reconcile: bool) {
         tokio::time::timeout(deadline, engine.health()).await,
         Ok(Ok(()))
     );
-    let load = if ok {
-        tokio::time::timeout(deadline, engine.load())
+    let scrape = if ok {
+        tokio::time::timeout(deadline, engine.scrape())
             .await
             .ok()
             .and_then(Result::ok)
     } else {
         None
     };
-    if let Some(epoch) = gateway.record_health(&id, ok, load) {
+    let check = HealthCheck {
+        ok,
+        process_start_s: scrape.as_ref().and_then(|s| s.process_start_s),
+        load: scrape.map(|s| s.load),
+    };
+    // A pod that came up, came back, or restarted while up (the core tells it from the scrape)
+    // is a joining pod: reconciled, then planned and warmed before it routes.
+    if let Some(epoch) = gateway.record_health(&id, check) {
         // What the pod already serves (adapters configured with `--lora-modules`) decides which
         // adapters' prefixes it wins once routable: its plan must see it, not the next round's.
         reconcile_models(&gateway, &id, engine.as_ref(), deadline).await;

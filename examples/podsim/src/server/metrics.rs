@@ -6,7 +6,13 @@
 //! are all known at admission, in model time). `vllm:lora_requests_info` is vLLM's odd gauge:
 //! one series per (max_lora, running, waiting) combination ever seen, each holding the unix time
 //! it was last current.
+//!
+//! Like vLLM's API server (one API server: prometheus_client's default registry, whose process
+//! collector it keeps), the vLLM dialect exports `process_start_time_seconds`, the unix time the
+//! process started, in the collector's 1/100 s resolution: a restarted pod shows a new one.
+//! SGLang serves its metrics from a multiprocess registry, which has no process metrics.
 
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::text::encode;
@@ -61,6 +67,19 @@ pub struct PodExporter {
     cache_config: Family<Labels, Gauge>,
     lora_info: Family<Labels, FloatGauge>,
     cache_hit_rate: Family<Labels, FloatGauge>,
+    process_start: FloatGauge,
+}
+
+/// The unix time this process started, seconds, at the 1/100 s resolution of
+/// `/proc/<pid>/stat` (what prometheus_client reads): taken once, by the first exporter.
+pub fn process_start_time_seconds() -> f64 {
+    static START: OnceLock<f64> = OnceLock::new();
+    *START.get_or_init(|| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        (now * 100.0).floor() / 100.0
+    })
 }
 
 fn python_bool(b: bool) -> String {
@@ -101,6 +120,7 @@ impl PodExporter {
             cache_config: Family::default(),
             lora_info: Family::default(),
             cache_hit_rate: Family::default(),
+            process_start: FloatGauge::default(),
         };
         match config.engine {
             Engine::Vllm => exporter.register_vllm(config),
@@ -110,7 +130,13 @@ impl PodExporter {
     }
 
     fn register_vllm(&mut self, config: &PodConfig) {
+        self.process_start.set(process_start_time_seconds());
         let r = &mut self.registry;
+        r.register(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            self.process_start.clone(),
+        );
         r.register(
             "vllm:num_requests_running",
             "Number of requests in model execution batches",

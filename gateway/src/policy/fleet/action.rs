@@ -122,6 +122,12 @@ pub enum Note {
     WarmupKeyError { pod: String },
     /// A pod's first tier finished: it is routable, after `seconds` of warm-up.
     FirstTierDone { pod: String, seconds: f64 },
+    /// A pod that was up restarted (see [`super::restart`]): it re-joined with `epoch`.
+    Restarted {
+        pod: String,
+        epoch: u64,
+        evidence: super::restart::RestartEvidence,
+    },
     /// A warm-up was planned.
     Planned {
         pod: String,

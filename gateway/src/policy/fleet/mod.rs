@@ -8,7 +8,8 @@
 //! evaluator drives the very same calls against simulated pods in virtual time, so what it
 //! measures is what ships.
 //!
-//! - inputs: [`Fleet::add_pod`]/[`Fleet::remove_pod`], [`Fleet::on_health`],
+//! - inputs: [`Fleet::add_pod`]/[`Fleet::remove_pod`], [`Fleet::on_check`] (a health check
+//!   with its scrape; a pod that restarted while up re-joins, [`restart`]),
 //!   [`Fleet::on_models`], [`Fleet::on_signals`], [`Fleet::on_served`], operator pins
 //!   ([`Fleet::pin_adapter`], [`Fleet::unpin_adapter`], [`Fleet::remove_adapter`]); a pod's
 //!   prefix-cache counters reconcile its KV model ([`FleetPod`]);
@@ -27,6 +28,9 @@ mod placement;
 mod planning;
 mod pod;
 mod prefix_placement;
+pub mod restart;
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod shape_tests;
 mod signals;
@@ -50,6 +54,7 @@ pub use pod::{
     FleetPod, KvCounters, KvReconciliation, PodHealth, PodLoad, PodShape, PodWarmup, KV_GAP_WINDOW,
     KV_WINDOW,
 };
+pub use restart::{RestartEvidence, RestartWatch};
 
 use crate::policy::lora::LoraObservation;
 use crate::policy::{
@@ -99,10 +104,21 @@ pub enum FleetError {
     Full(usize),
 }
 
+/// One health check of a pod: whether `GET /health` answered, and what its `/metrics` said.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HealthCheck {
+    pub ok: bool,
+    /// The scrape's load; `None` when `/metrics` did not answer (or was not asked).
+    pub load: Option<PodLoad>,
+    /// `process_start_time_seconds` of the scrape, unix seconds, when the pod exports it.
+    pub process_start_s: Option<f64>,
+}
+
 /// What a health check changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HealthChange {
-    /// The pod (re)joined with this epoch: reconcile its models, then start its warm-up.
+    /// The pod (re)joined with this epoch — it came up, came back from down, or restarted while
+    /// up ([`restart`]): reconcile its models, then start its warm-up.
     Joined(u64),
     /// The pod went down.
     Down,
@@ -265,7 +281,8 @@ impl Fleet {
         Ok(())
     }
 
-    /// A health check of `id`: `ok`, and the load its `/metrics` reported.
+    /// A health check of `id`: `ok`, and the load its `/metrics` reported (no process start
+    /// time: [`on_check`](Self::on_check) with one).
     pub fn on_health(
         &mut self,
         id: &str,
@@ -273,11 +290,39 @@ impl Fleet {
         load: Option<PodLoad>,
         now_ms: u64,
     ) -> HealthChange {
+        let check = HealthCheck {
+            ok,
+            load,
+            process_start_s: None,
+        };
+        self.on_check(id, check, now_ms)
+    }
+
+    /// A health check of `id`. A pod that was up and whose scrape shows a restart
+    /// ([`restart`]) re-joins as a pod back from down does: new epoch, models forgotten, out of
+    /// the table until warmed.
+    pub fn on_check(&mut self, id: &str, check: HealthCheck, now_ms: u64) -> HealthChange {
         let failures_allowed = self.config.unhealthy_after;
         let lora = self.config.lora.clone();
         let Some(pod) = self.pods.get_mut(id) else {
             return HealthChange::Unchanged;
         };
+        let HealthCheck {
+            ok,
+            load,
+            process_start_s,
+        } = check;
+        let restarted = match (&load, ok) {
+            (Some(l), true) => {
+                let up = pod.health == PodHealth::Up;
+                pod.restart.observe(up, process_start_s, l)
+            }
+            _ => None,
+        };
+        if restarted.is_some() {
+            // Before the scrape is read, so its counters start the KV model's new baseline.
+            pod.rejoin(&lora);
+        }
         if let Some(l) = load {
             if let (Some(q), Some(h)) = (l.prefix_cache_queries, l.prefix_cache_hits) {
                 pod.reconcile_kv(q, h);
@@ -292,7 +337,9 @@ impl Fleet {
         let change = if ok {
             pod.consecutive_failures = 0;
             pod.last_ok_ms = now_ms;
-            if pod.health == PodHealth::Up {
+            if restarted.is_some() {
+                HealthChange::Joined(pod.epoch)
+            } else if pod.health == PodHealth::Up {
                 HealthChange::Unchanged
             } else {
                 pod.rejoin(&lora);
@@ -307,6 +354,13 @@ impl Fleet {
                 HealthChange::Unchanged
             }
         };
+        if let (Some(evidence), HealthChange::Joined(epoch)) = (restarted, change) {
+            self.notes.push(Note::Restarted {
+                pod: id.to_string(),
+                epoch,
+                evidence,
+            });
+        }
         if matches!(change, HealthChange::Joined(_)) {
             self.note_joined(id);
         }

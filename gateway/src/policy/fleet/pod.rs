@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::busy::BusyShare;
+use super::restart::RestartWatch;
 use crate::policy::lora::LoraSlots;
 use crate::policy::warmup::WarmupStatus;
 use crate::policy::{KvConfig, KvResidency, LoraConfig, LoraResidency, PrefixKey, WarmupProgress};
@@ -126,6 +127,8 @@ pub struct FleetPod {
     pub kv_hit_gap: Option<f64>,
     /// The share of the last minute it was busy: the routing table's load.
     pub busy: BusyShare,
+    /// What its scrapes say of its process, to tell a restart (see [`super::restart`]).
+    pub restart: RestartWatch,
 }
 
 /// Scrapes an excess of computed tokens must last before the model ages by it. Served records
@@ -195,6 +198,7 @@ impl FleetPod {
             kv_counters: KvReconciliation::default(),
             kv_hit_gap: None,
             busy: BusyShare::default(),
+            restart: RestartWatch::default(),
         }
     }
 
@@ -264,7 +268,8 @@ impl FleetPod {
         self.health == PodHealth::Up && self.warmup.routable(now_ms)
     }
 
-    /// The pod came (back) up: a new epoch, and it lost its adapters and its prefix cache.
+    /// The pod came (back) up, or restarted: a new epoch, and it lost its adapters and its
+    /// prefix cache.
     pub(super) fn rejoin(&mut self, lora: &LoraConfig) {
         self.health = PodHealth::Up;
         self.epoch = self.epoch.saturating_add(1);
