@@ -12,6 +12,8 @@
 //!   policies) and `oracle`;
 //! - [`live`]: the trace over HTTP against real servers (Envoy or pods), streaming;
 //! - [`embeddings`]: the embeddings workload (ShareGPT prompts, Zipf repeats) over HTTP;
+//! - [`workload`]: the application workload (applications with system prompts, tools and
+//!   adapters, ServeGen popularity, conversations of ShareGPT/MT-Bench lengths) as a trace;
 //! - [`plot`]: PNG charts of the time series;
 //! - [`cli`]: the `prewarm-replay` command line.
 
@@ -29,3 +31,4 @@ pub mod report;
 pub mod scenario;
 pub mod system_prompt;
 pub mod trace;
+pub mod workload;

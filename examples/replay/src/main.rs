@@ -11,6 +11,7 @@ fn main() {
         Command::Report(args) => prewarm_replay::comparison::run_report(args),
         Command::Assignment(args) => run_assignment(args),
         Command::Embeddings(args) => prewarm_replay::embeddings::run_embeddings(args),
+        Command::Workload(args) => prewarm_replay::workload::run_workload(args),
     };
     if let Err(e) = result {
         eprintln!("prewarm-replay: {e}");

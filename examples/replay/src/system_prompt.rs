@@ -11,7 +11,10 @@
 //! some requests' text and not others'.
 //!
 //! A request keeps its prefix group (the adapter draw, the filter's `user`): the transform runs
-//! after the assignment, and a request without a `user` gets the one its first own block gave.
+//! after the assignment, and a request without a `user` gets the one its first own block gave
+//! (a `no_user` request stays without one). A request that names its own system prompt
+//! (`system_blocks`, an application workload's) has this one in front of it: its system message
+//! becomes both.
 
 use crate::trace::{TraceRequest, TRACE_BLOCK_TOKENS};
 
@@ -41,7 +44,10 @@ pub fn with_system_prompt(trace: Vec<TraceRequest>, tokens: u64) -> Vec<TraceReq
     trace
         .into_iter()
         .map(|mut r| {
-            r.user = Some(r.user_key());
+            if !r.no_user {
+                r.user = Some(r.user_key());
+            }
+            r.system_blocks = r.system_blocks.map(|n| n.saturating_add(blocks as usize));
             let mut ids = prefix.clone();
             ids.append(&mut r.hash_ids);
             r.hash_ids = ids;

@@ -1,10 +1,13 @@
 //! A trace request as OpenAI chat messages (`prewarm-replay live --api chat`).
 //!
-//! The messages' texts, concatenated, are the completion prompt ([`BlockTexts::prompt`]); what
-//! chat adds is where that text is cut into messages:
+//! The messages' texts and the tools' descriptions, concatenated in order, are the completion
+//! prompt ([`BlockTexts::prompt`]); what chat adds is where that text is cut into messages:
 //!
-//! - the leading system-prompt blocks (`--system-prompt-tokens`, [`crate::system_prompt`]) are
-//!   the `system` message, so requests sharing the system prompt share an identical one;
+//! - the leading system-prompt blocks are the `system` message, so requests sharing the system
+//!   prompt share an identical one: the request's own `system_blocks` (an application
+//!   workload's), else the `--system-prompt-tokens` blocks ([`crate::system_prompt`]); the
+//!   request's `tool_blocks` after them are its `tools` ([`super::tools`]: one function tool a
+//!   block, described by the block's text), not a message;
 //! - a request whose block ids extend an earlier request's is that request's next turn (a trace
 //!   states conversations only this way: agentic-sessions' prompts grow turn by turn, Mooncake's
 //!   synthetic trace has none). Its messages are the earlier turn's, then an `assistant` message
@@ -27,6 +30,7 @@ use std::collections::{BTreeSet, HashMap};
 use prewarm_core::tokens::{token_bytes, BYTES_PER_TOKEN};
 use serde::Serialize;
 
+use super::tools::ToolDefinition;
 use crate::render::{BlockTexts, BLOCK_BYTES};
 use crate::system_prompt::SYSTEM_PROMPT_FIRST_ID;
 use crate::trace::TraceRequest;
@@ -47,9 +51,24 @@ pub struct Message {
     pub content: String,
 }
 
-/// Where a prompt's text is cut: each message's role and end byte, in order; the last is the
-/// `user` message ending at the text's end.
-type Cuts = Vec<(Role, usize)>;
+/// What a span of a prompt's text becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Message(Role),
+    /// The request's tools, one a block.
+    Tools,
+}
+
+/// Where a prompt's text is cut: each piece and its end byte, in order; the last is the `user`
+/// message ending at the text's end.
+type Cuts = Vec<(Piece, usize)>;
+
+/// A request as chat: its messages and its tools (empty: none sent).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChatPrompt {
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolDefinition>,
+}
 
 /// A request already rendered.
 #[derive(Debug)]
@@ -74,16 +93,35 @@ pub struct ChatRenderer {
 impl ChatRenderer {
     /// The messages of `request`; call in trace order (a turn extends only earlier requests).
     pub fn messages(&mut self, request: &TraceRequest, texts: &mut BlockTexts) -> Vec<Message> {
+        self.prompt(request, texts).messages
+    }
+
+    /// The messages and tools of `request`; call in trace order.
+    pub fn prompt(&mut self, request: &TraceRequest, texts: &mut BlockTexts) -> ChatPrompt {
         let text = texts.prompt(request);
         let cuts = self.cuts(request, text.len());
+        let mut out = ChatPrompt::default();
         let mut start = 0;
-        cuts.into_iter()
-            .map(|(role, end)| {
-                let content = text.get(start..end).unwrap_or_default().to_string();
-                start = end;
-                Message { role, content }
-            })
-            .collect()
+        for (piece, end) in cuts {
+            let content = text.get(start..end).unwrap_or_default();
+            match piece {
+                Piece::Message(role) => out.messages.push(Message {
+                    role,
+                    content: content.to_string(),
+                }),
+                // tool spans are whole blocks starting on a block boundary
+                Piece::Tools => {
+                    let first = start / BLOCK_BYTES;
+                    let ids = request.hash_ids.iter().skip(first);
+                    let blocks = content.as_bytes().chunks(BLOCK_BYTES);
+                    out.tools.extend(ids.zip(blocks).map(|(id, block)| {
+                        ToolDefinition::of_block(*id, &String::from_utf8_lossy(block))
+                    }));
+                }
+            }
+            start = end;
+        }
+        out
     }
 
     fn cuts(&mut self, request: &TraceRequest, bytes: usize) -> Cuts {
@@ -99,18 +137,11 @@ impl ChatRenderer {
                 let reply = token_bytes(turn.output_length as usize)
                     .min(new.saturating_sub(BYTES_PER_TOKEN));
                 let mut cuts = turn.cuts.clone();
-                cuts.push((Role::Assistant, turn.bytes + reply));
-                cuts.push((Role::User, bytes));
+                cuts.push((Piece::Message(Role::Assistant), turn.bytes + reply));
+                cuts.push((Piece::Message(Role::User), bytes));
                 cuts
             }
-            None => {
-                let system = system_blocks(ids).saturating_mul(BLOCK_BYTES);
-                if system > 0 && system < bytes {
-                    vec![(Role::System, system), (Role::User, bytes)]
-                } else {
-                    vec![(Role::User, bytes)]
-                }
-            }
+            None => first_turn_cuts(request, bytes),
         };
         let whole = bytes == ids.len().saturating_mul(BLOCK_BYTES);
         let rendered = Rendered {
@@ -143,8 +174,28 @@ impl ChatRenderer {
     }
 }
 
-/// How many of `ids`' leading blocks are the system prompt's.
-fn system_blocks(ids: &[u64]) -> usize {
+/// The cuts of a request that continues no earlier one: system prompt, tools, the rest.
+fn first_turn_cuts(request: &TraceRequest, bytes: usize) -> Cuts {
+    let system_blocks = request
+        .system_blocks
+        .unwrap_or_else(|| reserved_system_blocks(&request.hash_ids));
+    let system = system_blocks.saturating_mul(BLOCK_BYTES);
+    let tools = system.saturating_add(request.tool_blocks.unwrap_or(0).saturating_mul(BLOCK_BYTES));
+    let mut cuts = Vec::with_capacity(3);
+    if tools < bytes {
+        if system > 0 {
+            cuts.push((Piece::Message(Role::System), system));
+        }
+        if tools > system {
+            cuts.push((Piece::Tools, tools));
+        }
+    }
+    cuts.push((Piece::Message(Role::User), bytes));
+    cuts
+}
+
+/// How many of `ids`' leading blocks are the `--system-prompt-tokens` prompt's.
+fn reserved_system_blocks(ids: &[u64]) -> usize {
     ids.iter()
         .zip(SYSTEM_PROMPT_FIRST_ID..)
         .take_while(|(id, want)| **id == *want)

@@ -1,9 +1,10 @@
 //! One streamed request: send it, time the first token, read the usage chunk.
 //!
 //! `--api completions` posts `{target}/v1/completions` with the prompt text; `--api chat` posts
-//! `{target}/v1/chat/completions` with the messages ([`super::chat`]). Both carry the same
-//! `model`, `max_tokens`, `user`, `stream: true` and `stream_options: {include_usage: true}`;
-//! the reply is Server-Sent Events. TTFT is the time from sending to the first `data:` event
+//! `{target}/v1/chat/completions` with the messages ([`super::chat`]) and, when the request has
+//! tool definitions, `tools` and `tool_choice: "none"` ([`super::tools`]). Both carry the same
+//! `model`, `max_tokens`, `user` (none when the trace's client sends none), `stream: true` and
+//! `stream_options: {include_usage: true}`; the reply is Server-Sent Events. TTFT is the time from sending to the first `data:` event
 //! carrying a choice — for chat, a choice with output: a `delta` that only names the role (which
 //! OpenAI sends before generating, vLLM with the first token) does not count, unless nothing
 //! else comes. The last event's `usage.prompt_tokens` and
@@ -16,6 +17,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::chat::Message;
+use super::tools::ToolDefinition;
 
 /// Most bytes of event stream read from one reply (a runaway server cannot exhaust memory).
 const MAX_REPLY_BYTES: usize = 16 << 20;
@@ -35,8 +37,8 @@ pub struct Measured {
 pub enum Prompt {
     /// A completion's prompt text.
     Text(String),
-    /// Chat messages.
-    Chat(Vec<Message>),
+    /// Chat messages and tools (empty: no `tools` sent).
+    Chat(Vec<Message>, Vec<ToolDefinition>),
 }
 
 /// One request to send.
@@ -45,7 +47,8 @@ pub struct Outgoing {
     pub model: String,
     pub prompt: Prompt,
     pub max_tokens: u64,
-    pub user: String,
+    /// `None`: the body carries no `user`.
+    pub user: Option<String>,
     /// `(header, tenant)` sent when the request has a tenant.
     pub tenant: Option<(String, String)>,
 }
@@ -53,24 +56,37 @@ pub struct Outgoing {
 impl Outgoing {
     /// The path and JSON body it is sent as (the prompt is moved out).
     pub fn take_body(&mut self) -> (&'static str, Value) {
+        let mut tools = Vec::new();
         let (path, field, prompt) =
             match std::mem::replace(&mut self.prompt, Prompt::Text(String::new())) {
                 Prompt::Text(text) => ("/v1/completions", "prompt", Value::String(text)),
-                Prompt::Chat(messages) => (
-                    "/v1/chat/completions",
-                    "messages",
-                    serde_json::to_value(messages).unwrap_or_default(),
-                ),
+                Prompt::Chat(messages, defined) => {
+                    tools = defined;
+                    (
+                        "/v1/chat/completions",
+                        "messages",
+                        serde_json::to_value(messages).unwrap_or_default(),
+                    )
+                }
             };
         let mut body = json!({
             "model": self.model,
             "max_tokens": self.max_tokens,
             "stream": true,
             "stream_options": {"include_usage": true},
-            "user": self.user,
         });
         if let Some(map) = body.as_object_mut() {
+            if let Some(user) = &self.user {
+                map.insert("user".into(), Value::String(user.clone()));
+            }
             map.insert(field.into(), prompt);
+            if !tools.is_empty() {
+                map.insert(
+                    "tools".into(),
+                    serde_json::to_value(tools).unwrap_or_default(),
+                );
+                map.insert("tool_choice".into(), Value::String("none".into()));
+            }
         }
         (path, body)
     }
@@ -214,7 +230,7 @@ mod tests {
             model: "sg-3".into(),
             prompt,
             max_tokens: 128,
-            user: "group-7".into(),
+            user: Some("group-7".into()),
             tenant: None,
         }
     }
@@ -242,7 +258,7 @@ mod tests {
                 content: "ask".into(),
             },
         ];
-        let (path, body) = outgoing(Prompt::Chat(messages)).take_body();
+        let (path, body) = outgoing(Prompt::Chat(messages, Vec::new())).take_body();
         assert_eq!(path, "/v1/chat/completions");
         assert_eq!(
             body,
@@ -271,6 +287,31 @@ mod tests {
             canonical_prompt(&parsed),
             "<|system|>\nsys\n<|user|>\nask\n"
         );
+    }
+
+    #[test]
+    fn a_request_without_user_sends_none_and_tools_go_with_tool_choice_none() {
+        let messages = vec![Message {
+            role: Role::User,
+            content: "ask".into(),
+        }];
+        let tools = vec![ToolDefinition::of_block(9, "search the catalogue")];
+        let mut req = outgoing(Prompt::Chat(messages, tools.clone()));
+        req.user = None;
+        let (_, body) = req.take_body();
+        assert!(body.get("user").is_none(), "{body}");
+        assert_eq!(body["tools"], serde_json::to_value(&tools).unwrap());
+        assert_eq!(body["tool_choice"], "none");
+        let parsed = parse_request(
+            Endpoint::ChatCompletions,
+            body.to_string().as_bytes(),
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(parsed.user, None);
+        let sent = parsed.extras.tools.as_ref().map(|t| t.get().to_string());
+        let sent: Value = serde_json::from_str(&sent.unwrap()).unwrap();
+        assert_eq!(sent[0]["function"]["description"], "search the catalogue");
     }
 
     fn read(events: &[(&str, f64)]) -> Option<Measured> {
