@@ -5,6 +5,18 @@
 //! ENGINE-FACTS quotes; the adapter figures follow its LoRA notes (a disk load of tens to hundreds
 //! of milliseconds that grows with the adapter's size, i.e. its rank; a host→GPU copy of a few
 //! milliseconds).
+//!
+//! A profile also says how big the model's KV cache is on its GPUs ([`LatencyProfile::kv_blocks`]),
+//! derived as vLLM sizes it: the GPU's memory × `gpu_memory_utilization` (default 0.9), less the
+//! weights (bf16, 2 bytes a parameter) and the profiled activation peak (≈ 4 GiB at the default
+//! `max_num_batched_tokens`), divided by the KV bytes of one token (layers × 2 × KV heads × head
+//! dim × 2 bytes), in 16-token blocks:
+//!
+//! - Llama 3.1 8B on one H100 80 GB (79.2 GiB visible): 71.3 − 15.0 − 4.3 ≈ 52 GiB; a token is
+//!   32 × 2 × 8 × 128 × 2 B = 128 KiB; 52 GiB / 128 KiB = 425,984 tokens = 26,624 blocks;
+//! - Llama 3.1 70B on 8 × H100 (tensor parallel 8, each GPU holds 1/8 of the weights and of
+//!   every token's KV): 71.3 − 16.4 − 4.3 ≈ 50.6 GiB a GPU; a token is 80 × 2 × 8 × 128 × 2 B /
+//!   8 = 40 KiB a GPU; 50.6 GiB / 40 KiB ≈ 1.33 M tokens = 82,944 blocks.
 
 use serde::Serialize;
 
@@ -25,6 +37,8 @@ pub struct LatencyProfile {
     pub adapter_activation_base: f64,
     /// Copying an adapter into a GPU slot: additional seconds per unit of LoRA rank.
     pub adapter_activation_per_rank: f64,
+    /// KV blocks (16 tokens each) the model's cache has on these GPUs (module docs).
+    pub kv_blocks: usize,
 }
 
 impl LatencyProfile {
@@ -38,6 +52,7 @@ impl LatencyProfile {
         adapter_load_per_rank: 0.005,
         adapter_activation_base: 0.002,
         adapter_activation_per_rank: 0.000_25,
+        kv_blocks: 26_624,
     };
 
     /// Llama 3.1 70B on 8×H100: 80 ms + 500 µs per uncached token, 25 ms between tokens;
@@ -50,6 +65,7 @@ impl LatencyProfile {
         adapter_load_per_rank: 0.010,
         adapter_activation_base: 0.004,
         adapter_activation_per_rank: 0.000_5,
+        kv_blocks: 82_944,
     };
 
     /// Names accepted by [`LatencyProfile::named`].
@@ -62,6 +78,12 @@ impl LatencyProfile {
             "llama-70b-8xh100" => Some(Self::LLAMA_70B_8XH100),
             _ => None,
         }
+    }
+
+    /// The profile called `name`; `Err` says which names there are (`"x": must be one of …`),
+    /// for the caller to prefix with its flag or field.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Self::named(name).ok_or_else(|| format!("{name:?}: must be one of {:?}", Self::NAMES))
     }
 
     /// Prefill time of `uncached` prompt tokens (without adapter costs).

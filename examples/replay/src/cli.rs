@@ -1,8 +1,9 @@
 //! The `prewarm-replay` command line: `offline` (virtual time, every policy), `live` (over
 //! HTTP), `report` (live runs' per-request records side by side), `assignment` (the adapters,
-//! tenants and tiers a trace slice gets) and `embeddings` (ShareGPT prompts with Zipf repeats
-//! against `/v1/embeddings`). Flags are documented in docs/evaluation.md (`embeddings`: in
-//! docs/embeddings.md) with their defaults and units.
+//! tenants and tiers a trace slice gets), `embeddings` (ShareGPT prompts with Zipf repeats
+//! against `/v1/embeddings`) and `workload` (writes the application workload's trace,
+//! docs/workload.md). Flags are documented in docs/evaluation.md (`embeddings`: in
+//! docs/embeddings.md, `workload`: in docs/workload.md) with their defaults and units.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,6 +40,8 @@ pub enum Command {
     Assignment(TraceArgs),
     /// ShareGPT prompts with Zipf repeats against `/v1/embeddings`; a JSON summary on stdout.
     Embeddings(crate::embeddings::EmbeddingsArgs),
+    /// Writes an application workload (docs/workload.md) as a trace; a JSON summary on stdout.
+    Workload(crate::workload::WorkloadArgs),
 }
 
 /// Which requests of which trace, with which adapters (every subcommand that reads a trace).
@@ -104,9 +107,10 @@ pub struct OfflineArgs {
     /// podsim latency profile (`llama-8b-h100`, `llama-70b-8xh100`).
     #[arg(long, default_value = "llama-8b-h100")]
     pub profile: String,
-    /// KV blocks (16 tokens each) per pod.
-    #[arg(long, default_value_t = 32_768)]
-    pub kv_blocks: usize,
+    /// KV blocks (16 tokens each) per pod; default: what the profile's model has on its GPUs
+    /// (26,624 for `llama-8b-h100`; podsim's `profile.rs` derives it).
+    #[arg(long)]
+    pub kv_blocks: Option<usize>,
     /// GPU adapter slots per pod (vLLM `--max-loras`).
     #[arg(long, default_value_t = 4)]
     pub max_loras: usize,
@@ -190,6 +194,7 @@ pub fn prepare(args: &TraceArgs) -> Result<(Vec<TraceRequest>, Assignment), Stri
     if args.one_shot_users {
         for (i, r) in trace.iter_mut().enumerate() {
             r.user = Some(format!("visitor-{i}"));
+            r.no_user = false;
         }
     }
     Ok((trace, assignment))
@@ -264,11 +269,19 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         }
         events.push(FleetEvent::RestartPod { index, at_s });
     }
+    let profile =
+        podsim::LatencyProfile::parse(&args.profile).map_err(|e| format!("--profile: {e}"))?;
+    let kv_blocks = args.kv_blocks.unwrap_or(profile.kv_blocks);
+    if !(2..=1 << 24).contains(&kv_blocks) {
+        return Err(format!(
+            "--kv-blocks: {kv_blocks}: must be between 2 and 16777216"
+        ));
+    }
     let (trace, assignment) = prepare(&args.common)?;
     let fleet = FleetSpec {
         pods: args.pods,
         profile: args.profile.clone(),
-        kv_blocks: args.kv_blocks,
+        kv_blocks,
         max_loras: args.max_loras,
         max_cpu_loras: args.max_cpu_loras,
         adapter_rank: args.adapter_rank,

@@ -40,6 +40,8 @@ pub struct PolicyReport {
     pub new_pod_requests: usize,
     /// Token hit ratio of those requests (cold misses on new pods show here).
     pub new_pod_token_hit_ratio: Option<f64>,
+    /// Adapter hit ratio of those requests (the adapter was in a GPU slot).
+    pub new_pod_adapter_hit_ratio: Option<f64>,
     /// The most requests one pod received in a minute over the mean of the pods up in that
     /// minute, the highest over the run's whole minutes ([`peak_minute_load`]).
     pub peak_minute_load: Option<f64>,
@@ -153,6 +155,10 @@ pub fn summarize(
         warmup_prefill_tokens,
         new_pod_requests: new_pod.len(),
         new_pod_token_hit_ratio: token_hit_ratio(fresh.iter().copied()),
+        new_pod_adapter_hit_ratio: {
+            let hits: Vec<bool> = fresh.iter().filter_map(|o| o.adapter_hit).collect();
+            ratio(hits.iter().filter(|h| **h).count(), hits.len())
+        },
         new_pod_ttft_p95_ms: if has_events {
             percentile(&mut new_pod, 95.0)
         } else {

@@ -29,6 +29,10 @@ pub struct Record {
     pub arrival_s: f64,
     /// The `user` sent (the trace's, else the prefix group).
     pub user: String,
+    /// The prefix group a warm-up would warm it for: its application when the trace names one
+    /// (every request of an application shares its system prompt), else its `user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Adapter requested (`None`: the base model).
     pub adapter: Option<String>,
     pub tenant: Option<String>,
@@ -58,6 +62,11 @@ pub struct Record {
 impl Record {
     pub fn served(&self) -> bool {
         self.error.is_none() && self.ttft_ms.is_some()
+    }
+
+    /// Its prefix group: the application, else the user.
+    pub fn prefix_group(&self) -> &str {
+        self.group.as_deref().unwrap_or(&self.user)
     }
 }
 
@@ -148,10 +157,16 @@ pub fn outcomes(records: &[Record]) -> Outcomes {
             Some(i) => i,
             None => {
                 out.pods.push(pod.clone());
-                out.windows.push(r.pod_new_since_s.into_iter().collect());
+                out.windows.push(Vec::new());
                 out.pods.len() - 1
             }
         };
+        // a pod's windows: every event its records name (a join, each restart)
+        if let (Some(since), Some(w)) = (r.pod_new_since_s, out.windows.get_mut(index)) {
+            if !w.contains(&since) {
+                w.push(since);
+            }
+        }
         out.outcomes.push(Outcome {
             request: r.request,
             arrival_s: r.arrival_s,
@@ -175,6 +190,7 @@ mod tests {
             request,
             arrival_s: request as f64,
             user: format!("group-{}", request % 3),
+            group: None,
             adapter: Some("sg-1".into()),
             tenant: Some("sg-1".into()),
             tier: Some(Tier::Gold),

@@ -412,7 +412,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
         }
     };
     let fp = FingerprintConfig::default();
-    let mut filter = FilterVm::new(&fleet.lock().unwrap().base_model().to_string());
+    let mut filter = FilterVm::new(fleet.lock().unwrap().base_model());
     let mut fallback = RoundRobin::default();
     let mut index = PrefixIndex::for_fleet(&fleet.lock().unwrap());
     let mut routed = Vec::new();

@@ -11,6 +11,7 @@ pub fn record(request: usize, arrival_s: f64, pod: Option<&str>, ttft_ms: f64) -
         request,
         arrival_s,
         user: format!("group-{}", request % 4),
+        group: None,
         adapter: Some("sg-1".into()),
         tenant: Some("sg-1".into()),
         tier: Some(Tier::Gold),

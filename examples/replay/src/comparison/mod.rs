@@ -34,14 +34,14 @@ use crate::record::{outcomes, read_records, Record};
 use crate::scenario::NEW_POD_WINDOW_S;
 
 /// Most runs in one report.
-pub const MAX_RUNS: usize = 4;
+pub const MAX_RUNS: usize = 12;
 /// Longest accepted `fleet.json`.
 const MAX_FLEET_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
     /// `LABEL=DIR`: a run (its `outcomes.jsonl`, optional `fleet.json`); repeatable, one column
-    /// each, in order.
+    /// per label, in order; runs with the same label are repeats (median and range).
     #[arg(long = "run", required = true)]
     pub runs: Vec<String>,
     /// Write `summary.json` and `charts/{token_hit_ratio,ttft_p95}.png` here.

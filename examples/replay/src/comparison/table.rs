@@ -1,4 +1,7 @@
-//! The side-by-side table `prewarm-replay report` prints: one row per figure, one column per run.
+//! The side-by-side table `prewarm-replay report` prints: one row per figure, one column per
+//! label. Runs given the same label are repeats of one configuration: their column shows each
+//! figure's median and, in brackets, the lowest and highest of the repeats (a machine shared
+//! with other work moves figures between runs; the spread says how far).
 
 use std::fmt::Write as _;
 
@@ -26,6 +29,25 @@ fn thousands(n: u64) -> String {
 }
 
 impl Cell {
+    /// The number a numeric cell holds.
+    fn number(&self) -> Option<f64> {
+        match self {
+            Self::Ms(v) | Self::Ratio(v) => *v,
+            Self::Count(v) => v.map(|n| n as f64),
+            Self::Text(_) => None,
+        }
+    }
+
+    /// The same kind of cell holding `v`.
+    fn with(&self, v: f64) -> Self {
+        match self {
+            Self::Ms(_) => Self::Ms(Some(v)),
+            Self::Ratio(_) => Self::Ratio(Some(v)),
+            Self::Count(_) => Self::Count(Some(v.round().max(0.0) as u64)),
+            Self::Text(_) => Self::Text(String::new()),
+        }
+    }
+
     fn text(&self) -> String {
         match self {
             Self::Ms(Some(v)) => format!("{} ms", thousands(v.round().max(0.0) as u64)),
@@ -40,7 +62,7 @@ impl Cell {
 type Row = (&'static str, fn(&RunSummary) -> Cell);
 
 /// The table's rows: label and cell.
-const ROWS: [Row; 16] = [
+const ROWS: [Row; 17] = [
     ("new-pod TTFT p50 (first 5 min)", |s| {
         Cell::Ms(s.new_pod_ttft_p50_ms)
     }),
@@ -49,6 +71,9 @@ const ROWS: [Row; 16] = [
     }),
     ("new-pod token hit ratio", |s| {
         Cell::Ratio(s.figures.new_pod_token_hit_ratio)
+    }),
+    ("new-pod adapter hit ratio", |s| {
+        Cell::Ratio(s.figures.new_pod_adapter_hit_ratio)
     }),
     ("new-pod requests", |s| {
         Cell::Count(Some(s.figures.new_pod_requests as u64))
@@ -89,19 +114,67 @@ const ROWS: [Row; 16] = [
     }),
 ];
 
-/// The side-by-side table: one row per figure, one column per run.
+/// One label's cell of a figure over its repeats: the cell itself for one run; else the
+/// median (the lower middle of an even count: a count stays a count) and `[lowest–highest]`
+/// of the repeats that have the figure, `n/a` when none has it; texts are joined with ` · `.
+fn spread(cells: &[Cell]) -> String {
+    let [one] = cells else {
+        let mut numbers: Vec<f64> = cells.iter().filter_map(Cell::number).collect();
+        let Some(kind) = cells.first() else {
+            return String::new();
+        };
+        if let Cell::Text(_) = kind {
+            let texts: Vec<String> = cells.iter().map(Cell::text).collect();
+            return texts.join(" · ");
+        }
+        numbers.sort_by(f64::total_cmp);
+        let middle = numbers.len().saturating_sub(1) / 2;
+        let (Some(lo), Some(hi), Some(median)) = (
+            numbers.first(),
+            numbers.last(),
+            numbers.get(middle).copied(),
+        ) else {
+            return "n/a".into();
+        };
+        return format!(
+            "{} [{}–{}]",
+            kind.with(median).text(),
+            kind.with(*lo).text(),
+            kind.with(*hi).text()
+        );
+    };
+    one.text()
+}
+
+/// The side-by-side table: one row per figure, one column per label (its runs in input order,
+/// repeats of a label together, [`spread`]).
 pub fn comparison_table(runs: &[RunSummary]) -> String {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in runs {
+        if !labels.contains(&r.figures.policy.as_str()) {
+            labels.push(&r.figures.policy);
+        }
+    }
+    let repeats = |label: &str| -> Vec<&RunSummary> {
+        runs.iter().filter(|r| r.figures.policy == label).collect()
+    };
     let mut rows: Vec<Vec<String>> = vec![std::iter::once(String::new())
-        .chain(runs.iter().map(|r| r.figures.policy.clone()))
+        .chain(labels.iter().map(|l| match repeats(l).len() {
+            1 => l.to_string(),
+            n => format!("{l} ({n} runs)"),
+        }))
         .collect()];
     for (label, cell) in ROWS {
         rows.push(
             std::iter::once(label.to_string())
-                .chain(runs.iter().map(|r| cell(r).text()))
+                .chain(labels.iter().map(|l| {
+                    let cells: Vec<Cell> = repeats(l).into_iter().map(cell).collect();
+                    spread(&cells)
+                }))
                 .collect(),
         );
     }
-    let columns = runs.len() + 1;
+    let columns = labels.len() + 1;
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
             rows.iter()
@@ -140,6 +213,14 @@ mod tests {
     use crate::comparison::figures::summarize_run;
     use crate::comparison::fixtures::{fixture, fleet};
 
+    fn a_copy() -> RunSummary {
+        summarize_run("prewarm", &fixture(), Some(fleet()))
+    }
+
+    fn b_copy() -> RunSummary {
+        summarize_run("warm-up disabled", &fixture()[..3], None)
+    }
+
     #[test]
     fn the_table_puts_runs_side_by_side() {
         let a = summarize_run("prewarm", &fixture(), Some(fleet()));
@@ -177,6 +258,18 @@ mod tests {
             ["requests sent / failed", "7 / 1", "3 / 0"]
         );
         assert_eq!(thousands(1_042_295), "1,042,295");
+        // repeats of a label: one column, the median and the range
+        let again = summarize_run("prewarm", &fixture()[..3], None);
+        let text = comparison_table(&[a_copy(), b_copy(), again]);
+        assert!(
+            text.lines().next().unwrap().contains("prewarm (2 runs)"),
+            "{text}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("token hit ratio (all"))
+            .unwrap();
+        assert!(line.contains("76.7 % [76.7 %–90.0 %]"), "{line}");
         assert_eq!(thousands(203), "203");
     }
 }

@@ -4,10 +4,12 @@
 //! earlier turns, the rest), with `--api completions` as a completion of the rendered text; with
 //! bounded concurrency, `--max-requests`, `--until-s` and `--duration`.
 //!
-//! Each request carries `user` (the trace's, else its prefix group, as offline) and the tenant
-//! in `--tenant-header`. Requests are attributed to the pod named by the `--pod-header` response
-//! header (Envoy adds it from `%UPSTREAM_HOST%`), else to the target; which pods are new, the
-//! adapter-load estimate and the first requests of prefixes hot at a join are [`records`]'s.
+//! Each request carries `user` (the trace's, else its prefix group, as offline; none for a
+//! `no_user` request) and the tenant in `--tenant-header`; with `--api chat`, a request's
+//! `tool_blocks` go as its `tools` ([`tools`]). Requests are attributed to the pod named by the
+//! `--pod-header` response header (Envoy adds it from `%UPSTREAM_HOST%`), else to the target;
+//! which pods are new, the adapter-load estimate and the first requests of prefixes hot at a
+//! join are [`records`]'s.
 //! It prints `replay: started` when the first request is due (orchestrators time fleet events
 //! from it) and, every `--progress-every` seconds, a progress line (sent, done, failed, TTFT p95
 //! so far, token hit ratio so far). The report has the offline keys; what a client cannot
@@ -17,6 +19,7 @@
 pub mod chat;
 pub mod records;
 pub mod stream;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -75,6 +78,10 @@ pub struct LiveArgs {
     /// Pods first seen at or after this trace second count as new.
     #[arg(long)]
     pub scale_at: Option<f64>,
+    /// `POD@T`: POD (as the pod header names it) joined or restarted at trace second T; its
+    /// requests count as new from its latest such event (repeatable).
+    #[arg(long = "pod-event")]
+    pub pod_events: Vec<String>,
     /// The base model name sent when a request has no adapter.
     #[arg(long, default_value = "meta-llama/Llama-3.1-8B-Instruct")]
     pub model: String,
@@ -162,12 +169,7 @@ fn check(args: &LiveArgs) -> Result<(), String> {
         return Err("--hot-requests: 0: must be at least 1".into());
     }
     if let Some(name) = &args.profile {
-        if podsim::LatencyProfile::named(name).is_none() {
-            return Err(format!(
-                "--profile: {name:?}: must be one of {:?}",
-                podsim::LatencyProfile::NAMES
-            ));
-        }
+        podsim::LatencyProfile::parse(name).map_err(|e| format!("--profile: {e}"))?;
         // the estimate compares TTFTs with the profile's model-time figures
         if !args.model_time && args.time_scale != 1.0 {
             return Err(format!(
@@ -175,6 +177,7 @@ fn check(args: &LiveArgs) -> Result<(), String> {
             ));
         }
     }
+    pod_events(args)?;
     if !(args.target.starts_with("http://") || args.target.starts_with("https://")) {
         return Err(format!(
             "--target: {:?}: must be an http:// URL",
@@ -182,6 +185,23 @@ fn check(args: &LiveArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// `--pod-event POD@T` values: (pod, trace second).
+fn pod_events(args: &LiveArgs) -> Result<Vec<(String, f64)>, String> {
+    args.pod_events
+        .iter()
+        .map(|v| {
+            let bad =
+                || format!("--pod-event: {v:?}: expected POD@SECONDS, e.g. 127.0.0.1:8001@240");
+            let (pod, at) = v.rsplit_once('@').ok_or_else(bad)?;
+            let at: f64 = at.trim().trim_end_matches('s').parse().map_err(|_| bad())?;
+            if pod.is_empty() || pod.len() > 256 || !(at.is_finite() && at >= 0.0) {
+                return Err(bad());
+            }
+            Ok((pod.to_string(), at))
+        })
+        .collect()
 }
 
 fn progress_line(tally: &Measurements, sent: usize, time_factor: f64) -> String {
@@ -225,6 +245,7 @@ pub fn run_live(args: &LiveArgs) -> Result<(), String> {
         time_factor: time_factor(args),
         new_pods: args.new_pods.clone(),
         scale_at: args.scale_at,
+        events: pod_events(args)?,
         hot_requests: args.hot_requests,
         adapter_estimate: args
             .profile
@@ -358,13 +379,16 @@ async fn dispatch(
         let outgoing = Outgoing {
             model: adapter.unwrap_or_else(|| args.model.clone()),
             prompt: match args.api {
-                Api::Chat => Prompt::Chat(chat.messages(r, &mut texts)),
+                Api::Chat => {
+                    let chat = chat.prompt(r, &mut texts);
+                    Prompt::Chat(chat.messages, chat.tools)
+                }
                 Api::Completions => Prompt::Text(texts.prompt(r)),
             },
             max_tokens: args
                 .max_output_tokens
                 .map_or(r.output_length, |cap| r.output_length.min(cap)),
-            user: r.user_key(),
+            user: r.sent_user(),
             tenant: assignment
                 .tenants
                 .get(i)
@@ -416,6 +440,22 @@ mod tests {
         match Cli::try_parse_from(argv)?.command {
             Command::Live(a) => Ok(a),
             _ => unreachable!("live was asked for"),
+        }
+    }
+
+    #[test]
+    fn pod_events_name_a_pod_and_a_trace_second() {
+        let a = live(&["--pod-event", "127.0.0.1:8001@240s", "--pod-event", "p@0"]).unwrap();
+        assert_eq!(
+            pod_events(&a).unwrap(),
+            [
+                ("127.0.0.1:8001".to_string(), 240.0),
+                ("p".to_string(), 0.0)
+            ]
+        );
+        for bad in ["127.0.0.1:8001", "@5", "p@-1", "p@x"] {
+            let a = live(&["--pod-event", bad]).unwrap();
+            assert!(check(&a).unwrap_err().starts_with("--pod-event:"), "{bad}");
         }
     }
 

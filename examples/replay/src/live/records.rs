@@ -3,13 +3,16 @@
 //! new pod of prefixes that were hot when it joined.
 //!
 //! - A pod is new when `--new-pods` lists it or it was first seen at or after `--scale-at`; its
-//!   window starts at `--scale-at` (else when it was first seen).
+//!   window starts at `--scale-at` (else when it was first seen). With `--pod-event POD@T` (a
+//!   join or a restart of POD at trace second T, repeatable) a request's pod is new from the
+//!   latest of its pod's events at or before the request's arrival.
 //! - HTTP does not say whether a request's adapter had to be loaded. With `--profile` (the pods
 //!   are podsim with that latency profile, or an engine measured to match it) a request is
 //!   counted as having paid a disk load when its TTFT exceeds what its uncached tokens explain
 //!   (`profile.prefill(prompt − cached)`) by at least half the profile's disk load for
 //!   `--adapter-rank`; queueing can also cause such an excess, so this is an estimate.
-//! - *First hot at join*: a new pod's first request of a prefix group (the `user`) within its
+//! - *First hot at join*: a new pod's first request of a prefix group (the application when the
+//!   trace names one, else the `user`) within its
 //!   window, when at least `--hot-requests` requests of that group arrived before the pod
 //!   joined — the filter's streak, so the gateway had been told the prefix was hot. These are
 //!   the requests a warm-up can serve warm; a group first sent after the join no warm-up knows.
@@ -43,6 +46,8 @@ pub struct Reading {
     pub time_factor: f64,
     pub new_pods: Vec<String>,
     pub scale_at: Option<f64>,
+    /// Joins and restarts: (pod, trace second).
+    pub events: Vec<(String, f64)>,
     pub hot_requests: usize,
     /// Profile and adapter rank of the adapter-load estimate.
     pub adapter_estimate: Option<(LatencyProfile, u32)>,
@@ -73,7 +78,16 @@ pub fn build(
             first_seen.entry(pod).or_insert(r.arrival_s());
         }
     }
-    let new_since = |pod: &str| -> Option<f64> {
+    let new_since = |pod: &str, arrival_s: f64| -> Option<f64> {
+        let event = reading
+            .events
+            .iter()
+            .filter(|(p, at)| p == pod && *at <= arrival_s)
+            .map(|(_, at)| *at)
+            .max_by(f64::total_cmp);
+        if event.is_some() {
+            return event;
+        }
         let seen = *first_seen.get(pod)?;
         let listed = reading.new_pods.iter().any(|n| n == pod);
         let late = reading.scale_at.is_some_and(|at| seen >= at);
@@ -88,6 +102,7 @@ pub fn build(
             request: i,
             arrival_s: r.arrival_s(),
             user: r.user_key(),
+            group: r.app.clone(),
             adapter,
             tenant,
             tier,
@@ -105,7 +120,7 @@ pub fn build(
             let prompt = m.prompt_tokens.unwrap_or(r.input_length);
             let cached = m.cached_tokens.unwrap_or(0).min(prompt);
             let ttft_s = m.ttft_s * reading.time_factor;
-            record.pod_new_since_s = new_since(&pod);
+            record.pod_new_since_s = new_since(&pod, r.arrival_s());
             record.pod = Some(pod);
             record.ttft_ms = Some(ttft_s * 1000.0);
             record.prompt_tokens = prompt;
@@ -142,13 +157,13 @@ pub fn mark_first_hot_at_join(records: &mut [Record], hot_requests: usize) {
             records
                 .iter()
                 .filter(move |r| r.arrival_s < f64::from_bits(join))
-                .map(move |r| (join, r.user.as_str()))
+                .map(move |r| (join, r.prefix_group()))
         })
         .fold(HashMap::new(), |mut counts, key| {
             *counts.entry(key).or_default() += 1;
             counts
         });
-    let mut seen: HashSet<(String, String)> = HashSet::new();
+    let mut seen: HashSet<(String, u64, String)> = HashSet::new();
     let mut marks = Vec::new();
     for (k, r) in records.iter().enumerate() {
         let (Some(pod), Some(join), true) = (&r.pod, r.pod_new_since_s, r.served()) else {
@@ -157,11 +172,11 @@ pub fn mark_first_hot_at_join(records: &mut [Record], hot_requests: usize) {
         if !(r.arrival_s >= join && r.arrival_s < join + NEW_POD_WINDOW_S) {
             continue;
         }
-        if !seen.insert((pod.clone(), r.user.clone())) {
+        if !seen.insert((pod.clone(), join.to_bits(), r.prefix_group().to_string())) {
             continue;
         }
         let hot = before
-            .get(&(join.to_bits(), r.user.as_str()))
+            .get(&(join.to_bits(), r.prefix_group()))
             .is_some_and(|&n| n >= hot_requests);
         if hot {
             marks.push(k);
@@ -194,9 +209,37 @@ mod tests {
             time_factor: 10.0,
             new_pods: Vec::new(),
             scale_at: Some(600.0),
+            events: Vec::new(),
             hot_requests: 2,
             adapter_estimate: Some((LatencyProfile::LLAMA_8B_H100, 16)),
         }
+    }
+
+    #[test]
+    fn a_restarted_pod_is_new_again_from_its_restart_and_hot_groups_count_per_event() {
+        // pod "a" serves from the start and restarts at 300 s; group 1 is sent before it
+        let at = |s: u64, group: u64| TraceRequest::synthetic(s * 1000, &[group, 99], 1000, 4);
+        let trace = vec![at(100, 1), at(200, 1), at(310, 1), at(320, 1), at(700, 1)];
+        let mut m = Measurements::default();
+        for i in 0..trace.len() {
+            m.served.push((i, measured("a", 0.01, 0)));
+        }
+        let reading = Reading {
+            events: vec![("a".into(), 300.0)],
+            ..reading()
+        };
+        let a = assign(&trace, None, 1, 0.1, 0.2);
+        let records = build(&trace, &a, trace.len(), m, &reading);
+        let since: Vec<Option<f64>> = records.iter().map(|r| r.pod_new_since_s).collect();
+        assert_eq!(since, [None, None, Some(300.0), Some(300.0), Some(300.0)]);
+        let firsts: Vec<usize> = records
+            .iter()
+            .filter(|r| r.first_hot_at_join)
+            .map(|r| r.request)
+            .collect();
+        assert_eq!(firsts, [2], "the first request after the restart, once");
+        let run = crate::record::outcomes(&records);
+        assert_eq!(run.windows, vec![vec![300.0]]);
     }
 
     #[test]

@@ -29,13 +29,8 @@ pub type FleetError = Vec<String>;
 impl Fleet {
     /// `spec.pods` cold pods with `adapters` registered.
     pub fn new(spec: &FleetSpec, adapters: &[String]) -> Result<Self, FleetError> {
-        let latency = LatencyProfile::named(&spec.profile).ok_or_else(|| {
-            vec![format!(
-                "profile: {:?}: must be one of {:?}",
-                spec.profile,
-                LatencyProfile::NAMES
-            )]
-        })?;
+        let latency =
+            LatencyProfile::parse(&spec.profile).map_err(|e| vec![format!("profile: {e}")])?;
         let config = PodConfig {
             max_model_len: 1 << 20,
             num_gpu_blocks: spec.kv_blocks,

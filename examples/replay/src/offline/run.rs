@@ -131,7 +131,8 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
         let model = adapter.clone().unwrap_or_else(|| base.clone());
         let canonical = texts.prompt(r);
         let chain = memo.chain(&model, r, &mut texts);
-        let user = r.user_key();
+        // the filter sees the user the client sends: none for a `no_user` request
+        let user = r.sent_user();
         let ctx = RequestCtx {
             index: i,
             now_s: now,
@@ -139,7 +140,7 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
             adapter: adapter.as_deref(),
             tenant: tenant.as_deref(),
             tier,
-            user: Some(&user),
+            user: user.as_deref(),
             canonical: &canonical,
             chain: &chain,
             max_tokens: r.output_length,

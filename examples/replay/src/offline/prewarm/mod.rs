@@ -5,7 +5,8 @@
 //! - pods: the initial pods are added and come up in the first health round (each one's
 //!   `/v1/models` reconciled, then its warm-up started, as the gateway does); a joining pod is
 //!   added and comes up at the next health round, as an operator's `POST /admin/pods` does; a
-//!   restarting pod fails `unhealthy_after` health checks, then comes up;
+//!   restarting pod restarts between two health rounds (its counters reset at the next one,
+//!   which the core takes for a restart and handles as a join);
 //! - every `health_interval` (the gateway's default, 1 s): every pod's load (its KV usage,
 //!   queue, cache geometry and prefix-cache counters, as `/metrics` reports them), every 5th
 //!   round its served adapters (`/v1/models`);
@@ -401,7 +402,7 @@ impl Policy for Prewarm {
         "prewarm"
     }
 
-    fn on_event(&mut self, fleet: &mut Fleet, event: FleetEvent, now_s: f64) {
+    fn on_event(&mut self, fleet: &mut Fleet, event: FleetEvent, _now_s: f64) {
         match event {
             FleetEvent::AddPods { .. } => {
                 let known = self.core.pods().count();
@@ -417,13 +418,10 @@ impl Policy for Prewarm {
                     self.add(&id);
                 }
             }
-            FleetEvent::RestartPod { index, .. } => {
-                let failures = self.config.gateway.pods.unhealthy_after.max(1);
-                for _ in 0..failures {
-                    self.check(fleet, index, false, false, now_s);
-                }
-                self.check(fleet, index, true, false, now_s);
-            }
+            // A quick restart, as Kubernetes restarts a container: no health check fails; the
+            // next round's scrape shows the pod's prefix-cache counters reset, which the core
+            // takes for a restart (`fleet::restart`) and handles as a join.
+            FleetEvent::RestartPod { .. } => {}
         }
     }
 
