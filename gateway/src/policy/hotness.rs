@@ -965,6 +965,7 @@ impl PromptPool {
                     routing_key: routing_key(&e.blocks, fingerprint)?,
                     tokens: blocks_to_tokens(e.blocks.len(), fingerprint),
                     hotness,
+                    fleet_wide: false,
                 })
             })
             .collect()

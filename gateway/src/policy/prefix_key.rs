@@ -66,6 +66,10 @@ pub struct HotPrefix {
     pub tokens: usize,
     /// Current hotness.
     pub hotness: f64,
+    /// Every shard of it is common to the fleet (cached on at least `COMMON_HOLDERS` pods): the
+    /// requests that start with it are keyed past it and spread over every pod, a joining one
+    /// included, so every pod's warm-up prefills it.
+    pub fleet_wide: bool,
 }
 
 #[cfg(test)]

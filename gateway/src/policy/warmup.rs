@@ -3,7 +3,12 @@
 //! [`plan_warmup`]: the pod's adapters first; then, of the hot prefixes (hottest first), those
 //! whose placement — core's `placement::place` over the candidate pods *with the new pod
 //! included*, keyed by the prefix's routing key — is the new pod: exactly the keys that move to
-//! it, in the order `warmup.sampling` gives them ([`sampling`]: hottest first by default, or the
+//! it; and those common to the whole fleet (`HotPrefix::fleet_wide`: every shard cached on at
+//! least three pods, as an application's system prompt becomes once its conversations overflow
+//! one pod). Those have no one pod: the filter keys a request past them, so conversations that
+//! start with them spread over every pod like a hash, the joining one included, and each of its
+//! first such conversations would otherwise prefill the whole shared prompt. In the order
+//! `warmup.sampling` gives them ([`sampling`]: hottest first by default, or the
 //! pool's semantic groups covered by hotness). The first `first_tier` (100) of them form the
 //! first tier, the next up to `second_tier` (1,000) the second, the rest are left to be warmed
 //! lazily (by traffic and keep-warm).
@@ -195,7 +200,7 @@ pub fn plan_warmup_scoped(
         let Some(me) = among.iter().position(|c| c.id == pod) else {
             continue;
         };
-        if wins(h.routing_key.0, me, among) {
+        if h.fleet_wide || wins(h.routing_key.0, me, among) {
             moved.push(h);
         }
     }

@@ -68,11 +68,13 @@ impl Fleet {
     pub fn hot_prefixes(&self, limit: usize) -> Vec<HotPrefix> {
         let mut hot = self.pool.hot_prefixes(limit, &self.config.fingerprint);
         for h in &mut hot {
-            if let Some(key) = self
-                .pool
-                .get(&h.key)
-                .and_then(|v| self.placement_key(v.blocks))
-            {
+            let Some(blocks) = self.pool.get(&h.key).map(|v| v.blocks) else {
+                continue;
+            };
+            let common = self.common_shards(blocks);
+            h.fleet_wide =
+                common > 0 && common == shards_of(blocks, &self.config.fingerprint).len();
+            if let Some(key) = self.placement_key(blocks) {
                 h.routing_key = key;
             }
         }

@@ -124,6 +124,7 @@ mod tests {
             routing_key: BlockHash(i),
             tokens: 512,
             hotness,
+            fleet_wide: false,
         }
     }
 

@@ -19,6 +19,7 @@ fn hot(n: u64, salt: u64) -> Vec<HotPrefix> {
                 routing_key: BlockHash(h ^ 0x5555),
                 tokens: 512,
                 hotness: (n - i) as f64,
+                fleet_wide: false,
             }
         })
         .collect()
@@ -72,6 +73,37 @@ fn the_plan_takes_exactly_the_keys_that_move_hottest_first() {
     assert_eq!(planned, moved, "exactly the moving keys, in hotness order");
     let share = moved.len() as f64 / 12_000.0;
     assert!((share - 1.0 / 6.0).abs() < 0.02, "share {share}");
+}
+
+#[test]
+fn a_prefix_common_to_the_fleet_is_in_every_joining_pods_plan_by_hotness() {
+    let pods = ids(6);
+    let all = cands(&pods);
+    let mut prefixes = hot(60, 3);
+    // the third hottest is an application's system prompt, cached fleet-wide
+    prefixes[2].fleet_wide = true;
+    let shared = prefixes[2].key;
+    for pod in &pods {
+        let plan = plan_warmup(pod, &all, &[], &prefixes, &WarmupConfig::default());
+        let at = plan.first_tier.iter().position(|k| *k == shared);
+        assert!(at.is_some(), "{pod}: {:?}", plan.first_tier);
+        // it keeps its place by hotness among the keys that move to the pod
+        let hotter = prefixes[..2]
+            .iter()
+            .filter(|h| plan.first_tier.contains(&h.key));
+        assert_eq!(at, Some(hotter.count()), "{pod}");
+    }
+    // without the mark it goes to the one pod its key places it on
+    prefixes[2].fleet_wide = false;
+    let holders = pods
+        .iter()
+        .filter(|pod| {
+            plan_warmup(pod, &all, &[], &prefixes, &WarmupConfig::default())
+                .first_tier
+                .contains(&shared)
+        })
+        .count();
+    assert_eq!(holders, 1);
 }
 
 #[test]
