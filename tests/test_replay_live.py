@@ -279,38 +279,59 @@ def test_live_chat_replay_through_envoy_keeps_conversations_on_their_pod(tmp_pat
 
 
 def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
-    """`make demo` in miniature (2 trace minutes at x20, the pod joining at 60 s): the three runs
-    replayed by `prewarm-replay live` through Envoy (the whole stack, or the filter alone), the
-    4th pod announced mid-run and served, and `prewarm-replay report` building the table and
-    summary from the records. The filter's direct calls warm only where no gateway answers."""
+    """`make demo` in miniature (2 minutes of the application workload at x20, pod-3 joining at
+    40 s, pod-1 restarting at 70 s, one run a mode): the three runs replayed by `prewarm-replay
+    live` through Envoy (the whole stack, or the filter alone), the joining pod announced mid-run
+    and served, the restarted pod's process killed and started again on its port, and
+    `prewarm-replay report` building the table and summary from the records. The filter's direct
+    calls warm only where no gateway answers."""
     out = tmp_path / "demo"
     env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "demo.py"), "--until-s", "120", "--join-s", "60",
-         "--time-scale", "20", "--kv-blocks", "65536", "--out", str(out)],
+        [sys.executable, str(REPO / "tools" / "demo.py"), "--duration-s", "120", "--joins-at", "40",
+         "--restart-at", "70", "--repeats", "1", "--time-scale", "20", "--out", str(out)],
         capture_output=True, text=True, timeout=450, env=env,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "starting pod-3 and announcing it" in done.stdout
+    assert "restarting pod-1 (process killed" in done.stdout
     assert "new-pod TTFT p50 (first 5 min)" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     runs = {r["policy"]: r for r in summary["runs"]}
     assert list(runs) == ["prewarm", "warm-up disabled", "filter alone"]
+    workload = [json.loads(line) for line in (out / "workload.jsonl").read_text().splitlines()]
     for mode, label in (("prewarm", "prewarm"), ("no-warmup", "warm-up disabled"), ("filter-alone", "filter alone")):
-        rows = records(out / mode / "outcomes.jsonl")
+        rows = records(out / mode / "run-1" / "outcomes.jsonl")
         run = runs[label]
-        assert run["sent"] == len(rows) > 0 and run["failed"] == 0
-        # the joined pod served requests, which count as new from the join
-        joined = {r["pod"] for r in rows if r["pod_new_since_s"] == 60.0}
-        assert len(joined) == 1 and run["new_pod_requests"] > 0
-        fleet = json.loads((out / mode / "fleet.json").read_text())
-        assert [p["pod"] for p in fleet["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3"]
-        direct = json.loads((out / mode / "filter.json").read_text())["direct_calls"]
+        assert run["sent"] == len(rows) == len(workload), (mode, run)
+        failed = [r for r in rows if r["error"] is not None]
+        if mode == "filter-alone":
+            # standalone, the static table names every pod in `direct_pods` whether it is up or
+            # not (the spare before it starts, pod-1 while it restarts): a request sent to one
+            # that is down fails to connect (Envoy's retries stay on the override host). Only
+            # those, and few
+            assert all("remote connection failure" in r["error"] for r in failed), failed
+            assert len(failed) <= 0.05 * len(rows), len(failed)
+        else:
+            assert failed == [], (mode, failed[:3])
+        # the joined pod's requests count as new from its join, the restarted pod's from its
+        # restart (and not before)
+        fleet = json.loads((out / mode / "run-1" / "fleet.json").read_text())
+        assert [p["pod"] for p in fleet["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3", "pod-1 before its restart"]
+        since = {r["pod_new_since_s"] for r in rows if r["pod_new_since_s"] is not None}
+        assert since == {40.0, 70.0}, (mode, since)
+        assert all(r["arrival_s"] >= r["pod_new_since_s"] for r in rows if r["pod_new_since_s"] is not None)
+        assert run["new_pod_requests"] > 0
+        direct = json.loads((out / mode / "run-1" / "filter.json").read_text())["direct_calls"]
         if mode == "filter-alone":
             assert direct["ok"] > 0, direct
             assert fleet["gateway_prefills"] is None and fleet["new_pod_warmup"] is None
         else:
             assert direct["sent"] == 0, (mode, direct)
-    # warm-up disabled: the gateway planned nothing for the new pod
+    # warm-up disabled: the gateway planned nothing for the joining or the restarted pod
     assert runs["warm-up disabled"]["warmup_prefixes"] == 0
+    # the gateway saw pod-1's restart although no health check failed
+    for mode in ("prewarm", "no-warmup"):
+        fleet = json.loads((out / mode / "run-1" / "fleet.json").read_text())
+        assert fleet["gateway_restarts"] == 1, (mode, fleet)
     assert sorted(p.name for p in (out / "charts").iterdir()) == ["token_hit_ratio.png", "ttft_p95.png"]

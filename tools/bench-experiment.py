@@ -52,8 +52,8 @@ sys.path.insert(0, str(REPO / "tools"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import demo  # noqa: E402  (tools/demo.py: the slice, the stack's settings, the replay)
-from demo import (PROFILE, fleet_observations, joining,  # noqa: E402
-                  log, new_pod_ids, replayer, trace_args)
+from demo import (PROFILE, fleet_observations,  # noqa: E402
+                  log, new_pod_ids, replayer)
 from harness import wait_until  # noqa: E402
 from harness.gateway import arms_of, compare  # noqa: E402
 from harness.envoy import _http_manager  # noqa: E402
@@ -76,6 +76,22 @@ FILTER_METRICS = ["prewarm.experiment.assigned", "prewarm.experiment.no_unit",
                   "prewarm.signals.dropped"]
 
 
+TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
+SERVEGEN = REPO.parent / "shared" / "traces" / "servegen-m-small"
+
+
+def trace_args(args) -> list:
+    """The trace slice this bench replays (completions of the mooncake-synthetic trace, ServeGen
+    adapters), as issue 20 measured it."""
+    return ["--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}", "--until-s", f"{args.until_s:g}"]
+
+
+def joining(args) -> str:
+    """The pods that join, for log lines: "pod-3 joins", "pod-3, pod-4 join"."""
+    ids = new_pod_ids(args.joins)
+    return ", ".join(ids) + (" joins" if len(ids) == 1 else " join")
+
+
 def demo_defaults() -> argparse.Namespace:
     """tools/demo.py's defaults (its parser, without this script's arguments)."""
     saved = sys.argv
@@ -89,11 +105,11 @@ def demo_defaults() -> argparse.Namespace:
 def parse_args() -> argparse.Namespace:
     d = demo_defaults()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--until-s", type=float, default=d.until_s, help="trace slice: requests before this trace second")
-    p.add_argument("--join-s", type=float, default=d.join_s, help="trace second at which the 4th pod joins")
-    p.add_argument("--joins", type=int, default=d.joins, choices=range(1, 9), metavar="{1..8}",
+    p.add_argument("--until-s", type=float, default=900, help="trace slice: requests before this trace second")
+    p.add_argument("--join-s", type=float, default=600, help="trace second at which the 4th pod joins")
+    p.add_argument("--joins", type=int, default=1, choices=range(1, 9), metavar="{1..8}",
                    help="pods that join at --join-s (pod-3, pod-4, ...): a scale-up by several pods at once")
-    p.add_argument("--time-scale", type=float, default=d.time_scale, help="trace (and podsim model) seconds per real second")
+    p.add_argument("--time-scale", type=float, default=6, help="trace (and podsim model) seconds per real second")
     p.add_argument("--kv-blocks", type=int, default=d.kv_blocks, help="podsim KV blocks (16 tokens) per pod")
     p.add_argument("--max-loras", type=int, default=d.max_loras)
     p.add_argument("--max-cpu-loras", type=int, default=d.max_cpu_loras)
@@ -121,7 +137,7 @@ def spec(args, assignment: dict, access_log: Path) -> StackSpec:
                     "upstream": "%UPSTREAM_HOST%", "status": "%RESPONSE_CODE%",
                     "first_byte_ms": "%RESPONSE_DURATION%", "duration_ms": "%DURATION%"}}}})
 
-    spec = demo.stack_spec(args, "prewarm", assignment)
+    spec = demo.stack_spec(args, "prewarm", assignment, args.joins)
     spec.envoy_mutate = mutate
     return spec
 
@@ -405,9 +421,11 @@ def main() -> int:
         deadline = t0 + args.max_minutes * 60
         poller = Poller(stack, eid, args.poll_s, deadline)
         poller.start()
-        progress = demo.Progress(stack)
+        new_pods = new_pod_ids(args.joins)
+        progress = demo.Progress(stack, new_pods)
         progress.start()
-        demo.live(args, stack, out)
+        demo.live(args, stack, out, trace_args(args), [(args.join_s, i) for i in range(args.joins)],
+                  api="completions")
         replay = json.loads((out / "replay.json").read_text())
         served = sum(1 for line in (out / "outcomes.jsonl").read_text().splitlines() if json.loads(line).get("error") is None)
         # the filter sends its outcome records with its signals, each tick: wait for the last ones
@@ -421,10 +439,9 @@ def main() -> int:
         poller.join(timeout=30)
         poller.poll()  # the final report
         final = stack.gateway.get(f"/admin/experiments/{eid}").json()
-        new_pods = new_pod_ids(args.joins)
         warmup_replies = {p: stack.gateway.get(f"/admin/pods/{p}/warmup").json() for p in new_pods}
         warmups = {p: r.get("warmup") for p, r in warmup_replies.items()}
-        fleet = fleet_observations(stack)
+        fleet = fleet_observations(stack, new_pods)
         fleet["filter"] = {m: stack.envoy.metric(m) for m in FILTER_METRICS}
         fleet["pods_requests"] = {p.id: pod_metric(p, "vllm:request_success_total") for p in stack.pods}
         new_pod_addresses = {stack.pod(p).address for p in new_pods}

@@ -1,27 +1,32 @@
-"""`make demo`: prewarm end to end on loopback, with warm-up, without, and the filter alone, side by side.
+"""`make demo`: prewarm end to end on loopback through an autoscale, with warm-up, without, and the filter alone, side by side.
 
-This script only orchestrates processes; the replay, the figures and the charts are
+This script only orchestrates processes; the workload, the replay, the figures and the charts are
 `prewarm-replay`'s (examples/replay):
 
-1. `prewarm-replay assignment` says which ServeGen adapters (and tenant tiers) the trace slice
-   gets, so the stack registers exactly those;
+1. `prewarm-replay workload` writes the application workload (docs/workload.md: ServeGen
+   customers as applications with their own system prompts and tools, conversations of one to a
+   few turns, some on LoRA adapters with gold/silver/bronze tenants, some clients without a
+   `user`), and `prewarm-replay assignment` says which adapters (and tenant tiers) it has, so
+   the stack registers exactly those;
 2. each run starts the real Envoy (envoy/envoy.yaml, rewritten to free ports, with the prewarm
    filter .wasm and an `x-prewarm-upstream: %UPSTREAM_HOST%` response header), the gateway
-   (static pool of 3 podsim pods, those adapters registered from real adapter directories with
-   SHA-256 manifests, tenant tiers) and 3 podsim pods (latency profile, time scale) — all through
-   tests/harness/stack.py; runs `prewarm-replay live` through Envoy (chat requests; `--api
-   completions` for completions), which writes every request's record (`outcomes.jsonl`); when
-   the replay reaches the join time, starts a 4th pod and announces it to the gateway
-   (`POST /admin/pods`); prints what is warming and how far (`GET /admin/pods/pod-3/warmup`)
-   and the replay's progress; after the replay, writes what it read from the stack
-   (`fleet.json`: the new pod's warm-up, the gateway's prefill counter, the pods' prefix-cache
-   counters). The second run is the same with warm-up disabled
-   (`warmup.first_tier = second_tier = 0`). The third, "filter alone", has no gateway at all:
-   the filter runs standalone (`direct_calls: always`, the 4 pods in `direct_pods`) and sends
-   the prefills and adapter touches itself (its minute budgets scaled by the time scale, as the
-   pods' model time is); the 4th pod joins without any warm-up;
-3. `prewarm-replay report` prints the side-by-side table and writes summary.json and the charts
-   under out/demo/.
+   (static pool of 3 podsim pods, the adapters registered from real adapter directories with
+   SHA-256 manifests, tenant tiers) and 3 podsim pods with the KV cache an 8B model has on one
+   H100 (`llama-8b-h100`: 26,624 blocks, 426 k tokens) — all through tests/harness/stack.py —
+   and runs `prewarm-replay live` through Envoy (chat requests). The fleet scales up as an
+   autoscaler would: at each `--joins-at` second one more pod starts and is announced to the
+   gateway (`POST /admin/pods`); at `--restart-at` pod-1's process is killed and started again
+   on its port, cold, faster than a health check can see it down (a container restarted in
+   place). It prints what is warming and how far (`GET /admin/pods/{id}/warmup`) and the
+   replay's progress; after the replay, writes what it read from the stack (`fleet.json`: the
+   joining and restarted pods' warm-ups, the gateway's prefill counter, the pods' prefix-cache
+   counters). The second mode is the same with warm-up disabled (`warmup.first_tier =
+   second_tier = 0`). The third, "filter alone", has no gateway at all: the filter runs
+   standalone (`direct_calls: always`, every pod in `direct_pods`) and sends the prefills and
+   adapter touches itself (its minute budgets scaled by the time scale, as the pods' model time
+   is); the joining and restarted pods get no warm-up. Each mode runs `--repeats` times (3);
+3. `prewarm-replay report` prints the side-by-side table (one column per mode: the median of its
+   runs and their range) and writes summary.json and the charts under out/demo/.
 
 Everything started is stopped by process id (also on Ctrl-C, SIGTERM and failure). `--keep` (make
 demo KEEP=1) runs the baseline first and leaves the prewarm stack up, printing its URLs.
@@ -46,12 +51,10 @@ from harness import bin_path  # noqa: E402
 from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
 from harness.gateway import READ_TOKEN  # noqa: E402
 
-TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
-SERVEGEN = REPO.parent / "shared" / "traces" / "servegen-m-small"
 PROFILE = "llama-8b-h100"
 ADAPTER_RANK = 16
 MAX_OUTPUT_TOKENS = 128  # keeps a run short; the TTFTs the demo reports do not depend on it
-NEW_POD = "pod-3"
+RESTARTED_POD = 1  # the pod the demo restarts (pod-1)
 HOT_REQUESTS = 2  # the filter's `triggers.similar_prompts` in the demo: a group is hot after 2 requests
 LABELS = {"prewarm": "prewarm", "no-warmup": "warm-up disabled", "filter-alone": "filter alone"}
 MODES = ["prewarm", "no-warmup", "filter-alone"]
@@ -64,21 +67,30 @@ def log(msg: str) -> None:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--until-s", type=float, default=900, help="trace slice: requests before this trace second")
-    p.add_argument("--join-s", type=float, default=600, help="trace second at which the 4th pod joins")
-    p.add_argument("--joins", type=int, default=1, choices=range(1, 9), metavar="{1..8}",
-                   help="pods that join at --join-s (pod-3, pod-4, ...): 1, or a scale-up by several at once")
-    p.add_argument("--time-scale", type=float, default=6, help="trace (and podsim model) seconds per real second")
-    p.add_argument("--kv-blocks", type=int, default=524288, help="podsim KV blocks (16 tokens) per pod")
+    p.add_argument("--duration-s", type=float, default=900, help="seconds of workload (prewarm-replay workload)")
+    p.add_argument("--rps", type=float, default=4, help="the workload's mean requests per second")
+    p.add_argument("--seed", type=int, default=1, help="the workload's seed")
+    p.add_argument("--joins-at", default="240,420",
+                   help="trace seconds at which one more pod joins (pod-3, pod-4, ...), comma-separated")
+    p.add_argument("--restart-at", type=float, default=540,
+                   help=f"trace second at which pod-{RESTARTED_POD} restarts (negative: none)")
+    p.add_argument("--repeats", type=int, default=3, choices=range(1, 5), metavar="{1..4}",
+                   help="runs of each mode (the table shows their median and range)")
+    p.add_argument("--time-scale", type=float, default=10, help="trace (and podsim model) seconds per real second")
+    p.add_argument("--kv-blocks", type=int, default=None,
+                   help="podsim KV blocks (16 tokens) per pod (default: the profile's, 26,624 for an 8B model on one H100)")
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--max-cpu-loras", type=int, default=8)
     p.add_argument("--out", type=Path, default=REPO / "out" / "demo")
     p.add_argument("--modes", default=",".join(MODES),
                    help=f"runs to make, comma-separated, of {', '.join(MODES)} (the report compares them)")
-    p.add_argument("--api", choices=["chat", "completions"], default="chat",
-                   help="what the replay sends: chat requests (the trace rendered as messages) or completions")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
     return p.parse_args()
+
+
+def joins_at(args) -> list[float]:
+    """The trace seconds at which a pod joins, in order."""
+    return sorted(float(t) for t in args.joins_at.split(",") if t.strip())
 
 
 def new_pod_ids(joins: int) -> list[str]:
@@ -86,21 +98,27 @@ def new_pod_ids(joins: int) -> list[str]:
     return [f"pod-{3 + i}" for i in range(joins)]
 
 
+def event_pod_ids(args) -> list[str]:
+    """The pods that join or restart: their warm-ups are what the demo is about."""
+    restarted = [f"pod-{RESTARTED_POD}"] if args.restart_at >= 0 else []
+    return new_pod_ids(len(joins_at(args))) + restarted
+
+
 def replayer(*argv) -> list[str]:
     return [str(bin_path("prewarm-replay")), *[str(a) for a in argv]]
 
 
 def trace_args(args) -> list:
-    return ["--trace", TRACE, "--adapters", f"servegen:{SERVEGEN}", "--until-s", f"{args.until_s:g}"]
+    return ["--trace", args.out / "workload.jsonl"]
 
 
 class Progress(threading.Thread):
-    """Prints, every few seconds, the new pod's warm-up (phase, adapters, tiers) as the gateway's
-    `GET /admin/pods/{id}/warmup` reports it, and the pool's hottest-prefix count."""
+    """Prints, every few seconds, the joining and restarted pods' warm-ups (phase, adapters, tiers)
+    as the gateway's `GET /admin/pods/{id}/warmup` reports them, and the pool's hot-prefix count."""
 
-    def __init__(self, stack: Stack, every_s: float = 3.0):
+    def __init__(self, stack: Stack, watched: list[str], every_s: float = 3.0):
         super().__init__(daemon=True)
-        self.stack, self.every_s = stack, every_s
+        self.stack, self.watched, self.every_s = stack, watched, every_s
         self.stop_event = threading.Event()
         self.last = ""
 
@@ -125,18 +143,18 @@ class Progress(threading.Thread):
         line = f"gateway: {prompts['total']} hot prefixes; routing table gen {table['generation']}: " \
                f"{', '.join(p['id'] for p in table['pods'])}"
         joined = {p.id for p in self.stack.pods}
-        for pod in new_pod_ids(len(self.stack.spares)):
+        for pod in self.watched:
             if pod not in joined:
                 continue
             w = self.stack.warmup(pod)
-            if w:
+            if w and w.get("phase") != "done":
                 def tier(t):
                     return f"{t['done']}/{t['total']}" + (f" ({t['in_flight']} in flight)" if t["in_flight"] else "") \
                         + (f" ({t['skipped']} skipped)" if t.get("skipped") else "")
                 line += f" | {pod} warming: phase {w['phase']}, adapters {tier(w['adapters'])}, " \
                         f"first tier {tier(w['first_tier'])}, second tier {tier(w['second_tier'])}, " \
                         f"routable {w['routable']}"
-            else:
+            elif not w:
                 line += f" | {pod}: announced, waiting for its first health check"
         if line != self.last:
             log(line)
@@ -148,26 +166,45 @@ def filter_direct_calls(stack: Stack) -> dict:
     return {k: stack.envoy.metric(f"prewarm.direct.{k}") for k in DIRECT_METRICS}
 
 
-def fleet_observations(stack: Stack) -> dict:
-    """What the report needs from the stack after a run (`fleet.json`)."""
+def summed_warmups(stack: Stack, pods: list[str]) -> dict | None:
+    """The joining and restarted pods' warm-ups, summed step by step (`null` without a gateway);
+    the phase lists each pod's."""
+    if not stack.gateway:
+        return None
+    warmups = [(p, stack.warmup(p)) for p in pods]
+    steps = ("adapters", "first_tier", "second_tier")
+    total = {s: {"done": sum((w or {}).get(s, {}).get("done", 0) for _, w in warmups),
+                 "total": sum((w or {}).get(s, {}).get("total", 0) for _, w in warmups)} for s in steps}
+    return {"phase": ", ".join(f"{p} {(w or {}).get('phase', 'none')}" for p, w in warmups), **total}
+
+
+def pod_counters(pod, name: str | None = None) -> dict:
+    """A pod's prefix-cache token counters, as `fleet.json` lists them."""
+    return {"pod": name or pod.id,
+            "prefix_cache_queries": pod_metric(pod, "vllm:prefix_cache_queries_total"),
+            "prefix_cache_hits": pod_metric(pod, "vllm:prefix_cache_hits_total")}
+
+
+def fleet_observations(stack: Stack, pods: list[str], lost: list[dict] = ()) -> dict:
+    """What the report needs from the stack after a run (`fleet.json`); `lost`: the counters of
+    pods' lives before a restart (read just before it), which the pods' counters no longer hold."""
     return {
-        "new_pod_warmup": stack.warmup(NEW_POD) if stack.gateway else None,
+        "new_pod_warmup": summed_warmups(stack, pods),
         "gateway_prefills": stack.gateway_metric("prewarm_prefills_total") if stack.gateway else None,
-        "pods": [{"pod": p.id,
-                  "prefix_cache_queries": pod_metric(p, "vllm:prefix_cache_queries_total"),
-                  "prefix_cache_hits": pod_metric(p, "vllm:prefix_cache_hits_total")} for p in stack.pods],
+        "gateway_restarts": stack.gateway_metric("prewarm_pod_restarts_total") if stack.gateway else None,
+        "pods": [pod_counters(p) for p in stack.pods] + list(lost),
     }
 
 
-def stack_spec(args, mode: str, assignment: dict) -> StackSpec:
-    """The stack of one run (`mode`: prewarm, no-warmup or filter-alone)."""
+def stack_spec(args, mode: str, assignment: dict, spares: int) -> StackSpec:
+    """The stack of one run (`mode`: prewarm, no-warmup or filter-alone) with `spares` pods to join."""
     warm = mode == "prewarm"
     alone = mode == "filter-alone"
     s = args.time_scale
     return StackSpec(
-        pods=3, spare_pods=args.joins,
-        podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--num-gpu-blocks", str(args.kv_blocks),
-                      "--max-model-len", "262144", "--max-num-seqs", "512"],
+        pods=3, spare_pods=spares,
+        podsim_flags=["--time-scale", f"{s:g}", "--profile", PROFILE, "--max-model-len", "262144",
+                      "--max-num-seqs", "512", *(["--num-gpu-blocks", str(args.kv_blocks)] if args.kv_blocks else [])],
         adapters=[AdapterSpec(a["name"], tier=a["tier"], tenant=a["tenant"], rank=ADAPTER_RANK)
                   for a in assignment["adapters"]],
         max_loras=args.max_loras, max_cpu_loras=args.max_cpu_loras,
@@ -187,28 +224,31 @@ def stack_spec(args, mode: str, assignment: dict) -> StackSpec:
     )
 
 
-def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
-    """One run; returns the stack when it is kept up."""
+def run_once(args, mode: str, repeat: int, assignment: dict, keep: bool) -> Stack | None:
+    """One run of `mode` (its `repeat`-th); returns the stack when it is kept up."""
     alone = mode == "filter-alone"
-    workdir = args.out / mode
+    workdir = run_dir(args, mode, repeat)
     shutil.rmtree(workdir, ignore_errors=True)
     s = args.time_scale
-    spec = stack_spec(args, mode, assignment)
+    spec = stack_spec(args, mode, assignment, len(joins_at(args)))
     stack = Stack(workdir, spec)
     progress = None
+    blocks = f"{args.kv_blocks} KV blocks each" if args.kv_blocks else f"{PROFILE}'s KV cache each"
     try:
-        log(f"[{mode}] starting 3 podsim pods (time scale {s:g}, {args.kv_blocks} KV blocks each), "
+        log(f"[{mode} #{repeat}] starting 3 podsim pods (time scale {s:g}, {blocks}), "
             + ("no gateway, Envoy with the prewarm filter alone (direct_calls: always)" if alone else
                f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter"))
         stack.start()
-        log(f"[{mode}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
+        log(f"[{mode} #{repeat}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
             + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (joining: {', '.join(p.address for p in stack.spares)})")
-        progress = Progress(stack)
+        progress = Progress(stack, event_pod_ids(args))
         progress.start()
-        log(f"[{mode}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of trace) "
-            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {joining(args)} at trace {args.join_s:g}s")
-        live(args, stack, workdir, api=args.api)
-        (workdir / "fleet.json").write_text(json.dumps(fleet_observations(stack), indent=1))
+        log(f"[{mode} #{repeat}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of workload) "
+            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {story(args)}")
+        lost = live(args, stack, workdir, trace_args(args), list(zip(joins_at(args), range(len(stack.spares)))),
+                    args.restart_at if args.restart_at >= 0 else None)
+        observed = fleet_observations(stack, event_pod_ids(args), lost)
+        (workdir / "fleet.json").write_text(json.dumps(observed, indent=1))
         (workdir / "filter.json").write_text(json.dumps({"direct_calls": filter_direct_calls(stack)}, indent=1))
         return stack if keep else None
     finally:
@@ -218,60 +258,86 @@ def run_once(args, mode: str, assignment: dict, keep: bool) -> Stack | None:
             stack.stop()
 
 
-def joining(args) -> str:
-    """The pods that join, for log lines: "pod-3 joins", "pod-3, pod-4 join"."""
-    ids = new_pod_ids(args.joins)
-    return ", ".join(ids) + (" joins" if len(ids) == 1 else " join")
+def run_dir(args, mode: str, repeat: int) -> Path:
+    return args.out / mode / f"run-{repeat}"
 
 
-def live(args, stack: Stack, workdir: Path, api: str = "completions") -> None:
-    """`prewarm-replay live --api {api}` through Envoy, its lines passed through; the new pods are
-    started and announced when the replay reaches `--join-s` (timed from its `replay: started`
-    line). The demo passes its `--api`; tools/bench-experiment.py keeps completions (its access-log
-    count reads `/v1/completions`)."""
-    new_pod = ",".join(p.address for p in stack.spares)
-    argv = replayer("live", *trace_args(args), "--api", api, "--target", stack.envoy.url,
+def story(args) -> str:
+    """The fleet's events, for log lines."""
+    joins = [f"{pod} joins at {t:g}s" for pod, t in zip(new_pod_ids(len(joins_at(args))), joins_at(args))]
+    restart = [f"pod-{RESTARTED_POD} restarts at {args.restart_at:g}s"] if args.restart_at >= 0 else []
+    return ", ".join(joins + restart) or "no fleet events"
+
+
+def live(args, stack: Stack, workdir: Path, trace: list, joins: list[tuple[float, int]],
+         restart_at: float | None = None, api: str = "chat") -> list[dict]:
+    """`prewarm-replay live --api {api}` of `trace` through Envoy, its lines passed through; at each
+    fleet event's trace second (timed from the replay's `replay: started` line) spare pod `i` of
+    `joins` (`(second, i)`) is started and announced, or, at `restart_at`, pod-{RESTARTED_POD}'s
+    process killed and started again on its port. The replayer is told each event's pod and time
+    (`--pod-event`), so a pod's requests count as new from its latest join or restart. Returns
+    the restarted pod's counters read just before its restart (its life the pod's counters lose).
+    tools/bench-experiment.py replays completions of its own trace slice through it."""
+    lost: list[dict] = []
+    restarted = stack.pods[RESTARTED_POD] if restart_at is not None else None
+    events = [f"{stack.spares[i].address}@{t:g}" for t, i in joins]
+    if restarted:
+        events.append(f"{restarted.address}@{restart_at:g}")
+    argv = replayer("live", *trace, "--api", api, "--target", stack.envoy.url,
                     "--time-scale", f"{args.time_scale:g}", "--model-time",
-                    "--pod-header", "x-prewarm-upstream", "--new-pods", new_pod, "--scale-at", f"{args.join_s:g}",
+                    "--pod-header", "x-prewarm-upstream", *[f"--pod-event={e}" for e in events],
                     "--hot-requests", HOT_REQUESTS, "--profile", PROFILE, "--adapter-rank", ADAPTER_RANK,
                     "--max-output-tokens", MAX_OUTPUT_TOKENS, "--model", BASE_MODEL, "--concurrency", 512,
                     "--progress-every", 10, "--outcomes", workdir / "outcomes.jsonl",
                     "--json", workdir / "replay.json")
 
-    def join():
-        log(f"trace {args.join_s:g}s: starting {', '.join(new_pod_ids(args.joins))} and announcing "
-            f"{'it' if args.joins == 1 else 'them'} (POST /admin/pods)")
-        for i in range(len(stack.spares)):
+    def join(i: int, t: float):
+        def go():
+            log(f"trace {t:g}s: starting pod-{3 + i} and announcing it (POST /admin/pods)")
             stack.join_spare(i)
+        return go
 
-    timer = threading.Timer(args.join_s / args.time_scale, join)
-    timer.daemon = True
+    def restart():
+        assert restarted is not None and restarted.process is not None
+        log(f"trace {restart_at:g}s: restarting {restarted.id} (process killed, started again on {restarted.address})")
+        lost.append(pod_counters(restarted, f"{restarted.id} before its restart"))
+        restarted.process.kill()
+        stack.restart_pod(restarted)
+
+    timers = [threading.Timer(t / args.time_scale, join(i, t)) for t, i in joins]
+    if restarted:
+        timers.append(threading.Timer(restart_at / args.time_scale, restart))
+    for t in timers:
+        t.daemon = True
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = time.monotonic()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            if line.startswith("replay: started") and not timer.is_alive():
-                timer.start()
+            if line.startswith("replay: started"):
+                for t in timers:
+                    if not t.is_alive() and not t.finished.is_set():
+                        t.start()
             log("prewarm-replay: " + line.rstrip())
         proc.wait()
     finally:
-        timer.cancel()
+        for t in timers:
+            t.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     if proc.returncode != 0:
         raise RuntimeError(f"prewarm-replay live exited with {proc.returncode} after {time.monotonic() - started:.0f} s")
+    return lost
 
 
-def print_urls(stack: Stack, api: str) -> None:
+def print_urls(stack: Stack) -> None:
     print("\nThe stack is up (KEEP=1). Ctrl-C stops it.", flush=True)
     if stack.gateway:
         print(f"  dashboard      {stack.gateway.url}/  (sign in with the read token: {READ_TOKEN})\n"
               f"  admin API      {stack.gateway.url}/admin/pods  (bearer token for mutations: {stack.gateway.token})\n"
               f"  routing table  {stack.gateway.url}/v1/routing", flush=True)
-    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
-    print(f"  Envoy          {stack.envoy.url}{path}  (admin {stack.envoy.admin_url})\n", flush=True)
+    print(f"  Envoy          {stack.envoy.url}/v1/chat/completions  (admin {stack.envoy.admin_url})\n", flush=True)
 
 
 def wait_for_ctrl_c() -> None:
@@ -293,38 +359,44 @@ def main() -> int:
         log(f"--modes: {args.modes!r}: must name runs among {', '.join(MODES)}")
         return 64
     args.out.mkdir(parents=True, exist_ok=True)
+    workload = json.loads(subprocess.run(
+        replayer("workload", "--out", args.out / "workload.jsonl", "--duration-s", f"{args.duration_s:g}",
+                 "--rps", f"{args.rps:g}", "--seed", args.seed), check=True, capture_output=True, text=True).stdout)
     assignment = json.loads(subprocess.run(replayer("assignment", *trace_args(args)), check=True,
                                            capture_output=True, text=True).stdout)
     tiers = [a["tier"] for a in assignment["adapters"]]
-    log(f"trace: {assignment['requests']} requests, {assignment['users']} prefix groups, "
-        f"{len(tiers)} ServeGen adapters ({tiers.count('gold')} gold, {tiers.count('silver')} silver)")
+    log(f"workload (docs/workload.md, seed {args.seed}): {assignment['requests']} chat requests over "
+        f"{args.duration_s:g} s, {workload.get('applications_with_requests', '?')} applications with requests, "
+        f"{assignment['users']} users, {len(tiers)} adapters ({tiers.count('gold')} gold, {tiers.count('silver')} silver)")
     modes = [m for m in MODES if m in chosen]
     if args.keep and "prewarm" in modes:  # the kept stack is the last one run
         modes = [m for m in modes if m != "prewarm"] + ["prewarm"]
     kept = None
     try:
-        for mode in modes:
-            kept = run_once(args, mode, assignment, keep=args.keep and mode == modes[-1])
+        for repeat in range(1, args.repeats + 1):
+            for mode in modes:
+                last = mode == modes[-1] and repeat == args.repeats
+                kept = run_once(args, mode, repeat, assignment, keep=args.keep and last)
     except KeyboardInterrupt:
         log("interrupted: everything started was stopped")
         return 130
     try:
         print()
-        print(f"prewarm demo: {assignment['requests']} mooncake-synthetic {args.api} requests (trace 0-{args.until_s:g}s) "
-              f"at x{args.time_scale:g}, 3 pods + {joining(args)} at {args.join_s:g}s; "
-              f"times are model time ({PROFILE})", flush=True)
+        print(f"prewarm demo: {assignment['requests']} chat requests of the application workload "
+              f"(0-{args.duration_s:g}s, {args.rps:g}/s) at x{args.time_scale:g}, 3 pods; {story(args)}; "
+              f"{args.repeats} run(s) a mode; times are model time ({PROFILE})", flush=True)
         modes_run = [m for m in MODES if m in modes]
-        runs = [f"--run={LABELS[m]}={args.out / m}" for m in modes_run]
+        repeats = range(1, args.repeats + 1)
+        runs = [f"--run={LABELS[m]}={run_dir(args, m, r)}" for m in modes_run for r in repeats]
         subprocess.run(replayer("report", *runs, "--out", args.out), check=True)
         for m in modes_run:
-            direct = json.loads((args.out / m / "filter.json").read_text())["direct_calls"]
+            direct = [json.loads((run_dir(args, m, r) / "filter.json").read_text())["direct_calls"] for r in repeats]
             print(f"filter's direct calls, {LABELS[m]}: "
-                  + ", ".join(f"{k} {v}" for k, v in direct.items()))
-        print(f"\nJSON: {args.out / 'summary.json'}, per request: "
-              + ", ".join(str(args.out / m / "outcomes.jsonl") for m in modes_run))
+                  + ", ".join(f"{k} {'/'.join(str(d[k]) for d in direct)}" for k in direct[0]))
+        print(f"\nJSON: {args.out / 'summary.json'}, per request: {args.out}/<mode>/run-<n>/outcomes.jsonl")
         print(f"charts: {args.out / 'charts' / 'ttft_p95.png'}, {args.out / 'charts' / 'token_hit_ratio.png'}")
         if kept:
-            print_urls(kept, args.api)
+            print_urls(kept)
             wait_for_ctrl_c()
     finally:
         if kept:

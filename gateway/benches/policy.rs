@@ -206,6 +206,7 @@ fn warmup_plan(c: &mut Criterion) {
             routing_key: BlockHash(mix(i ^ 0xABCD)),
             tokens: 512,
             hotness: 100_000.0 - i as f64,
+            fleet_wide: false,
         })
         .collect();
     let ids: Vec<String> = (0..101).map(|i| format!("pod-{i:03}")).collect();

@@ -117,6 +117,7 @@ fn main() {
             routing_key: key(i).last,
             tokens: 512,
             hotness: hotness[i],
+            fleet_wide: false,
         })
         .collect();
     hot.sort_by(|a, b| b.hotness.total_cmp(&a.hotness));

@@ -65,9 +65,10 @@ pub struct Args {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// KV blocks on the GPU (including the reserved null block).
-    #[arg(long, alias = "num-gpu-blocks-override", default_value_t = 16_384)]
-    pub num_gpu_blocks: usize,
+    /// KV blocks on the GPU (including the reserved null block); default: what `--profile`'s
+    /// model has on its GPUs (26,624 for `llama-8b-h100`, derived in `profile.rs`).
+    #[arg(long, alias = "num-gpu-blocks-override")]
+    pub num_gpu_blocks: Option<usize>,
     /// Turn the prefix cache off.
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
@@ -237,7 +238,7 @@ impl Args {
             },
             max_model_len: self.max_model_len,
             block_size: self.block_size,
-            num_gpu_blocks: self.num_gpu_blocks,
+            num_gpu_blocks: self.num_gpu_blocks.unwrap_or(latency.kv_blocks),
             enable_prefix_caching: !self.no_enable_prefix_caching,
             max_num_seqs: self.max_num_seqs,
             default_max_tokens: self.default_max_tokens,

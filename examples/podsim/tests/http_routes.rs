@@ -249,7 +249,7 @@ async fn models_health_metrics_and_unknown_routes() {
     );
     assert!(m.contains(r#"vllm:time_to_first_token_seconds_bucket{le="2560.0","#));
     assert!(m.contains("# TYPE vllm:inter_token_latency_seconds histogram"));
-    assert!(m.contains(r#"vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="16384""#));
+    assert!(m.contains(r#"vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="26624""#));
     // One series per combination ever seen, each stamped with the unix time it was current.
     let lora: Vec<&str> = m
         .lines()

@@ -42,12 +42,16 @@ pub struct WarmupProgress {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetObservations {
-    /// The new pod's warm-up (`null`: it had none).
+    /// The new pods' warm-ups — the joining and restarted pods', summed step by step by the
+    /// orchestrator (`null`: no gateway, no warm-up).
     #[serde(default)]
     pub new_pod_warmup: Option<WarmupProgress>,
     /// The gateway's `prewarm_prefills_total`.
     #[serde(default)]
     pub gateway_prefills: Option<f64>,
+    /// The gateway's `prewarm_pod_restarts_total`: pods it saw restart while up.
+    #[serde(default)]
+    pub gateway_restarts: Option<f64>,
     #[serde(default)]
     pub pods: Vec<PodCounters>,
 }
@@ -65,7 +69,7 @@ pub struct RunSummary {
     pub first_hot_requests: usize,
     pub first_hot_ttft_p50_ms: Option<f64>,
     pub first_hot_token_hit_ratio: Option<f64>,
-    /// Prefixes the new pod's warm-up prefilled (both tiers).
+    /// Prefixes the new pods' warm-ups prefilled (both tiers).
     pub warmup_prefixes: Option<u64>,
     pub gateway_prefills: Option<u64>,
     pub fleet: Option<FleetObservations>,

@@ -62,7 +62,7 @@ impl Cell {
 type Row = (&'static str, fn(&RunSummary) -> Cell);
 
 /// The table's rows: label and cell.
-const ROWS: [Row; 17] = [
+const ROWS: [Row; 18] = [
     ("new-pod TTFT p50 (first 5 min)", |s| {
         Cell::Ms(s.new_pod_ttft_p50_ms)
     }),
@@ -100,8 +100,16 @@ const ROWS: [Row; 17] = [
     ("  gold tenants'", |s| {
         Cell::Ratio(s.figures.gold_adapter_hit_ratio)
     }),
-    ("new-pod warm-up: prefixes prefilled", |s| {
+    ("new pods' warm-ups: prefixes prefilled", |s| {
         Cell::Count(s.warmup_prefixes)
+    }),
+    ("restarts the gateway saw (no failed check)", |s| {
+        Cell::Count(
+            s.fleet
+                .as_ref()
+                .and_then(|f| f.gateway_restarts)
+                .map(|n| n.max(0.0) as u64),
+        )
     }),
     ("gateway prefills sent (all pods)", |s| {
         Cell::Count(s.gateway_prefills)
