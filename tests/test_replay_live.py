@@ -313,7 +313,9 @@ def test_demo_orchestrates_live_replays_and_reports_them(tmp_path):
             assert all("remote connection failure" in r["error"] for r in failed), failed
             assert len(failed) <= 0.05 * len(rows), len(failed)
         else:
-            assert failed == [], (mode, failed[:3])
+            # with the gateway only a request on pod-1 when its process was killed can fail (a
+            # reply already streaming is not retried)
+            assert all(55.0 <= r["arrival_s"] <= 75.0 for r in failed), (mode, failed[:3])
         # the joined pod's requests count as new from its join, the restarted pod's from its
         # restart (and not before)
         fleet = json.loads((out / mode / "run-1" / "fleet.json").read_text())
