@@ -27,7 +27,8 @@ pub struct PodConfig {
     pub max_model_len: u64,
     /// Tokens per KV block (default 16).
     pub block_size: usize,
-    /// KV blocks on the GPU, including vLLM's reserved null block (default 16384).
+    /// KV blocks on the GPU, including vLLM's reserved null block (default: the default
+    /// profile's, 26,624: an 8B model on one H100).
     pub num_gpu_blocks: usize,
     /// Prefix caching on (default true, as in vLLM's v1 engine).
     pub enable_prefix_caching: bool,
@@ -61,7 +62,7 @@ impl Default for PodConfig {
             engine: Engine::Vllm,
             max_model_len: 8192,
             block_size: 16,
-            num_gpu_blocks: 16_384,
+            num_gpu_blocks: LatencyProfile::default().kv_blocks,
             enable_prefix_caching: true,
             max_num_seqs: 256,
             default_max_tokens: 16,
