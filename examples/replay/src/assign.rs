@@ -73,54 +73,18 @@ pub struct Popularity {
     pub rates: Vec<Vec<f64>>,
 }
 
-/// Reads a ServeGen folder; customers sorted by chunk number.
+/// Reads a ServeGen folder ([`crate::servegen`]): one adapter a customer, sorted by chunk
+/// number, its rate by window (a customer with fewer windows idles in the rest).
 pub fn read_servegen(dir: &Path) -> Result<Popularity, String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("adapters: {}: {e}", dir.display()))?;
-    let mut chunks: Vec<(u32, std::path::PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let n = name
-                .strip_prefix("chunk-")?
-                .strip_suffix("-trace.csv")?
-                .parse()
-                .ok()?;
-            Some((n, e.path()))
-        })
+    let customers = crate::servegen::read_customers(dir).map_err(|e| format!("adapters: {e}"))?;
+    let names = customers
+        .iter()
+        .map(|c| format!("sg-{}", c.chunk))
         .collect();
-    chunks.sort();
-    if chunks.is_empty() {
-        return Err(format!(
-            "adapters: {}: no chunk-<i>-trace.csv files",
-            dir.display()
-        ));
-    }
-    let mut names = Vec::new();
-    let mut rates = Vec::new();
-    for (n, path) in chunks.iter().take(10_000) {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("adapters: {}: {e}", path.display()))?;
-        let mut row = Vec::new();
-        for (i, line) in text.lines().enumerate().take(1_000_000) {
-            let rate = line
-                .split(',')
-                .nth(1)
-                .and_then(|r| r.trim().parse::<f64>().ok());
-            match rate {
-                Some(r) if r.is_finite() && r >= 0.0 => row.push(r),
-                _ => {
-                    return Err(format!(
-                        "adapters: {} line {}: rate_req_per_s: not a non-negative number",
-                        path.display(),
-                        i + 1
-                    ))
-                }
-            }
-        }
-        names.push(format!("sg-{n}"));
-        rates.push(row);
-    }
+    let mut rates: Vec<Vec<f64>> = customers
+        .iter()
+        .map(|c| c.windows.iter().map(|w| w.rate).collect())
+        .collect();
     let windows = rates.iter().map(Vec::len).max().unwrap_or(0).max(1);
     for r in &mut rates {
         r.resize(windows, 0.0);

@@ -29,6 +29,7 @@ pub mod record;
 pub mod render;
 pub mod report;
 pub mod scenario;
+pub mod servegen;
 pub mod system_prompt;
 pub mod trace;
 pub mod workload;

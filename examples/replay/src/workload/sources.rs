@@ -16,6 +16,8 @@
 use std::path::Path;
 
 use prewarm_core::tokens::token_count;
+
+use crate::servegen::Window;
 use serde::Deserialize;
 
 /// One ServeGen customer, summarised.
@@ -63,35 +65,16 @@ pub fn load(dir: &Path) -> Result<Sources, String> {
     })
 }
 
-/// The ServeGen customers of `dir`, by chunk number.
+/// The ServeGen customers of `dir`, by chunk number, summarised.
 pub fn read_customers(dir: &Path) -> Result<Vec<Customer>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut chunks: Vec<(u32, std::path::PathBuf)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().to_string();
-            let n = name
-                .strip_prefix("chunk-")?
-                .strip_suffix("-trace.csv")?
-                .parse()
-                .ok()?;
-            Some((n, e.path()))
-        })
-        .collect();
-    chunks.sort();
-    if chunks.is_empty() {
-        return Err(format!("{}: no chunk-<i>-trace.csv files", dir.display()));
-    }
-    chunks
-        .into_iter()
-        .take(10_000)
-        .map(|(chunk, path)| {
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let (mean_rate, mean_cv) =
-                summarise_customer(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let customers = crate::servegen::read_customers(dir)?;
+    customers
+        .iter()
+        .map(|c| {
+            let (mean_rate, mean_cv) = summarise(&c.windows)
+                .map_err(|e| format!("{}/chunk-{}-trace.csv: {e}", dir.display(), c.chunk))?;
             Ok(Customer {
-                chunk,
+                chunk: c.chunk,
                 mean_rate,
                 mean_cv,
             })
@@ -99,35 +82,19 @@ pub fn read_customers(dir: &Path) -> Result<Vec<Customer>, String> {
         .collect()
 }
 
-/// (mean rate over all windows, mean CV over the windows with traffic) of one customer's CSV.
-fn summarise_customer(text: &str) -> Result<(f64, f64), String> {
-    let (mut windows, mut rate_sum, mut cv_sum, mut cv_windows) = (0usize, 0.0, 0.0, 0usize);
-    for (i, line) in text.lines().enumerate().take(1_000_000) {
-        let mut cols = line.split(',').map(str::trim);
-        let rate = cols.nth(1).and_then(|r| r.parse::<f64>().ok());
-        let Some(rate) = rate.filter(|r| r.is_finite() && *r >= 0.0) else {
-            return Err(format!(
-                "line {}: rate_req_per_s: not a non-negative number",
-                i + 1
-            ));
-        };
-        windows += 1;
-        rate_sum += rate;
-        let cv = cols.next().and_then(|c| c.parse::<f64>().ok());
-        if let Some(cv) = cv.filter(|c| rate > 0.0 && c.is_finite() && *c > 0.0) {
-            cv_sum += cv;
-            cv_windows += 1;
-        }
-    }
-    if windows == 0 {
+/// (mean rate over all windows, mean CV over the windows with one) of a customer.
+fn summarise(windows: &[Window]) -> Result<(f64, f64), String> {
+    if windows.is_empty() {
         return Err("no windows".into());
     }
-    let cv = if cv_windows == 0 {
+    let rate = windows.iter().map(|w| w.rate).sum::<f64>() / windows.len() as f64;
+    let cvs: Vec<f64> = windows.iter().filter_map(|w| w.cv).collect();
+    let cv = if cvs.is_empty() {
         1.0
     } else {
-        cv_sum / cv_windows as f64
+        cvs.iter().sum::<f64>() / cvs.len() as f64
     };
-    Ok((rate_sum / windows as f64, cv))
+    Ok((rate, cv))
 }
 
 #[derive(Deserialize)]
@@ -159,15 +126,15 @@ fn read_follow_ups(path: &Path) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::servegen::parse_windows;
 
     #[test]
     fn a_customers_rate_averages_every_window_and_its_cv_the_busy_ones() {
         let csv = "0,0,0,,0,0\n600,3,2.5,Gamma,1,1\n1200,1,1.5,Weibull,1,1\n1800,0,0,,0,0\n";
-        assert_eq!(summarise_customer(csv), Ok((1.0, 2.0)));
-        assert_eq!(summarise_customer("0,0,0,,0,0\n"), Ok((0.0, 1.0)));
-        assert!(summarise_customer("0,x,0\n")
-            .unwrap_err()
-            .contains("rate_req_per_s"));
+        let summary = |text: &str| parse_windows(text).and_then(|w| summarise(&w));
+        assert_eq!(summary(csv), Ok((1.0, 2.0)));
+        assert_eq!(summary("0,0,0,,0,0\n"), Ok((0.0, 1.0)));
+        assert!(summary("0,x,0\n").unwrap_err().contains("rate_req_per_s"));
     }
 
     #[test]
