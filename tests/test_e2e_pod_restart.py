@@ -25,6 +25,8 @@ from harness import wait_until
 from harness.stack import (BASE_MODEL, TEMPLATE_BYTES, AdapterSpec, Stack, StackSpec, cached_tokens,
                            question_text as question)
 from harness.vllm import LLAMA_FLAGS, requires_vllm, start_vllm, tiny_models
+from test_e2e_pod_failure import warmed_templates
+from test_e2e_scaleup import establish_templates
 
 # (template index, model): base-model templates and some for the adapter.
 TEMPLATES = [(i, BASE_MODEL) for i in range(6)] + [(i, "sql-lora") for i in range(6, 10)]
@@ -33,25 +35,9 @@ MAX_POLLS = 3000
 """Admin-API polls while the restarted pod is away and warming (each ≥ 20 ms: a minute at most)."""
 
 
-def establish_templates(stack: Stack) -> None:
-    """Each template's user sends 3 similar prompts (the filter's default streak)."""
-    for i, model in TEMPLATES:
-        for k in range(3):
-            stack.completion(question(i, k), model=model, user=f"user-{i}")
-    wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(TEMPLATES), 30,
-               what="every template hot in the gateway")
-
-
 def served_adapters(pod) -> set[str]:
     models = requests.get(f"{pod.url}/v1/models", timeout=5).json()["data"]
     return {m["id"] for m in models} - {BASE_MODEL}
-
-
-def warmed_templates(stack: Stack, pod_id: str) -> set[int]:
-    """The templates (by index) the pod's current warm-up prefilled in its first tier."""
-    keys = set(stack.gateway.get(f"/admin/pods/{pod_id}/warmup").json()["first_tier_warmed"])
-    prompts = stack.gateway.get("/admin/prompts?k=100").json()["prompts"]
-    return {int(p["preview"].split()[0][1:]) for p in prompts if p["key"] in keys}
 
 
 def test_a_pod_restarted_between_health_checks_is_warmed_before_it_routes_again(tmp_path):
@@ -66,7 +52,7 @@ def test_a_pod_restarted_between_health_checks_is_warmed_before_it_routes_again(
     )
     stack = Stack(tmp_path, spec).start()
     try:
-        establish_templates(stack)
+        establish_templates(stack, TEMPLATES)
         # the pod the gateway loaded the adapter on: its restart loses a runtime load too
         pod = next(p for p in stack.pods if "sql-lora" in served_adapters(p))
         before = stack.pod_detail(pod.id)

@@ -25,12 +25,12 @@ def scaleup_spec(preload_adapters: bool) -> StackSpec:
     )
 
 
-def establish_templates(stack: Stack) -> None:
+def establish_templates(stack: Stack, templates: list = TEMPLATES) -> None:
     """Each template's user sends 3 similar prompts (the filter's default streak)."""
-    for i, model in TEMPLATES:
+    for i, model in templates:
         for k in range(3):
             stack.completion(question(i, k), model=model, user=f"user-{i}")
-    wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(TEMPLATES), 30,
+    wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(templates), 30,
                what="every template hot in the gateway")
 
 
