@@ -71,10 +71,11 @@ impl Fleet {
             let Some(blocks) = self.pool.get(&h.key).map(|v| v.blocks) else {
                 continue;
             };
+            let fingerprint = &self.config.fingerprint;
             let common = self.common_shards(blocks);
-            h.fleet_wide =
-                common > 0 && common == shards_of(blocks, &self.config.fingerprint).len();
-            if let Some(key) = self.placement_key(blocks) {
+            h.fleet_wide = common > 0 && common == shards_of(blocks, fingerprint).len();
+            // `placement_key`, from the common shards counted once
+            if let Some(key) = key_past_shards(blocks, common, fingerprint) {
                 h.routing_key = key;
             }
         }
