@@ -48,11 +48,24 @@
 //!    so in the cache the deep end goes first too. But a slot can be overwritten by a colliding
 //!    key, so a miss at depth k next to a hit at k + 1 happens; the search then settles on a
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
-//! 3. The deepest entry's pod wins when the entry is younger than the horizon and not common,
-//!    its pod is in the pool and under the load cap (core's [`load_cap`]: `load_factor` × the
-//!    pool's mean load, never below half busy), and the request goes on past it: a
-//!    conversation's next turn, or a new question on a template. A repeat (a prompt ending
-//!    where the entry ends) goes by step 4, where the gateway places and warms it.
+//! 3. The deepest entry's pod (the *holder*) wins when the entry is younger than the horizon
+//!    and not common, its pod is in the pool and keeps the request (below), and the request
+//!    goes on past it: a conversation's next turn, or a new question on a template. A repeat
+//!    (a prompt ending where the entry ends) goes by step 4, where the gateway places and
+//!    warms it; a prompt longer than its keys (cut at [`MAX_SHARDS`] or at the fingerprint's
+//!    `max_prefix_tokens`) always goes on past them — before, an agent session's turns past
+//!    32,768 tokens read as repeats and were placed afresh whenever their pod was busy.
+//!
+//!    The holder keeps the request while the wait there costs no more than moving it: when the
+//!    table prices a move (`prefill_us_per_token`) and gives the holder's `wait_ms`, it keeps
+//!    it while `wait(holder) ≤ matched tokens × prefill_us_per_token + wait(step 4's pod)` —
+//!    moving prefills the matched prefix again on a pod that has its own queue (taken as
+//!    uncached there: a pod that holds the prefix too is rare and only makes moving cheaper).
+//!    The waits are the gateway's predicted queue waits (Little's law over the last minute);
+//!    a batching engine starts a request at once while its batch has room, so a pod busy but
+//!    not full costs nothing to stay on. Without a price or the holder's wait, the holder
+//!    keeps it while under the load cap (core's [`load_cap`]: `load_factor` × the pool's
+//!    mean load, never below half busy).
 //! 4. Otherwise: bounded-load rendezvous keyed on the request's first shard past its common
 //!    ones ([`PromptKeys::key_past`]; a third binary search, over common entries, ≤ 7 reads) —
 //!    its first shard when nothing is common, which is the key the gateway places and warms hot
@@ -141,11 +154,17 @@ pub fn eviction_horizon_ms(kv_tokens: u64, prefill_tokens_per_s: f64) -> u64 {
 pub struct PromptKeys {
     blocks: Vec<u64>,
     per_shard: usize,
+    /// Whether the prompt goes on for at least a block past `blocks` (cut at [`MAX_SHARDS`] or
+    /// at the fingerprint's `max_prefix_tokens`): a match at the last key is then no repeat.
+    cut: bool,
 }
 
 impl PromptKeys {
     pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
-        Self::of_blocks(&chain.blocks, fingerprint)
+        let mut keys = Self::of_blocks(&chain.blocks, fingerprint);
+        let hashed = chain.blocks.len().saturating_mul(fingerprint.block_tokens);
+        keys.cut |= chain.prompt_tokens.saturating_sub(hashed) >= fingerprint.block_tokens.max(1);
+        keys
     }
 
     /// The keys of a prompt of `blocks` (a hot prefix's chain, say).
@@ -155,6 +174,7 @@ impl PromptKeys {
         Self {
             blocks: blocks.iter().take(limit).map(|b| b.0).collect(),
             per_shard,
+            cut: blocks.len() > limit,
         }
     }
 
@@ -337,7 +357,7 @@ pub fn longest_match<S: PrefixStore + ?Sized>(
     let found = best.map(|(blocks, entry)| PrefixMatch {
         blocks,
         entry,
-        continues: blocks < keys.blocks.len(),
+        continues: blocks < keys.blocks.len() || keys.cut,
     });
     (found, reads)
 }
@@ -418,18 +438,37 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         .map(|f| load_cap(loads.iter().copied(), f));
     let (found, mut reads) = longest_match(store, keys);
     let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
-    let sticky = found
+    let holder = found
         .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues && !m.entry.common())
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
-            under_cap(pod).then_some((pod, m.blocks))
+            Some((pod, m.blocks))
         });
-    let (chosen, matched_blocks, key) = match sticky {
-        Some((pod, blocks)) => (pod, blocks, key),
-        None => {
+    // Whether the holder keeps the request, against moving it to `alt` (unknown yet: the
+    // cheapest move, one to a pod without a wait).
+    let keeps = |pod: usize, blocks: usize, alt: Option<usize>| {
+        let wait = |i: usize| pool.get(i).and_then(|p| p.wait_ms);
+        match (table.prefill_us_per_token, wait(pod)) {
+            (Some(us), Some(here)) => {
+                let tokens = blocks.saturating_mul(table.block_tokens) as f64;
+                let elsewhere = alt.and_then(wait).unwrap_or(0) as f64;
+                here as f64 <= tokens * us / 1000.0 + elsewhere
+            }
+            _ => under_cap(pod),
+        }
+    };
+    let (chosen, matched_blocks, key) = match holder {
+        Some((pod, blocks)) if keeps(pod, blocks, None) => (pod, blocks, key),
+        _ => {
             let common = common_blocks(store, keys, now_ms, horizon_ms, &mut reads);
-            let key = keys.key_past(common).unwrap_or(key);
-            (place_among(&pool, key, table.load_factor)?, 0, key)
+            let placed_key = keys.key_past(common).unwrap_or(key);
+            let alt = place_among(&pool, placed_key, table.load_factor)?;
+            match holder {
+                Some((pod, blocks)) if pod == alt || keeps(pod, blocks, Some(alt)) => {
+                    (pod, blocks, key)
+                }
+                _ => (alt, 0, placed_key),
+            }
         }
     };
     let primary = pool.get(chosen).copied()?;

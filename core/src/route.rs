@@ -114,6 +114,7 @@ mod tests {
             adapters: adapters.iter().map(|a| a.to_string()).collect(),
             resident: Vec::new(),
             load,
+            wait_ms: None,
         }
     }
 
@@ -124,6 +125,7 @@ mod tests {
             generated_at_ms: 0,
             block_tokens: 64,
             load_factor,
+            prefill_us_per_token: None,
             prefixes: Vec::new(),
             warming: Vec::new(),
             experiment: None,

@@ -165,6 +165,7 @@ mod tests {
             adapters: adapters.iter().map(|a| a.to_string()).collect(),
             resident: Vec::new(),
             load: None,
+            wait_ms: None,
         }
     }
 
@@ -175,6 +176,7 @@ mod tests {
             generated_at_ms: 0,
             block_tokens: 64,
             load_factor: None,
+            prefill_us_per_token: None,
             prefixes: Vec::new(),
             warming: Vec::new(),
             experiment: None,

@@ -527,7 +527,20 @@ pub struct RoutedPod {
     /// share of the last minute the pod was busy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<f64>,
+    /// The wait, in ms, a request arriving now is predicted to spend queued on the pod before
+    /// it starts, when known (the gateway publishes the last minute's mean queue length over its
+    /// completion rate: Little's law, `policy::fleet::wait`); with the table's
+    /// `prefill_us_per_token` it decides when a request leaves the pod holding its prefix
+    /// (`prefix::route_prefix`). At most [`MAX_WAIT_MS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
 }
+
+/// The longest queue wait a table may publish: an hour.
+pub const MAX_WAIT_MS: u64 = 3_600_000;
+
+/// The slowest prefill a table may publish, µs per uncached prompt token: a tenth of a second.
+pub const MAX_PREFILL_US_PER_TOKEN: f64 = 100_000.0;
 
 impl RoutedPod {
     fn problem(&self, i: usize) -> Option<String> {
@@ -553,6 +566,9 @@ impl RoutedPod {
             if !(0.0..=1.0).contains(&load) {
                 return Some(format!("pods[{i}].load: {load}: must be in [0, 1]"));
             }
+        }
+        if let Some(wait) = self.wait_ms.filter(|w| *w > MAX_WAIT_MS) {
+            return Some(format!("pods[{i}].wait_ms: {wait}: at most {MAX_WAIT_MS}"));
         }
         if let Some(j) = self
             .adapters
@@ -598,6 +614,11 @@ pub struct RoutingTable {
     /// Bounded-load factor (≥ 1) when loads are given; `None`: plain rendezvous.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_factor: Option<f64>,
+    /// What prefilling one uncached prompt token costs a pod, µs: with the pods' `wait_ms`, the
+    /// price of moving a request off the pod holding its prefix (`prefix::route_prefix`, step
+    /// 3). `None`: the load factor's cap decides alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_us_per_token: Option<f64>,
     /// Pods in the table: only pods whose first warm-up tier is done (or whose deadline passed).
     pub pods: Vec<RoutedPod>,
     /// Hot prefixes and the pod the gateway warmed each on: filters write them into their
@@ -655,6 +676,13 @@ impl RoutingTable {
         if let Some(f) = self.load_factor {
             if !(f.is_finite() && f >= 1.0) {
                 return Some(format!("load_factor: {f}: must be a number >= 1"));
+            }
+        }
+        if let Some(us) = self.prefill_us_per_token {
+            if !(us.is_finite() && us > 0.0 && us <= MAX_PREFILL_US_PER_TOKEN) {
+                return Some(format!(
+                    "prefill_us_per_token: {us}: must be a number in (0, {MAX_PREFILL_US_PER_TOKEN}]"
+                ));
             }
         }
         if self.prefixes.len() > MAX_TABLE_PREFIXES {
@@ -933,6 +961,7 @@ mod tests {
             generated_at_ms: 9,
             block_tokens: 64,
             load_factor: None,
+            prefill_us_per_token: None,
             prefixes: Vec::new(),
             warming: Vec::new(),
             experiment: None,
@@ -943,6 +972,7 @@ mod tests {
                 adapters: vec!["sql-lora".into()],
                 resident: vec!["sql-lora".into()],
                 load: Some(0.5),
+                wait_ms: None,
             }],
         };
         assert_eq!(RoutingTable::decode(&t.encode()).unwrap(), t);
@@ -994,6 +1024,38 @@ mod tests {
         let many = vec![r#""x""#; MAX_RESIDENT_ADAPTERS + 1].join(",");
         let err = RoutingTable::decode(table(&many).as_bytes()).unwrap_err();
         assert!(err.to_string().contains("pods[0].resident: 1025"), "{err}");
+    }
+
+    #[test]
+    fn waits_and_the_prefill_price_are_bounded_and_named() {
+        let table = |top: &str, pod: &str| {
+            format!(
+                r#"{{"version":"1.0","generation":1,"block_tokens":64{top},"pods":[{{"id":"a","address":"h:1"{pod}}}]}}"#
+            )
+        };
+        let t = RoutingTable::decode(
+            table(r#","prefill_us_per_token":250"#, r#","wait_ms":1200"#).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.prefill_us_per_token, t.pods[0].wait_ms),
+            (Some(250.0), Some(1200))
+        );
+        let old = RoutingTable::decode(table("", "").as_bytes()).unwrap();
+        assert_eq!(
+            (old.prefill_us_per_token, old.pods[0].wait_ms),
+            (None, None)
+        );
+        let err = |top: &str, pod: &str| {
+            RoutingTable::decode(table(top, pod).as_bytes())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("", r#","wait_ms":3600001"#).contains("pods[0].wait_ms: 3600001"));
+        for bad in ["0", "-3", "100001"] {
+            let e = err(&format!(r#","prefill_us_per_token":{bad}"#), "");
+            assert!(e.starts_with("prefill_us_per_token: "), "{e}");
+        }
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub fn static_table(config: &FilterConfig) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: config.block_tokens,
         load_factor: None,
+        prefill_us_per_token: None,
         prefixes: Vec::new(),
         warming: Vec::new(),
         experiment: None,
@@ -57,6 +58,7 @@ pub fn static_table(config: &FilterConfig) -> RoutingTable {
                 adapters: Vec::new(),
                 resident: Vec::new(),
                 load: None,
+                wait_ms: None,
             })
             .collect(),
     }

@@ -283,6 +283,7 @@ pub(crate) fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: 64,
         load_factor: None,
+        prefill_us_per_token: None,
         prefixes: Vec::new(),
         warming: Vec::new(),
         experiment: None,
@@ -295,6 +296,7 @@ pub(crate) fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
                 adapters: adapters.iter().map(|a| a.to_string()).collect(),
                 resident: Vec::new(),
                 load: None,
+                wait_ms: None,
             })
             .collect(),
     }

@@ -155,6 +155,7 @@ fn routing_table(c: &mut Criterion) {
                 address: &addresses[i],
                 weight: 1.0,
                 load: Some(load),
+                wait_ms: None,
                 adapters: adapters[i].iter().map(String::as_str).collect(),
                 resident: Vec::new(),
                 routable: !(flip && i == 0),
@@ -306,6 +307,7 @@ fn routing_table_at_scale(c: &mut Criterion) {
     let routes = |load: f64| -> Vec<PodRoute<'_>> {
         (0..1000)
             .map(|i| PodRoute {
+                wait_ms: None,
                 id: &ids[i],
                 address: &addresses[i],
                 weight: 1.0,

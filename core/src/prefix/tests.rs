@@ -16,6 +16,7 @@ fn pod(id: &str, load: Option<f64>) -> RoutedPod {
         adapters: Vec::new(),
         resident: Vec::new(),
         load,
+        wait_ms: None,
     }
 }
 
@@ -26,6 +27,7 @@ fn table(n: usize, load_factor: Option<f64>) -> RoutingTable {
         generated_at_ms: 0,
         block_tokens: 64,
         load_factor,
+        prefill_us_per_token: None,
         prefixes: Vec::new(),
         warming: Vec::new(),
         experiment: None,
@@ -195,6 +197,112 @@ fn an_overloaded_matched_pod_is_left() {
     let r = route_prefix(&t, "m", &next, &store, 1, HORIZON).unwrap();
     assert_ne!(r.primary.id, other);
     assert_eq!(r.matched_blocks, 0);
+}
+
+/// `next`'s route when `first` went to the holder (the rendezvous runner-up), the holder has
+/// `load` and waits `holder_wait` ms, every other pod waits `others_wait` ms, and moving is
+/// priced at 250 µs a token; returns whether the holder kept it.
+fn holder_keeps(
+    first: &PromptKeys,
+    next: &PromptKeys,
+    load: f64,
+    holder_wait: u64,
+    others_wait: u64,
+) -> bool {
+    let mut t = table(4, Some(1.25));
+    t.prefill_us_per_token = Some(250.0);
+    let (_, holder) = rendezvous_and_other(&t, next);
+    for p in &mut t.pods {
+        let is_holder = p.id == holder;
+        p.load = Some(if is_holder { load } else { 0.2 });
+        p.wait_ms = Some(if is_holder { holder_wait } else { others_wait });
+    }
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, first, &holder, 0, HORIZON);
+    let r = route_prefix(&t, "m", next, &store, 1, HORIZON).unwrap();
+    let kept = r.primary.id == holder;
+    assert_eq!(r.matched_blocks > 0, kept, "a move matches nothing");
+    kept
+}
+
+#[test]
+fn a_busy_holder_keeps_the_request_while_its_wait_costs_less_than_the_move() {
+    // 11 blocks of 64 tokens matched: 704 tokens, 176 ms to prefill elsewhere.
+    let (first, next) = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
+    assert!(
+        holder_keeps(&first, &next, 0.9, 0, 0),
+        "over the cap, no queue"
+    );
+    assert!(holder_keeps(&first, &next, 0.9, 100, 0));
+    assert!(!holder_keeps(&first, &next, 0.9, 1_000, 0));
+    assert!(
+        holder_keeps(&first, &next, 0.9, 1_000, 900),
+        "moving waits 900 ms as well: 1,076 ms in all"
+    );
+}
+
+#[test]
+fn a_holder_under_the_cap_with_a_long_queue_is_left() {
+    let (first, next) = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
+    assert!(!holder_keeps(&first, &next, 0.2, 5_000, 0));
+}
+
+#[test]
+fn a_long_context_outweighs_a_queue_a_short_one_does_not() {
+    // 40,000 bytes: 156 blocks, ~10 k tokens, 2.5 s to prefill again; 3,000 bytes: 176 ms.
+    let long = (prompt(0, 1, 40_000), prompt(0, 1, 41_000));
+    let short = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
+    assert!(holder_keeps(&long.0, &long.1, 0.9, 2_000, 0));
+    assert!(!holder_keeps(&short.0, &short.1, 0.9, 2_000, 0));
+}
+
+#[test]
+fn without_a_price_or_a_wait_the_load_cap_decides() {
+    let (first, next) = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
+    let mut t = table(4, Some(1.25));
+    let (_, holder) = rendezvous_and_other(&t, &next);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &first, &holder, 0, HORIZON);
+    for p in &mut t.pods {
+        p.load = Some(if p.id == holder { 0.9 } else { 0.2 });
+        p.wait_ms = Some(0);
+    }
+    let moved = |t: &RoutingTable| {
+        route_prefix(t, "m", &next, &store, 1, HORIZON)
+            .unwrap()
+            .primary
+            .id
+            != holder
+    };
+    assert!(moved(&t), "waits without a price: the cap");
+    t.prefill_us_per_token = Some(250.0);
+    for p in &mut t.pods {
+        p.wait_ms = None;
+    }
+    assert!(moved(&t), "a price without the holder's wait: the cap");
+}
+
+#[test]
+fn a_prompt_longer_than_the_index_sees_continues_past_its_deepest_key() {
+    // Both turns run past the fingerprint's 32,768 tokens: their keys are the same, and the
+    // second is the session's next turn, not a repeat to be placed afresh.
+    let t = table(4, Some(1.25));
+    let (first, next) = (prompt(0, 1, 140_000), prompt(0, 1, 150_000));
+    assert_eq!(first.written(), next.written());
+    let (_, holder) = rendezvous_and_other(&t, &next);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &first, &holder, 0, HORIZON);
+    let r = route_prefix(&t, "m", &next, &store, 1, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (holder.as_str(), 512)
+    );
+    // a prompt that ends within the index is a repeat: placed by rendezvous
+    let short = prompt(0, 2, 3_000);
+    let (placed, other) = rendezvous_and_other(&t, &short);
+    record(&mut store, &short, &other, 0, HORIZON);
+    let r = route_prefix(&t, "m", &short, &store, 1, HORIZON).unwrap();
+    assert_eq!(r.primary.id, placed);
 }
 
 #[test]

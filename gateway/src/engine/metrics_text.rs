@@ -3,7 +3,8 @@
 //! (`vllm:lora_requests_info`: every label combination stays as its own series, so the reader
 //! takes the series with the largest value and skips ones whose lists are both empty).
 //! The prefix-cache counters (`vllm:prefix_cache_queries_total`, `_hits_total`, in tokens) are
-//! summed over their label sets. SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
+//! summed over their label sets, and so is `vllm:request_success_total` (requests finished, for
+//! the queue wait: `policy::fleet::wait`). SGLang's names (`sglang:num_queue_reqs`, `sglang:num_running_reqs`, `sglang:token_usage`) are
 //! read too. Beside the load, a scrape keeps `process_start_time_seconds` (the Prometheus
 //! client's process metric, which vLLM's API server exports), by which the fleet core tells a
 //! restarted pod (`policy::fleet::restart`).
@@ -144,6 +145,9 @@ pub fn parse_scrape(text: &str) -> MetricsScrape {
             "vllm:prefix_cache_hits_total" => {
                 load.prefix_cache_hits = Some(counter(load.prefix_cache_hits, v))
             }
+            "vllm:request_success_total" => {
+                load.request_successes = Some(counter(load.request_successes, v))
+            }
             "vllm:cache_config_info" => {
                 load.block_size = sample.label("block_size").and_then(|s| s.parse().ok());
                 load.num_gpu_blocks = sample.label("num_gpu_blocks").and_then(|s| s.parse().ok());
@@ -195,6 +199,9 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapt
 vllm:prefix_cache_queries_total{engine="0",model_name="base"} 1000.0
 vllm:prefix_cache_queries_total{engine="1",model_name="base"} 500.0
 vllm:prefix_cache_hits_total{engine="0",model_name="base"} 640.0
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="base"} 90.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="base"} 9.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="base"} 1.0
 "#;
 
     #[test]
@@ -208,6 +215,7 @@ vllm:prefix_cache_hits_total{engine="0",model_name="base"} 640.0
         assert_eq!(l.waiting_adapters, ["d"]);
         assert_eq!(l.prefix_cache_queries, Some(1500), "summed over engines");
         assert_eq!(l.prefix_cache_hits, Some(640));
+        assert_eq!(l.request_successes, Some(100), "summed over finish reasons");
     }
 
     /// The head of vLLM 0.32's `/metrics` (CPU, one API server: prometheus_client's default

@@ -11,11 +11,19 @@ use std::borrow::Cow;
 
 use prewarm_core::experiment::Experiment;
 use prewarm_core::wire::{
-    PlacedPrefix, RoutedPod, RoutingTable, MAX_RESIDENT_ADAPTERS, MAX_TABLE_PREFIXES, WIRE_VERSION,
+    PlacedPrefix, RoutedPod, RoutingTable, MAX_PREFILL_US_PER_TOKEN, MAX_RESIDENT_ADAPTERS,
+    MAX_TABLE_PREFIXES, MAX_WAIT_MS, WIRE_VERSION,
 };
 use serde::{Deserialize, Serialize};
 
 use super::rules::Problems;
+
+/// The default [`RoutingConfig::prefill_us_per_token`].
+pub const DEFAULT_PREFILL_US_PER_TOKEN: f64 = 250.0;
+
+/// Published waits are rounded to multiples of this, ms, so a wait that jitters does not churn
+/// the table (a 512-token shard's prefill at the default rate is 128 ms).
+pub const WAIT_STEP_MS: f64 = 100.0;
 
 /// The `[routing]` configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,6 +33,12 @@ pub struct RoutingConfig {
     pub load_factor: Option<f64>,
     /// Loads are rounded to multiples of this (default 0.05; in (0, 1]).
     pub load_step: f64,
+    /// What prefilling one uncached prompt token costs a pod, µs, published to the filters as
+    /// the price of moving a request off the pod holding its prefix (core's `route_prefix`,
+    /// step 3); absent: the load cap alone decides. Default 250: an 8B model on one H100 as
+    /// llm-d's simulator and podsim's `llama-8b-h100` profile model it (the figure the filter's
+    /// default prefix horizon assumes too); set the engine's measured rate. In (0, 100000].
+    pub prefill_us_per_token: Option<f64>,
 }
 
 impl Default for RoutingConfig {
@@ -32,6 +46,7 @@ impl Default for RoutingConfig {
         Self {
             load_factor: Some(1.25),
             load_step: 0.05,
+            prefill_us_per_token: Some(DEFAULT_PREFILL_US_PER_TOKEN),
         }
     }
 }
@@ -44,6 +59,11 @@ impl RoutingConfig {
             p.between("load_factor", f, 1.0, 100.0);
         }
         p.fraction("load_step", self.load_step);
+        if let Some(us) = self.prefill_us_per_token {
+            let ok = us.is_finite() && us > 0.0 && us <= MAX_PREFILL_US_PER_TOKEN;
+            let rule = format!("must be in (0, {MAX_PREFILL_US_PER_TOKEN}]");
+            p.check(ok, "prefill_us_per_token", us, rule);
+        }
         p.into_vec()
     }
 }
@@ -58,6 +78,8 @@ pub struct PodRoute<'a> {
     pub weight: f64,
     /// Utilisation in [0, 1], when known.
     pub load: Option<f64>,
+    /// Predicted queue wait, ms, when known.
+    pub wait_ms: Option<f64>,
     /// Adapters the pod serves (any order, duplicates allowed).
     pub adapters: Vec<&'a str>,
     /// Of `adapters`, those holding a GPU slot (any order; others are ignored).
@@ -67,6 +89,15 @@ pub struct PodRoute<'a> {
     /// Whether the pod is up and in its warm-up (listed apart for an experiment's arm without
     /// warm-up).
     pub warming: bool,
+}
+
+/// A wait as the table publishes it: a multiple of [`WAIT_STEP_MS`], at most core's
+/// `MAX_WAIT_MS`; `None` for an unknown or non-finite one.
+fn rounded_wait(wait_ms: Option<f64>) -> Option<u64> {
+    wait_ms.filter(|w| w.is_finite()).map(|w| {
+        let steps = (w.max(0.0) / WAIT_STEP_MS).round();
+        ((steps * WAIT_STEP_MS) as u64).min(MAX_WAIT_MS)
+    })
 }
 
 /// Builds [`RoutingTable`]s, keeping the last one and its generation.
@@ -88,6 +119,7 @@ impl RoutingTableBuilder {
                 generated_at_ms: 0,
                 block_tokens,
                 load_factor: config.load_factor,
+                prefill_us_per_token: config.prefill_us_per_token,
                 prefixes: Vec::new(),
                 warming: Vec::new(),
                 experiment: None,
@@ -146,6 +178,7 @@ impl RoutingTableBuilder {
                     && t.address == p.address
                     && t.weight == p.weight
                     && t.load == self.rounded_load(p.load)
+                    && t.wait_ms == rounded_wait(p.wait_ms)
                     && (same_adapters(&t.adapters, &p.adapters)
                         || same_adapters(&t.adapters, &normalised(&p.adapters)))
                     && same_adapters(&t.resident, &resident_of(p))
@@ -180,6 +213,7 @@ impl RoutingTableBuilder {
                 adapters,
                 resident,
                 load: self.rounded_load(p.load),
+                wait_ms: rounded_wait(p.wait_ms),
             });
         }
         self.table.pods = pods;
@@ -213,6 +247,7 @@ impl RoutingTableBuilder {
                     .collect(),
                 resident: resident_of(p).iter().map(|a| a.to_string()).collect(),
                 load: self.rounded_load(p.load),
+                wait_ms: rounded_wait(p.wait_ms),
             })
             .collect();
         if warming == self.table.warming {

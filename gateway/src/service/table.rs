@@ -25,6 +25,7 @@ impl PublishedTable {
             generated_at_ms: 0,
             block_tokens: prewarm_core::FingerprintConfig::default().block_tokens,
             load_factor: None,
+            prefill_us_per_token: None,
             prefixes: Vec::new(),
             warming: Vec::new(),
             experiment: None,

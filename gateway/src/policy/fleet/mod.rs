@@ -37,6 +37,7 @@ mod signals;
 mod steps;
 #[cfg(test)]
 mod tests;
+mod wait;
 
 use std::collections::BTreeMap;
 
@@ -332,6 +333,7 @@ impl Fleet {
                 pod.kv.set_geometry(b, n as u64);
             }
             pod.busy.observe(l.requests(), now_ms);
+            pod.wait.observe(l.waiting, l.request_successes, now_ms);
             pod.load = l;
         }
         let change = if ok {
@@ -437,6 +439,7 @@ impl Fleet {
                 address: &p.shape.address,
                 weight: p.shape.weight,
                 load: Some(p.busy.share(now_ms)),
+                wait_ms: p.wait.wait_ms(now_ms),
                 adapters: listed_adapters(p, registry, &pools, placement),
                 resident: p.lora.resident().collect(),
                 routable: p.routable(now_ms),

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::busy::BusyShare;
 use super::restart::RestartWatch;
+use super::wait::QueueWait;
 use crate::policy::lora::LoraSlots;
 use crate::policy::warmup::WarmupStatus;
 use crate::policy::{KvConfig, KvResidency, LoraConfig, LoraResidency, PrefixKey, WarmupProgress};
@@ -38,6 +39,8 @@ pub struct PodLoad {
     pub prefix_cache_queries: Option<u64>,
     /// `vllm:prefix_cache_hits_total`: prompt tokens served from it.
     pub prefix_cache_hits: Option<u64>,
+    /// `vllm:request_success_total` over its `finished_reason`s: requests finished.
+    pub request_successes: Option<u64>,
 }
 
 impl PodLoad {
@@ -127,6 +130,9 @@ pub struct FleetPod {
     pub kv_hit_gap: Option<f64>,
     /// The share of the last minute it was busy: the routing table's load.
     pub busy: BusyShare,
+    /// The wait a request arriving now is predicted to queue there: the routing table's
+    /// `wait_ms`.
+    pub wait: QueueWait,
     /// What its scrapes say of its process, to tell a restart (see [`super::restart`]).
     pub restart: RestartWatch,
 }
@@ -198,6 +204,7 @@ impl FleetPod {
             kv_counters: KvReconciliation::default(),
             kv_hit_gap: None,
             busy: BusyShare::default(),
+            wait: QueueWait::default(),
             restart: RestartWatch::default(),
         }
     }
@@ -276,6 +283,7 @@ impl FleetPod {
         self.warmup.reset_for_rejoin();
         self.kv.reset();
         self.busy = BusyShare::default();
+        self.wait = QueueWait::default();
         self.lora = LoraResidency::new(self.lora.slots(), lora.clone());
     }
 

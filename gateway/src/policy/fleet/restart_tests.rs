@@ -278,3 +278,35 @@ fn a_warm_call_of_the_life_before_the_restart_does_not_warm_the_new_one() {
     fleet.prefill_done(&prefill, PrefillOutcome::Ok, 3_100);
     assert!(!fleet.pod("p0").unwrap().kv.is_resident(&prefill.key));
 }
+
+#[test]
+fn the_table_publishes_a_pods_queue_wait_and_a_restart_forgets_it() {
+    let mut fleet = warm_fleet();
+    let mut now = 3_000;
+    for s in 0..20u64 {
+        let load = PodLoad {
+            waiting: 4,
+            running: 8,
+            request_successes: Some(100 + s * 2),
+            ..scrape(5_000 + s, 2_000)
+        };
+        fleet.on_check("p1", check(Some(load), Some(100.0)), now);
+        now += 1_000;
+    }
+    fleet.rebuild_table(now);
+    let wait = |fleet: &Fleet, id: &str| {
+        fleet
+            .table()
+            .pods
+            .iter()
+            .find(|p| p.id == id)
+            .and_then(|p| p.wait_ms)
+    };
+    // 4 queued, 2 finished a second: about 2 s, in steps of 100 ms
+    let w = wait(&fleet, "p1").expect("p1 exports its completions");
+    assert!((1_800..=2_200).contains(&w) && w % 100 == 0, "{w}");
+    assert_eq!(wait(&fleet, "p0"), None, "p0 exports no completion counter");
+    let restarted = fleet.on_check("p1", check(Some(scrape(40, 0)), Some(100.0)), now);
+    assert!(matches!(restarted, HealthChange::Joined(_)));
+    assert_eq!(fleet.pod("p1").unwrap().wait.wait_ms(now), None);
+}

@@ -8,6 +8,7 @@ fn pod<'a>(id: &'a str, adapters: Vec<&'a str>, routable: bool) -> PodRoute<'a> 
         address: "127.0.0.1:8000",
         weight: 1.0,
         load: None,
+        wait_ms: None,
         adapters,
         resident: Vec::new(),
         routable,
@@ -122,6 +123,7 @@ fn loads_are_rounded_and_generations_continue_after_a_restart() {
     let config = RoutingConfig {
         load_factor: Some(1.25),
         load_step: 0.1,
+        prefill_us_per_token: None,
     };
     let mut b = RoutingTableBuilder::new(64, config, 41);
     let mut p = pod("a", vec![], true);
@@ -147,14 +149,40 @@ fn config_validation_names_every_field() {
     let bad = RoutingConfig {
         load_factor: Some(0.5),
         load_step: 0.0,
+        prefill_us_per_token: Some(0.0),
     };
     assert_eq!(
         bad.validate("routing."),
         vec![
             "routing.load_factor: 0.5: must be between 1 and 100".to_string(),
-            "routing.load_step: 0: must be in (0, 1]".to_string()
+            "routing.load_step: 0: must be in (0, 1]".to_string(),
+            "routing.prefill_us_per_token: 0: must be in (0, 100000]".to_string()
         ]
     );
+}
+
+#[test]
+fn waits_are_published_in_steps_and_a_jitter_within_one_changes_nothing() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    assert_eq!(
+        b.table().prefill_us_per_token,
+        Some(DEFAULT_PREFILL_US_PER_TOKEN)
+    );
+    let mut p = pod("a", vec![], true);
+    p.wait_ms = Some(1_234.0);
+    assert!(b.build(&[p.clone()], 1));
+    assert_eq!(b.table().pods[0].wait_ms, Some(1_200));
+    p.wait_ms = Some(1_180.0);
+    assert!(
+        !b.build(&[p.clone()], 2),
+        "1,180 ms rounds to the same step"
+    );
+    p.wait_ms = Some(1e12);
+    assert!(b.build(&[p.clone()], 3));
+    assert_eq!(b.table().pods[0].wait_ms, Some(MAX_WAIT_MS));
+    p.wait_ms = Some(f64::NAN);
+    assert!(b.build(&[p], 4));
+    assert_eq!(b.table().pods[0].wait_ms, None);
 }
 
 #[test]

@@ -113,6 +113,11 @@ pub fn pod_load(fleet: &mut Fleet, pod: usize, now_s: f64, slots: LoraSlots) -> 
         waiting_adapters: Vec::new(),
         prefix_cache_queries: Some(m.prefix_queries_tokens),
         prefix_cache_hits: Some(m.prefix_hits_tokens),
+        request_successes: Some(
+            m.finished_stop
+                .saturating_add(m.finished_length)
+                .saturating_add(m.finished_abort),
+        ),
     }
 }
 
@@ -203,6 +208,10 @@ impl Prewarm {
     ) -> Self {
         let mut config = config;
         config.gateway.pods.base_model = fleet.base_model().to_string();
+        // The price of moving a request, as an operator sets it: the profile's prefill rate.
+        let per_token_us = fleet.config().latency.per_uncached_token * 1e6;
+        config.gateway.routing.prefill_us_per_token =
+            (per_token_us.is_finite() && per_token_us > 0.0).then_some(per_token_us);
         let fleet_config = config.fleet();
         let fingerprint = fleet_config.fingerprint;
         let mut core = FleetCore::new(fleet_config, 0, 0);
