@@ -24,6 +24,8 @@ mod action;
 mod busy;
 mod experiment;
 mod keep_warm;
+#[cfg(test)]
+mod placed_tests;
 mod placement;
 mod planning;
 mod pod;

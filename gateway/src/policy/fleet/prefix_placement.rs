@@ -25,7 +25,12 @@
 //! them, the first warm-up tier's size) that are modelled resident on the pod the placement
 //! gives them, which the filters write into their index (`prewarm_core::prefix::seed`). A
 //! prefix not (yet) warm where it is placed is left out: its requests keep going where the
-//! index says it is cached. Recomputed every keep-warm period.
+//! index says it is cached. So is a prefix that reaches the fingerprint's `max_prefix_tokens`
+//! (32,768 tokens by default): it is the head of longer prompts — an agent session's context —
+//! and a warm-up prefills only the head, so seeding it would send the session's next turn to
+//! a pod that must prefill the rest (on agentic sessions, ~70 k tokens: the new pods' p95 was
+//! 20.6 s). Its requests stay where the index says the whole context went. Recomputed every
+//! keep-warm period.
 
 use prewarm_core::fingerprint::{key_past_shards, shards_of, BlockHash};
 use prewarm_core::place;
@@ -82,6 +87,15 @@ impl Fleet {
         hot
     }
 
+    /// Whether a prefix of `blocks` reaches the fingerprint's `max_prefix_tokens`: the head of
+    /// prompts that go on past what the filters fingerprint and a warm-up prefills (an agent
+    /// session's context), whose requests' pod holds more of them than a warmed pod can.
+    fn reaches_the_cut(&self, blocks: usize) -> bool {
+        let f = &self.config.fingerprint;
+        let cut = f.max_prefix_tokens / f.block_tokens.max(1);
+        cut > 0 && blocks >= cut
+    }
+
     /// The hottest prefixes modelled warm on the pod the placement gives them, among the pods
     /// routable at `now_ms`; see the module docs.
     pub fn placed_prefixes(&self, now_ms: u64) -> Vec<PlacedPrefix> {
@@ -100,6 +114,9 @@ impl Fleet {
             let Some(view) = self.pool.get(&hot.key).filter(|_| warm) else {
                 continue;
             };
+            if self.reaches_the_cut(view.blocks.len()) {
+                continue;
+            }
             let keys = PromptKeys::of_blocks(view.blocks, &self.config.fingerprint).placed();
             if !keys.is_empty() {
                 placed.push(PlacedPrefix {
