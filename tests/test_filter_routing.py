@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness import REPO, wait_until
-from harness.fake_servers import FakeGateway, FakeUpstream
+from harness.fake_servers import FakeGateway, FakeUpstream, receiver
 
 ENDPOINT_HEADER = "x-gateway-destination-endpoint"
 
@@ -50,13 +50,6 @@ def expected_header(binary, tmp_path, tbl, path, body) -> str:
 def expected_address(binary, tmp_path, tbl, path, body) -> str:
     """The pod the request must reach: the header's first address."""
     return expected_header(binary, tmp_path, tbl, path, body).split(",")[0]
-
-
-def receiver(pods, before):
-    """The pod whose request count grew since `before`."""
-    grown = [p for p, n in zip(pods, before) if len(p.received()) > n]
-    assert len(grown) == 1, [p.name for p in grown]
-    return grown[0]
 
 
 def prompt(i):

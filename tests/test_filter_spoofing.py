@@ -1,7 +1,8 @@
 """A client's `x-gateway-destination-endpoint` never steers the pool, whatever the filter does.
 
-The shipped configs strip it with Envoy's own `header_mutation` before the wasm filter, so the
-guarantee does not depend on the VM. The matrix: routing on/off × gateway up/down × request
+The shipped configs where the filter owns that header (its default `endpoint_header_owner`) strip
+it with Envoy's own `header_mutation` before the wasm filter, so the guarantee does not depend on
+the VM. The matrix: routing on/off × gateway up/down × request
 shapes (POST with content-length, chunked POST, GET, HTTP/2 cleartext with trailers, a 2 MiB
 body the filter does not inspect), plus a listener whose wasm filter does nothing at all (what
 a VM that is unconfigured, failed open or mid-reload amounts to). Pods A and B are in the
@@ -14,6 +15,7 @@ import struct
 
 import pytest
 
+from harness import REPO
 from harness.envoy import EnvoyFleet
 from harness.fake_servers import FakeGateway, FakeUpstream
 
@@ -151,16 +153,25 @@ def test_without_the_wasm_filter_acting_the_header_is_still_stripped(envoys, pod
     check_untouched(pods, spoofs)
 
 
-@pytest.mark.parametrize("name", ["envoy.yaml", "mesh-equivalent.yaml"])
-def test_every_shipped_envoy_config_strips_the_header_before_the_filter(name):
-    """The Istio EnvoyFilters are checked against mesh-equivalent.yaml by tests/test_manifests.py."""
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "envoy").glob("*.yaml")))
+def test_every_shipped_envoy_config_strips_the_header_before_the_filter_it_owns(name):
+    """Every plain-Envoy config under envoy/: where the filter owns the endpoint header (its
+    default), Envoy strips a client's before the filter; where another router owns it
+    (`endpoint_header_owner: external`, envoy/beside-endpoint-picker.yaml), nothing strips it and
+    that router (ext_proc) runs first, overwriting a client's value. The Istio EnvoyFilters are
+    checked against these files by tests/test_manifests.py."""
     import yaml
-    from harness import REPO
 
     config = yaml.safe_load((REPO / "envoy" / name).read_text())
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in manager["http_filters"]]
+    wasm = names.index("envoy.filters.http.wasm")
+    plugin = json.loads(manager["http_filters"][wasm]["typed_config"]["config"]["configuration"]["value"])
     strip = names.index("envoy.filters.http.header_mutation")
-    assert strip < names.index("envoy.filters.http.wasm"), names
+    assert strip < wasm, names
     mutations = manager["http_filters"][strip]["typed_config"]["mutations"]["request_mutations"]
-    assert {"remove": ENDPOINT_HEADER} in mutations
+    if plugin.get("endpoint_header_owner", "prewarm") == "prewarm":
+        assert {"remove": ENDPOINT_HEADER} in mutations
+    else:
+        assert {"remove": ENDPOINT_HEADER} not in mutations
+        assert names.index("envoy.filters.http.ext_proc") < wasm, names

@@ -41,12 +41,16 @@ ENVOYFILTER = REPO / "envoy" / "istio" / "envoyfilter.yaml"
 WASMPLUGIN = REPO / "envoy" / "istio" / "wasmplugin.yaml"
 GATEWAY_PATCH = REPO / "envoy" / "istio" / "ingressgateway-patch.yaml"
 EQUIVALENT = REPO / "envoy" / "mesh-equivalent.yaml"
+BESIDE_FILTER = REPO / "envoy" / "istio" / "envoyfilter-beside-endpoint-picker.yaml"
+BESIDE_ENVOY = REPO / "envoy" / "beside-endpoint-picker.yaml"
 LOCAL = REPO / "envoy" / "envoy.yaml"
 K8S = REPO / "envoy" / "k8s"
 WARM_GATE = K8S / "inference" / "warm-gate.sh"
 WASM_FILTER = "envoy.filters.http.wasm"
 ROUTER = "envoy.filters.http.router"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
+EXT_PROC = "envoy.filters.http.ext_proc"
+ENDPOINT_HEADER = "x-gateway-destination-endpoint"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 
 
@@ -369,6 +373,68 @@ def test_sidecar_envoyfilter_applies_the_same_patches_to_client_sidecars():
     (vhost,) = [p for p in sidecar if p["applyTo"] == "VIRTUAL_HOST"]
     assert vhost["match"]["routeConfiguration"]["vhost"]["name"] == f"{service_fqdn(vllm)}:{port}"
     assert sidecar_filter["spec"]["workloadSelector"]["labels"] == {"prewarm.io/filter": "enabled"}
+
+
+# --- 2b. beside another router (the Inference Extension's endpoint picker, llm-d) ---------------
+
+
+def beside_patches() -> list:
+    return load(BESIDE_FILTER)["spec"]["configPatches"]
+
+
+def test_beside_the_picker_the_envoyfilter_leaves_the_endpoint_header_to_it():
+    """envoy/istio/envoyfilter-beside-endpoint-picker.yaml is the full install minus what would
+    fight the picker: the header_mutation keeps the endpoint header, the filter observes
+    (`endpoint_header_owner: external`, `routing: false`) after istiod's InferencePool ext_proc
+    (just before the router), and there is no override_host patch (istiod's InferencePool
+    cluster honours the picker). Everything else is the full install's, value for value."""
+    spec = load(BESIDE_FILTER)["spec"]
+    assert "workloadSelector" not in spec
+    (ref,) = spec["targetRefs"]
+    assert (ref["group"], ref["kind"]) == ("gateway.networking.k8s.io", "Gateway")
+    strip, wasm = [p for p in beside_patches() if p["applyTo"] == "HTTP_FILTER"]
+    for p in (strip, wasm):
+        assert p["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"] == ROUTER
+        assert p["patch"]["operation"] == "INSERT_BEFORE"
+    assert strip["patch"]["value"]["name"] == HEADER_MUTATION
+    assert strip["patch"]["value"]["typed_config"]["mutations"]["request_mutations"] == [
+        {"remove": "x-prewarm-direct-host"}]
+    ours, full = wasm_config(wasm["patch"]["value"]), wasm_config(patch_filter())
+    assert {k: v for k, v in ours.items() if k != "configuration"} == {
+        k: v for k, v in full.items() if k != "configuration"}
+    ours_json, full_json = plugin_json(ours), plugin_json(full)
+    assert ours_json.pop("endpoint_header_owner") == "external"
+    assert ours_json.pop("routing") is False and full_json.pop("routing") is True
+    assert ours_json == full_json
+
+    def rest(configPatches):
+        return [(p["applyTo"], p["match"], p["patch"]) for p in configPatches if p["applyTo"] != "HTTP_FILTER"]
+
+    full_rest = [r for r in rest(load(ENVOYFILTER)["spec"]["configPatches"])
+                 if "load_balancing_policy" not in r[2]["value"]]
+    assert rest(beside_patches()) == full_rest
+
+
+def test_plain_envoy_beside_the_picker_runs_the_filter_after_it_and_honours_the_pick():
+    """envoy/beside-endpoint-picker.yaml: the same arrangement in plain Envoy, checked by
+    `envoy --mode validate` in `make validate` and run by tests/test_filter_external_router.py."""
+    config = load(BESIDE_ENVOY)
+    filters = http_filters(config)
+    assert [f["name"] for f in filters] == [HEADER_MUTATION, EXT_PROC, WASM_FILTER, ROUTER]
+    assert filters[0]["typed_config"]["mutations"]["request_mutations"] == [{"remove": "x-prewarm-direct-host"}]
+    picker = filters[1]["typed_config"]
+    assert picker["failure_mode_allow"] is False, "no request reaches the pool with a client's header"
+    cluster(config, picker["grpc_service"]["envoy_grpc"]["cluster_name"])
+    local = next(f for f in http_filters(load(LOCAL)) if f["name"] == WASM_FILTER)
+    assert {k: v for k, v in wasm_config(filters[2]).items() if k != "configuration"} == {
+        k: v for k, v in wasm_config(local).items() if k != "configuration"}
+    ours, here = plugin_json(wasm_config(filters[2])), plugin_json(wasm_config(local))
+    assert ours.pop("endpoint_header_owner") == "external" and ours.pop("routing") is False
+    assert ours == here
+    policy = cluster(config, "inference-pool")["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+    assert policy["typed_config"]["override_host_sources"] == [
+        {"metadata": {"key": "envoy.lb", "path": [{"key": ENDPOINT_HEADER}]}}, {"header": ENDPOINT_HEADER}]
+    assert cluster(config, "prewarm-direct") == cluster(load(LOCAL), "prewarm-direct")
 
 
 # --- 3. names that tie the pieces together ---------------------------------------------------

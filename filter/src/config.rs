@@ -56,6 +56,11 @@ pub struct FilterConfig {
     pub max_body_bytes: usize,
     /// Header naming the chosen pod (default `x-gateway-destination-endpoint`).
     pub endpoint_header: String,
+    /// Who sets `endpoint_header`: `prewarm` (default: a client's value is removed from every
+    /// request, only this filter names a pod) or `external` (another router, the Inference
+    /// Extension's endpoint picker or llm-d's, sets it before this filter: it is never removed
+    /// or set here, `routing` must be false, and the pod it names is recorded as served).
+    pub endpoint_header_owner: EndpointHeaderOwner,
     /// Header naming a request's experiment arm, `<experiment>/<arm>` (default `x-prewarm-arm`):
     /// removed from every request, set on those the filter assigns to an arm.
     pub arm_header: String,
@@ -162,6 +167,7 @@ impl Default for FilterConfig {
             max_signal_bytes: 256 << 10,
             max_body_bytes: 1 << 20,
             endpoint_header: "x-gateway-destination-endpoint".into(),
+            endpoint_header_owner: EndpointHeaderOwner::Prewarm,
             arm_header: "x-prewarm-arm".into(),
             tenant_header: Some("x-prewarm-tenant".into()),
             user_header: Some("x-prewarm-user".into()),
@@ -207,6 +213,20 @@ impl Default for FilterConfig {
             embedding_cache: EmbeddingCacheConfig::default(),
         }
     }
+}
+
+/// Who owns the endpoint header (`endpoint_header_owner`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointHeaderOwner {
+    /// This filter: a client's value is removed from every request; with `routing` the filter
+    /// sets it from the routing table.
+    #[default]
+    Prewarm,
+    /// Another router that runs before this filter and overwrites a client's value (the
+    /// Inference Extension's endpoint picker, llm-d): the filter never removes or sets the
+    /// header, does not route, and records the pod it names as served (`external_route`).
+    External,
 }
 
 pub(crate) fn range<T: PartialOrd + std::fmt::Display + Copy>(
@@ -415,6 +435,13 @@ impl FilterConfig {
             16,
         );
         header_name(&mut p, "endpoint_header", &self.endpoint_header);
+        if self.endpoint_header_owner == EndpointHeaderOwner::External && self.routing {
+            p.push(
+                "endpoint_header_owner: \"external\": needs \"routing\": false (the other router \
+                 names the pod; the filter only records it)"
+                    .into(),
+            );
+        }
         header_name(&mut p, "arm_header", &self.arm_header);
         for (field, header) in [
             ("tenant_header", &self.tenant_header),
@@ -553,6 +580,33 @@ mod tests {
         );
         let c = FilterConfig::from_json(br#"{"triggers":{"shared_prompts":null}}"#).unwrap();
         assert_eq!(c.triggers.shared_prompt_threshold(), 3);
+    }
+
+    #[test]
+    fn the_endpoint_header_owner_is_checked_by_name() {
+        assert_eq!(
+            FilterConfig::default().endpoint_header_owner,
+            EndpointHeaderOwner::Prewarm
+        );
+        let c = FilterConfig::from_json(br#"{"endpoint_header_owner":"external","routing":false}"#)
+            .unwrap();
+        assert_eq!(c.endpoint_header_owner, EndpointHeaderOwner::External);
+        let e = FilterConfig::from_json(br#"{"endpoint_header_owner":"epp","routing":false}"#)
+            .unwrap_err();
+        assert!(
+            e[0].starts_with("endpoint_header_owner: \"epp\": unknown variant"),
+            "{e:?}"
+        );
+        // the other router names the pod: a filter that also routes would fight it
+        let e = FilterConfig::from_json(br#"{"endpoint_header_owner":"external"}"#).unwrap_err();
+        assert_eq!(
+            e,
+            vec![
+                "endpoint_header_owner: \"external\": needs \"routing\": false (the other \
+                  router names the pod; the filter only records it)"
+                    .to_string()
+            ]
+        );
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct LocalReply {
 pub struct FakeHost {
     shared: Rc<RefCell<SharedStore>>,
     headers: RefCell<Vec<(String, Vec<u8>)>>,
+    /// Whether the request's headers went on (Envoy's wasm host then no longer gives them).
+    headers_continued: Cell<bool>,
     body: RefCell<Vec<u8>>,
     body_reads: Cell<u32>,
     now: Cell<u64>,
@@ -81,6 +83,13 @@ impl FakeHost {
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect();
         *self.body.borrow_mut() = body.to_vec();
+        self.headers_continued.set(false);
+    }
+
+    /// The filter let the request's headers go on: from now on, as in Envoy, the filter can no
+    /// longer read or change them (the wasm host drops its reference to the header map).
+    pub fn continue_headers(&self) {
+        self.headers_continued.set(true);
     }
 
     /// How many times the filter read the request body.
@@ -88,8 +97,13 @@ impl FakeHost {
         self.body_reads.get()
     }
 
+    /// A request header as it goes upstream (what the pod gets), however far the request is.
     pub fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.request_header(name)
+        self.headers
+            .borrow()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
     }
 
     pub fn fail_next_sets(&self, n: u32) {
@@ -153,11 +167,10 @@ impl FakeHost {
 
 impl Host for FakeHost {
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
-        self.headers
-            .borrow()
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
+        if self.headers_continued.get() {
+            return None;
+        }
+        self.header(name)
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
@@ -165,6 +178,9 @@ impl Host for FakeHost {
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) {
+        if self.headers_continued.get() {
+            return;
+        }
         self.remove_request_header(name);
         self.headers
             .borrow_mut()
@@ -172,6 +188,9 @@ impl Host for FakeHost {
     }
 
     fn remove_request_header(&self, name: &str) {
+        if self.headers_continued.get() {
+            return;
+        }
         self.headers.borrow_mut().retain(|(k, _)| k != name);
     }
 

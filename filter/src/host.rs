@@ -124,6 +124,11 @@ metrics! {
     UnroutedNoBlock => "prewarm.unrouted.no_full_block", false;
     UnroutedNoPod => "prewarm.unrouted.no_pod", false;
     UnroutedArmOff => "prewarm.unrouted.arm_off", false;
+    ExternalRecorded => "prewarm.external.recorded", false;
+    ExternalAbsent => "prewarm.external.absent", false;
+    ExternalMalformed => "prewarm.external.malformed", false;
+    ExternalNoTable => "prewarm.external.no_table", false;
+    ExternalUnknownPod => "prewarm.external.unknown_pod", false;
     ArmAssigned => "prewarm.experiment.assigned", false;
     ArmNoUnit => "prewarm.experiment.no_unit", false;
     ArmSignalsWithheld => "prewarm.experiment.signals_withheld", false;

@@ -21,6 +21,7 @@ pub mod embed_reports;
 pub mod embed_shared;
 pub mod embed_warm;
 pub mod experiment;
+pub mod external_route;
 pub mod gateway_health;
 pub mod host;
 pub mod json_scan;
@@ -56,6 +57,8 @@ mod direct_scenarios;
 mod embed_scenarios;
 #[cfg(test)]
 mod experiment_scenarios;
+#[cfg(test)]
+mod external_scenarios;
 #[cfg(test)]
 mod fake_host;
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! One request through the filter: always strip a client-sent endpoint header (and direct-call
-//! header); inspect only
+//! One request through the filter: strip a client-sent endpoint header (unless another router
+//! owns it: `endpoint_header_owner: external`, see `external_route`), direct-call header and arm
+//! header; inspect only
 //! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
 //! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
@@ -19,9 +20,10 @@ use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, Signal, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
-use crate::config::DirectMode;
+use crate::config::{DirectMode, EndpointHeaderOwner};
 use crate::embed_flow::{self, Capture, Lookup};
 use crate::experiment;
+use crate::external_route;
 use crate::host::{Host, Metric};
 use crate::observe::{observe, Observation};
 use crate::outcome::OutcomeWatch;
@@ -61,6 +63,9 @@ struct Inspection {
     credential: Option<String>,
     /// When the headers arrived.
     started_ms: u64,
+    /// The pod address another router named (`endpoint_header_owner: external`), read with the
+    /// headers: the body callbacks can no longer read them once they went on.
+    external_pick: Option<Result<String, external_route::Unrecorded>>,
 }
 
 /// A name from a trusted header, when configured: empty or above core's name cap counts as
@@ -79,7 +84,11 @@ impl RequestFlow {
         end_of_stream: bool,
     ) -> Verdict {
         let config = &worker.config;
-        host.remove_request_header(&config.endpoint_header);
+        // Only the header's owner names a pod. Another router (endpoint_header_owner: external)
+        // set it before this filter and overwrote any client value: it is left as it is.
+        if config.endpoint_header_owner == EndpointHeaderOwner::Prewarm {
+            host.remove_request_header(&config.endpoint_header);
+        }
         // only the filter's direct calls may name a pod for the direct cluster
         host.remove_request_header(&config.direct_host_header);
         // only the filter assigns experiment arms
@@ -122,6 +131,8 @@ impl RequestFlow {
             user,
             credential,
             started_ms: host.now_ms(),
+            external_pick: (config.endpoint_header_owner == EndpointHeaderOwner::External)
+                .then(|| external_route::read_pick(host, config)),
         });
         // Routing must set a header, and the embedding cache may answer the request itself, so
         // the headers wait for the body (which needs Envoy's allow_on_headers_stop_iteration).
@@ -338,6 +349,9 @@ impl RequestFlow {
         }
         if !config.routing {
             host.count(Metric::UnroutedDisabled, 1);
+            if let Some(pick) = inspection.external_pick {
+                self.record_external(host, worker, pick, &request.model, &chain);
+            }
             return;
         }
         if settings.routing == ArmRouting::Off {
@@ -365,36 +379,102 @@ impl RequestFlow {
                 let value = route.header_value();
                 host.set_request_header(&config.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
-                if let Some(watch) = self.outcome.as_mut() {
-                    watch.set_pod(&route.primary.id);
-                }
                 if route.matched_blocks > 0 {
                     host.count(Metric::RoutedByPrefix, 1);
                 }
-                let refused = record(
+                self.record_served(
+                    host,
+                    worker,
                     &mut store,
-                    &keys,
-                    &route.primary.id,
-                    now,
-                    config.prefix_horizon_ms,
+                    Served {
+                        pod: &route.primary.id,
+                        model: &request.model,
+                        chain: &chain,
+                        keys: &keys,
+                        now_ms: now,
+                    },
                 );
-                if refused > 0 {
-                    host.count(Metric::PrefixWriteFailures, refused);
-                }
-                if let Some(served) =
-                    served_record(worker, &route.primary.id, &request.model, &chain)
-                {
-                    worker.served.enqueue(host, vec![served]);
-                }
             }
             Err(why) => host.count(why.metric(), 1),
         }
     }
+
+    /// The pod another router named in the endpoint header, recorded as served like a pod the
+    /// filter chose (`external_route`); a pick that names no pod of the table is counted.
+    fn record_external<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        pick: Result<String, external_route::Unrecorded>,
+        model: &str,
+        chain: &BlockChain,
+    ) {
+        let pod = match pick.and_then(|address| external_route::pod_of(host, worker, &address)) {
+            Ok(pod) => pod,
+            Err(why) => {
+                host.count(why.metric(), 1);
+                return;
+            }
+        };
+        let keys = PromptKeys::of(chain, &worker.fingerprint);
+        let mut store = SharedPrefixStore::new(host, &worker.keys, worker.config.prefix_slots);
+        self.record_served(
+            host,
+            worker,
+            &mut store,
+            Served {
+                pod: &pod,
+                model,
+                chain,
+                keys: &keys,
+                now_ms: host.now_ms(),
+            },
+        );
+        host.count(Metric::ExternalRecorded, 1);
+    }
+
+    /// What prewarm learns from a request served by `served.pod`, whoever chose the pod: the
+    /// outcome's pod, the prefix index (the next request of this prefix finds the pod holding
+    /// it) and a served record (the gateway's KV model of the pod).
+    fn record_served<H: Host + ?Sized>(
+        &mut self,
+        host: &H,
+        worker: &Worker,
+        store: &mut SharedPrefixStore<'_, H>,
+        served: Served<'_>,
+    ) {
+        if let Some(watch) = self.outcome.as_mut() {
+            watch.set_pod(served.pod);
+        }
+        let refused = record(
+            store,
+            served.keys,
+            served.pod,
+            served.now_ms,
+            worker.config.prefix_horizon_ms,
+        );
+        if refused > 0 {
+            host.count(Metric::PrefixWriteFailures, refused);
+        }
+        if let Some(record) = served_record(worker, served.pod, served.model, served.chain) {
+            worker.served.enqueue(host, vec![record]);
+        }
+    }
 }
 
-/// The served record of a request the table routed to `pod` (a request the filter did not
-/// route has none: the pod Envoy chose is not known here), for the gateway's KV model of the
-/// pod. None standalone: no gateway ages a KV model with it.
+/// A request and the pod that serves it.
+struct Served<'a> {
+    pod: &'a str,
+    model: &'a str,
+    chain: &'a BlockChain,
+    keys: &'a PromptKeys,
+    now_ms: u64,
+}
+
+/// The served record of a request the table routed to `pod`, or that another router sent to a
+/// pod of the table (`external_route`) — a request nobody named a pod for has none: the pod
+/// Envoy's load balancer chose is not known here — for the gateway's KV model of the pod. None
+/// standalone: no gateway ages a KV model with it.
 pub fn served_record(
     worker: &Worker,
     pod: &str,

@@ -57,6 +57,9 @@ pub(crate) fn send_flow(
     host.set_request(&headers, body);
     let mut flow = RequestFlow::default();
     let mut verdicts = vec![flow.on_headers(host, worker, false)];
+    if verdicts.first() == Some(&Verdict::Continue) {
+        host.continue_headers();
+    }
     let half = body.len() / 2;
     verdicts.push(flow.on_body(host, worker, half, false));
     verdicts.push(flow.on_body(host, worker, body.len(), true));

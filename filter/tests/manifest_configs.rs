@@ -1,5 +1,5 @@
 //! Every plugin configuration that a shipped manifest embeds (the Envoy configurations under
-//! `envoy/`, the Istio `EnvoyFilter` and `WasmPlugin` under `envoy/istio/`) parses and validates
+//! `envoy/`, the Istio `EnvoyFilter`s and `WasmPlugin` under `envoy/istio/`) parses and validates
 //! with the filter's own parser, [`FilterConfig::from_json`] — the one `on_configure` runs — so
 //! a manifest can never ship a configuration the filter would refuse at load time.
 //!
@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -144,6 +144,8 @@ fn every_embedded_configuration_parses_with_the_filter_parser() {
         "envoy/istio/envoyfilter.yaml",
         "envoy/istio/envoyfilter-sidecar.yaml",
         "envoy/istio/wasmplugin.yaml",
+        "envoy/beside-endpoint-picker.yaml",
+        "envoy/istio/envoyfilter-beside-endpoint-picker.yaml",
     ] {
         assert!(
             files.contains(&expected),
@@ -164,7 +166,8 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
     };
     let full = of("envoy/istio/envoyfilter.yaml");
     let light = of("envoy/istio/wasmplugin.yaml");
-    for c in [&full, &light] {
+    let beside = of("envoy/istio/envoyfilter-beside-endpoint-picker.yaml");
+    for c in [&full, &light, &beside] {
         assert!(
             c.gateway_cluster.starts_with("outbound|9100||"),
             "Istio names clusters outbound|<port>||<fqdn>: {}",
@@ -178,6 +181,23 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
     );
     assert_eq!(of("envoy/mesh-equivalent.yaml"), full);
     assert_eq!(of("envoy/istio/envoyfilter-sidecar.yaml"), full);
+    // prewarm owns the endpoint header everywhere but beside another router, where it only
+    // observes; otherwise the two installs are configured alike
+    for c in [&full, &light] {
+        assert_eq!(c.endpoint_header_owner, EndpointHeaderOwner::Prewarm);
+    }
+    for c in [&beside, &of("envoy/beside-endpoint-picker.yaml")] {
+        assert_eq!(c.endpoint_header_owner, EndpointHeaderOwner::External);
+        assert!(!c.routing, "the other router names the pod");
+    }
+    assert_eq!(
+        FilterConfig {
+            endpoint_header_owner: EndpointHeaderOwner::Prewarm,
+            routing: true,
+            ..beside
+        },
+        full
+    );
 }
 
 #[test]

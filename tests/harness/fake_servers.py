@@ -203,6 +203,14 @@ class RecordingServer:
             self.requests.clear()
 
 
+def receiver(servers: list, before: list[int]) -> "RecordingServer":
+    """The one server of `servers` whose request count grew since `before` (their counts then,
+    in the same order)."""
+    grown = [s for s, n in zip(servers, before) if len(s.received()) > n]
+    assert len(grown) == 1, [s.name for s in grown]
+    return grown[0]
+
+
 def sse_events(n: int = 3) -> list[bytes]:
     """`n` OpenAI-style stream chunks and the final `[DONE]`."""
     events = [
