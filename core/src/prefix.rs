@@ -76,7 +76,12 @@
 //!    Without a `load_factor` nothing is full, nothing moves and they collapse onto one pod.
 //!    A match on a pod over the cap goes here too: the next candidates by match length would be
 //!    the pods of shallower entries, but every routed request writes all its keys, so those name
-//!    the same pod nearly always.
+//!    the same pod nearly always. Last, the waits: when the placed pod's wait exceeds the
+//!    shortest wait in the pool by more than prefilling the whole prompt costs (the most the
+//!    placed pod can hold of it: a warmed hot prefix, a common system prompt), the request goes
+//!    to the pod with the shortest wait — step 3's rule with the whole prompt as the matched
+//!    part. The load cap, a minute's busy share, cannot tell a pod whose batch is full (requests
+//!    queue for a slot or a LoRA slot) from one that is busy with room to spare; the wait can.
 //!
 //! Measured on the shared synthetic trace (8 pods + 2, the offline evaluator, no adapters): with
 //! a shared 512-token system prompt prewarm's token hit went from 0.1128 (new conversations
@@ -467,7 +472,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
                 Some((pod, blocks)) if pod == alt || keeps(pod, blocks, Some(alt)) => {
                     (pod, blocks, key)
                 }
-                _ => (alt, 0, placed_key),
+                _ => (shorter_wait(table, &pool, alt, keys), 0, placed_key),
             }
         }
     };
@@ -479,6 +484,37 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         key,
         reads,
     })
+}
+
+/// Step 4's last word: the pod of `pool` with the shortest wait instead of the placed one
+/// (`placed`) when `placed`'s wait exceeds it by more than prefilling the whole prompt costs —
+/// the most the placed pod can hold of it (module doc). `placed` without a price or its wait.
+fn shorter_wait(
+    table: &RoutingTable,
+    pool: &[&RoutedPod],
+    placed: usize,
+    keys: &PromptKeys,
+) -> usize {
+    let (Some(us), Some(here)) = (
+        table.prefill_us_per_token,
+        pool.get(placed).and_then(|p| p.wait_ms),
+    ) else {
+        return placed;
+    };
+    let Some((best, wait)) = pool
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.wait_ms.map(|w| (i, w)))
+        .min_by_key(|&(i, w)| (w, i != placed))
+    else {
+        return placed;
+    };
+    let price = keys.blocks.len().saturating_mul(table.block_tokens) as f64 * us / 1000.0;
+    if here as f64 > wait as f64 + price {
+        best
+    } else {
+        placed
+    }
 }
 
 #[cfg(test)]

@@ -257,6 +257,35 @@ fn a_long_context_outweighs_a_queue_a_short_one_does_not() {
 }
 
 #[test]
+fn a_new_prompt_leaves_its_placed_pod_only_for_a_wait_longer_than_its_prefill() {
+    // nothing in the index: placed by rendezvous; 11 blocks, 176 ms to prefill anywhere
+    let keys = prompt(0, 7, 3_000);
+    let store = MemoryStore::new(DEFAULT_SLOTS);
+    let routed = |placed_wait: u64, others_wait: u64| {
+        let mut t = table(4, Some(1.25));
+        t.prefill_us_per_token = Some(250.0);
+        let placed = rendezvous(&t, keys.key_past(0).unwrap());
+        for p in &mut t.pods {
+            p.wait_ms = Some(if p.id == placed {
+                placed_wait
+            } else {
+                others_wait
+            });
+        }
+        let r = route_prefix(&t, "m", &keys, &store, 1, HORIZON).unwrap();
+        (r.primary.id == placed, r.matched_blocks)
+    };
+    assert_eq!(routed(0, 0), (true, 0));
+    assert_eq!(
+        routed(100, 0),
+        (true, 0),
+        "a shorter wait than the prompt's prefill"
+    );
+    assert_eq!(routed(1_000, 0), (false, 0));
+    assert_eq!(routed(1_000, 900), (true, 0), "the others wait too");
+}
+
+#[test]
 fn without_a_price_or_a_wait_the_load_cap_decides() {
     let (first, next) = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
     let mut t = table(4, Some(1.25));
