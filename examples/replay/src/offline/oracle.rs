@@ -8,7 +8,12 @@
 //!   tokens of its blocks found in the cache (any block, not only leading ones), capped at the
 //!   engine's `⌊(prompt − 1)/16⌋·16`. A restart empties the pod's cache. Running requests never
 //!   pin blocks and output tokens take no space. This bounds any demand-fetching cache on that
-//!   pod sequence.
+//!   pod sequence. It is also what a prefix cache would reuse: blocks are keyed by their whole
+//!   path, so a block's next use always comes right after its predecessor's, and Belady never
+//!   keeps a block without the one before it — its hits are leading blocks. Alone (no
+//!   envelope) it is the `prewarm_belady` row: `prewarm`'s routing with Belady's eviction,
+//!   which splits the gap between `prewarm` (the engine's LRU on the same routing) and the
+//!   oracle into eviction and routing.
 //! - **Adapters**: for each pod, the adapters of its requests through `max_loras` slots with
 //!   Belady's rule; a request hits when its adapter is in a slot on arrival.
 //! - **Envelope**: routing other than the reference one, and prefetching (warm-up, keep-warm,

@@ -197,6 +197,12 @@ pub fn summaries(
         .collect()
 }
 
+/// The row the oracle brings beside it: `prewarm`'s routing with Belady eviction on every pod
+/// and no queueing (the oracle's bound before its envelope), so that the gap between `prewarm`
+/// and the oracle splits into eviction (`prewarm` → this row) and routing and prefetching (this
+/// row → the oracle).
+pub const PREWARM_BELADY: &str = "prewarm_belady";
+
 /// Runs the chosen policies (report order); the oracle, when chosen, is built from the others'
 /// outcomes with the `prewarm` run's routing (`prewarm` runs as its reference even when not
 /// chosen).
@@ -304,16 +310,26 @@ pub fn evaluate(
         };
         let others: Vec<&[Outcome]> = runs.iter().map(|r| r.outcomes.as_slice()).collect();
         let outcomes = envelope(&input, &others);
+        // prewarm's routing under Belady eviction alone: the envelope of no other policy
+        let belady = envelope(&input, &[]);
         let pods = reference.pods.clone();
+        let failed = reference.failed;
+        runs.push(PolicyRun {
+            policy: PREWARM_BELADY.into(),
+            outcomes: belady,
+            failed,
+            warmup_prefill_tokens: None,
+            pods: pods.clone(),
+        });
         runs.push(PolicyRun {
             policy: "oracle".into(),
             outcomes,
-            failed: reference.failed,
+            failed,
             warmup_prefill_tokens: None,
             pods,
         });
         progress("oracle", started.elapsed().as_secs_f64());
     }
-    runs.retain(|r| want(&r.policy));
+    runs.retain(|r| want(&r.policy) || (r.policy == PREWARM_BELADY && want("oracle")));
     Ok(runs)
 }
