@@ -2,28 +2,12 @@
 //! the fingerprint's cut is warmed but never seeded.
 
 use prewarm_core::prefix::PromptKeys;
-use prewarm_core::wire::{PatternState, PrefillSignal, Signal, SignalBatch};
-use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
+use prewarm_core::wire::SignalBatch;
+use prewarm_core::{BlockChain, FingerprintConfig};
 
+use super::restart_tests::hot_signal;
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
-
-fn hot_signal(text: &str) -> Signal {
-    let fp = FingerprintConfig::default();
-    let chain = BlockChain::of("base", text.as_bytes(), &fp);
-    Signal::Prefill(PrefillSignal {
-        model: "base".into(),
-        tenant: None,
-        endpoint: Endpoint::Completions,
-        prefix_tokens: chain.blocks.len() * fp.block_tokens,
-        prefix: chain.blocks,
-        prefix_text: text.into(),
-        state: PatternState::New,
-        priority: 50,
-        keep_warm: true,
-        shape: None,
-    })
-}
 
 /// The keys a prefix of `text` is seeded by.
 fn placed_keys(text: &str) -> Vec<u64> {

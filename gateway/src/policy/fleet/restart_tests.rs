@@ -18,7 +18,8 @@ fn text(seed: usize) -> String {
     (0..600).map(|i| format!("r{seed}x{i} ")).collect()
 }
 
-fn hot_signal(text: &str) -> Signal {
+/// A new hot-prefix signal for `text` (also the placed prefixes' tests').
+pub(super) fn hot_signal(text: &str) -> Signal {
     let fp = FingerprintConfig::default();
     let chain = BlockChain::of("base", text.as_bytes(), &fp);
     Signal::Prefill(PrefillSignal {
