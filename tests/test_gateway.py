@@ -690,3 +690,37 @@ def test_a_rollout_whose_requests_err_rolls_back_by_itself(tmp_path):
         assert 'prewarm_adapter_auto_rollbacks_total{reason="errors"} 1' in metrics, metrics[-2000:]
     finally:
         t.close()
+
+
+def test_a_pod_whose_batch_is_full_publishes_its_queue_wait(tmp_path):
+    """One batch place and 0.4 s a request: six requests at once queue behind each other; the
+    gateway reads the queue (vllm:num_requests_waiting) and the completions
+    (vllm:request_success_total) and publishes the predicted wait beside the move's price."""
+    pod, url = start_podsim(tmp_path, "--max-num-seqs", "1", "--prefill-overhead-ms", "400",
+                            "--per-token-us", "0", name="pod")
+    gw = start_gateway(tmp_path, gateway_config([pod_spec("pod", url)]))
+    try:
+        wait_until(lambda: routed_ids(gw) == ["pod"], timeout=30, what="pod routable")
+        assert gw.get("/v1/routing").json()["prefill_us_per_token"] == 250
+        # no queue: no wait, once a check after the join read the completion counter
+        wait_until(lambda: gw.get("/v1/routing").json()["pods"][0].get("wait_ms") == 0, timeout=10,
+                   what="a zero wait in the table")
+
+        def send(i: int) -> None:
+            requests.post(f"{url}/v1/completions", timeout=60,
+                          json={"model": BASE, "prompt": f"question {i} " * 20, "max_tokens": 1})
+
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(send, range(6)))
+
+        def waits() -> tuple:
+            pod_view = gw.get("/admin/pods").json()["pods"][0]
+            return pod_view["queue_wait_ms"], gw.get("/v1/routing").json()["pods"][0].get("wait_ms")
+
+        wait_until(lambda: waits()[1] and waits()[1] > 0, timeout=30,
+                   what="a queue wait in the table")
+        summary, published = waits()
+        assert summary > 0 and published % 100 == 0, (summary, published)
+    finally:
+        gw.proc.stop()
+        pod.stop()

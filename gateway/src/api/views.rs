@@ -28,6 +28,11 @@ pub struct PodSummary {
     pub waiting: u64,
     pub running: u64,
     pub kv_usage: f64,
+    /// What routing reads of the pod: the share of the last minute it was busy (the table's
+    /// `load`) and its predicted queue wait in ms (the table's `wait_ms` before rounding; null
+    /// when the engine exports no completion counter).
+    pub busy_share: f64,
+    pub queue_wait_ms: Option<f64>,
     /// Adapters the LoRA model believes registered on the pod.
     pub adapters: Vec<String>,
 }
@@ -74,6 +79,8 @@ pub fn summary(pod: &FleetPod, io: &PodEntry, now_ms: u64) -> PodSummary {
         waiting: pod.load.waiting,
         running: pod.load.running,
         kv_usage: pod.load.kv_usage,
+        busy_share: pod.busy.share(now_ms),
+        queue_wait_ms: pod.wait.wait_ms(now_ms),
         adapters: pod.lora.served().map(str::to_string).collect(),
     }
 }
