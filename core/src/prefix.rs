@@ -107,6 +107,7 @@
 //! pods' prefix-cache counters); carrying it in the routing table is not done yet.
 
 mod entry;
+mod move_cost;
 mod seed;
 
 pub use entry::{
@@ -119,6 +120,7 @@ use crate::fingerprint::{chain_seed, end_past_shards, BlockChain, FingerprintCon
 use crate::placement::{clean_load, load_cap};
 use crate::route::{holders, place_among, resident_first, serving_pods};
 use crate::wire::{RoutedPod, RoutingTable};
+use move_cost::{holder_keeps, shorter_wait};
 
 /// Shards of a prompt the index writes and searches (64 = 32,768 tokens, the default
 /// fingerprinted prefix); deeper shards are ignored.
@@ -449,18 +451,8 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
             Some((pod, m.blocks))
         });
-    // Whether the holder keeps the request, against moving it to `alt` (unknown yet: the
-    // cheapest move, one to a pod without a wait).
     let keeps = |pod: usize, blocks: usize, alt: Option<usize>| {
-        let wait = |i: usize| pool.get(i).and_then(|p| p.wait_ms);
-        match (table.prefill_us_per_token, wait(pod)) {
-            (Some(us), Some(here)) => {
-                let tokens = blocks.saturating_mul(table.block_tokens) as f64;
-                let elsewhere = alt.and_then(wait).unwrap_or(0) as f64;
-                here as f64 <= tokens * us / 1000.0 + elsewhere
-            }
-            _ => under_cap(pod),
-        }
+        holder_keeps(table, &pool, (pod, blocks), alt).unwrap_or_else(|| under_cap(pod))
     };
     let (chosen, matched_blocks, key) = match holder {
         Some((pod, blocks)) if keeps(pod, blocks, None) => (pod, blocks, key),
@@ -484,37 +476,6 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         key,
         reads,
     })
-}
-
-/// Step 4's last word: the pod of `pool` with the shortest wait instead of the placed one
-/// (`placed`) when `placed`'s wait exceeds it by more than prefilling the whole prompt costs —
-/// the most the placed pod can hold of it (module doc). `placed` without a price or its wait.
-fn shorter_wait(
-    table: &RoutingTable,
-    pool: &[&RoutedPod],
-    placed: usize,
-    keys: &PromptKeys,
-) -> usize {
-    let (Some(us), Some(here)) = (
-        table.prefill_us_per_token,
-        pool.get(placed).and_then(|p| p.wait_ms),
-    ) else {
-        return placed;
-    };
-    let Some((best, wait)) = pool
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| p.wait_ms.map(|w| (i, w)))
-        .min_by_key(|&(i, w)| (w, i != placed))
-    else {
-        return placed;
-    };
-    let price = keys.blocks.len().saturating_mul(table.block_tokens) as f64 * us / 1000.0;
-    if here as f64 > wait as f64 + price {
-        best
-    } else {
-        placed
-    }
 }
 
 #[cfg(test)]
