@@ -52,6 +52,7 @@ from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric 
 from harness.gateway import READ_TOKEN  # noqa: E402
 
 PROFILE = "llama-8b-h100"
+PREFILL_US_PER_TOKEN = 250.0  # the profile's (examples/podsim/src/profile.rs)
 ADAPTER_RANK = 16
 MAX_OUTPUT_TOKENS = 128  # keeps a run short; the TTFTs the demo reports do not depend on it
 RESTARTED_POD = 1  # the pod the demo restarts (pod-1)
@@ -213,6 +214,9 @@ def stack_spec(args, mode: str, assignment: dict, spares: int) -> StackSpec:
             "warmup": {"first_tier": 100, "second_tier": 1000} if warm else {"first_tier": 0, "second_tier": 0},
             # the filter's 32,768-token template prefixes (4 bytes a token) fit in the pool
             "hotness": {"max_prefix_bytes": 32768 * 4},
+            # the move's price in real time, as the waits are measured: the profile's 250 µs a
+            # token of model time, time-scaled (docs/routing.md)
+            "routing": {"prefill_us_per_token": PREFILL_US_PER_TOKEN / s},
         },
         filter_config={"max_batch_signals": 16,
                        "triggers": {"similar_prompts": HOT_REQUESTS},
