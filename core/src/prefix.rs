@@ -74,7 +74,8 @@
 //!    to others, it becomes common, and from then on new conversations are keyed on their own
 //!    first shard past it: they spread like a hash, and their next turns stick (step 3).
 //!    Without a `load_factor` nothing is full, nothing moves and they collapse onto one pod.
-//!    A match on a pod over the cap goes here too: the next candidates by match length would be
+//!    A match whose holder does not keep it goes here too (and stays when this step places it
+//!    on the holder after all): the next candidates by match length would be
 //!    the pods of shallower entries, but every routed request writes all its keys, so those name
 //!    the same pod nearly always. Last, the waits: when the placed pod's wait exceeds the
 //!    shortest wait in the pool by more than prefilling the whole prompt costs (the most the
