@@ -102,6 +102,13 @@ impl FingerprintConfig {
     pub fn blocks_per_shard(&self) -> usize {
         (SHARD_TOKENS / self.block_tokens.max(1)).max(1)
     }
+
+    /// Whether a chain of `blocks` blocks reached `max_prefix_tokens`: fingerprinting stopped
+    /// there, so the prompt may go on past it.
+    pub fn reaches_cap(&self, blocks: usize) -> bool {
+        let cap = self.max_prefix_tokens / self.block_tokens.max(1);
+        cap > 0 && blocks >= cap
+    }
 }
 
 /// The seed of a chain: the model (or adapter) the prompt is for. Blocks of the same text for

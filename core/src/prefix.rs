@@ -170,8 +170,10 @@ pub struct PromptKeys {
 impl PromptKeys {
     pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
         let mut keys = Self::of_blocks(&chain.blocks, fingerprint);
+        // the fingerprint stopped at its cap and the prompt went on (a token count rounds its
+        // last partial block up, so "a block more than was hashed" cannot tell a cut prompt)
         let hashed = chain.blocks.len().saturating_mul(fingerprint.block_tokens);
-        keys.cut |= chain.prompt_tokens.saturating_sub(hashed) >= fingerprint.block_tokens.max(1);
+        keys.cut |= fingerprint.reaches_cap(chain.blocks.len()) && chain.prompt_tokens > hashed;
         keys
     }
 

@@ -326,12 +326,15 @@ fn a_prompt_longer_than_the_index_sees_continues_past_its_deepest_key() {
         (r.primary.id.as_str(), r.matched_blocks),
         (holder.as_str(), 512)
     );
-    // a prompt that ends within the index is a repeat: placed by rendezvous
-    let short = prompt(0, 2, 3_000);
-    let (placed, other) = rendezvous_and_other(&t, &short);
-    record(&mut store, &short, &other, 0, HORIZON);
-    let r = route_prefix(&t, "m", &short, &store, 1, HORIZON).unwrap();
-    assert_eq!(r.primary.id, placed);
+    // a prompt that ends within the index is a repeat: placed by rendezvous, whatever its
+    // last partial block (3,071 bytes: 255 past the last full block, 64 tokens rounded up)
+    for (conv, bytes) in [(2, 3_000), (3, 3_071)] {
+        let short = prompt(0, conv, bytes);
+        let (placed, other) = rendezvous_and_other(&t, &short);
+        record(&mut store, &short, &other, 0, HORIZON);
+        let r = route_prefix(&t, "m", &short, &store, 1, HORIZON).unwrap();
+        assert_eq!(r.primary.id, placed, "{bytes} bytes");
+    }
 }
 
 #[test]

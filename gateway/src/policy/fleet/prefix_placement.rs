@@ -87,15 +87,6 @@ impl Fleet {
         hot
     }
 
-    /// Whether a prefix of `blocks` reaches the fingerprint's `max_prefix_tokens`: the head of
-    /// prompts that go on past what the filters fingerprint and a warm-up prefills (an agent
-    /// session's context), whose requests' pod holds more of them than a warmed pod can.
-    fn reaches_the_cut(&self, blocks: usize) -> bool {
-        let f = &self.config.fingerprint;
-        let cut = f.max_prefix_tokens / f.block_tokens.max(1);
-        cut > 0 && blocks >= cut
-    }
-
     /// The hottest prefixes modelled warm on the pod the placement gives them, among the pods
     /// routable at `now_ms`; see the module docs.
     pub fn placed_prefixes(&self, now_ms: u64) -> Vec<PlacedPrefix> {
@@ -114,7 +105,8 @@ impl Fleet {
             let Some(view) = self.pool.get(&hot.key).filter(|_| warm) else {
                 continue;
             };
-            if self.reaches_the_cut(view.blocks.len()) {
+            // the head of longer prompts (module doc)
+            if self.config.fingerprint.reaches_cap(view.blocks.len()) {
                 continue;
             }
             let keys = PromptKeys::of_blocks(view.blocks, &self.config.fingerprint).placed();
