@@ -351,7 +351,10 @@ impl AdapterRegistry {
             .position(|v| v.version == version)
             .ok_or_else(|| invalid("version", format!("{version:?}: not in the history")))?;
         let target = record.history.remove(i);
-        record.watch = None;
+        // an open watch watched the version going away; an ended one is the record of why
+        if record.watch.as_ref().is_some_and(RolloutWatch::is_open) {
+            record.watch = None;
+        }
         let old = std::mem::replace(&mut record.current, target);
         let previous = old.version.clone();
         record.history.insert(0, old);
@@ -428,6 +431,18 @@ impl AdapterRegistry {
         w.end(at_ms, outcome, detail);
         Some(w.clone())
     }
+
+    /// Replaces the detail of `name`'s ended watch (what its rollback found).
+    pub fn amend_ended_watch(&mut self, name: &str, detail: String) {
+        let end = self
+            .adapters
+            .get_mut(name)
+            .and_then(|r| r.watch.as_mut())
+            .and_then(|w| w.ended.as_mut());
+        if let Some(end) = end {
+            end.detail = detail;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -468,18 +483,21 @@ mod tests {
         assert!(e.to_string().contains("adapter_model.safetensors"), "{e}");
     }
 
-    #[test]
-    fn new_versions_roll_out_and_back() {
-        let mut reg = AdapterRegistry::default();
-        let v = |s: &str| AdapterVersion {
-            version: s.into(),
+    fn v(version: &str) -> AdapterVersion {
+        AdapterVersion {
+            version: version.into(),
             path: "/x".into(),
             rank: None,
             alpha: None,
             target_modules: vec![],
             manifest: None,
             registered_at_ms: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn new_versions_roll_out_and_back() {
+        let mut reg = AdapterRegistry::default();
         let r = request("a", "/x", None);
         assert_eq!(reg.register(&r, v("1")).unwrap().previous_version, None);
         assert_eq!(
@@ -496,6 +514,28 @@ mod tests {
         assert!(reg.rollback("a", "9").is_err());
         assert!(reg.set_pinned("a", true).unwrap());
         assert!(reg.set_pinned("zz", true).is_err());
+    }
+
+    #[test]
+    fn a_rollback_drops_an_open_watch_and_keeps_an_ended_one() {
+        let mut reg = AdapterRegistry::default();
+        let r = request("a", "/x", None);
+        for version in ["1", "2", "3"] {
+            reg.register(&r, v(version)).unwrap();
+        }
+        reg.watch("a", RolloutWatch::new("3", "2", 0, 60_000));
+        reg.rollback("a", "2").unwrap();
+        assert_eq!(reg.get("a").unwrap().watch, None);
+
+        reg.watch("a", RolloutWatch::new("2", "1", 0, 60_000));
+        let detail = "version \"2\": rolled back to \"1\"".to_string();
+        reg.end_watch("a", 5, WatchOutcome::RolledBack, detail.clone());
+        reg.rollback("a", "1").unwrap();
+        let end = reg.get("a").unwrap().watch.clone().unwrap().ended.unwrap();
+        assert_eq!((end.outcome, end.detail), (WatchOutcome::RolledBack, detail));
+        reg.amend_ended_watch("a", "not re-loaded".into());
+        let end = reg.get("a").unwrap().watch.clone().unwrap().ended.unwrap();
+        assert_eq!(end.detail, "not re-loaded");
     }
 
     #[test]

@@ -162,24 +162,25 @@ impl Gateway {
                     );
                 }
                 Verdict::Failed(detail) => {
-                    let ended = self.state().fleet.registry_mut().end_watch(
+                    // the watch ends with its whole detail before the rollback starts, so a
+                    // reader never sees an ended watch without what was done about it
+                    let reason =
+                        format!("rollout of {name:?}: {detail}: rolled back to {previous:?}");
+                    self.state().fleet.registry_mut().end_watch(
                         &name,
                         now,
                         WatchOutcome::RolledBack,
-                        detail.clone(),
+                        reason.clone(),
                     );
-                    let reason =
-                        format!("rollout of {name:?}: {detail}: rolled back to {previous:?}");
                     let holders = self.versions_on_pods(&name).into_keys().collect();
                     let undone = self
-                        .roll_back_by_itself(&name, &previous, holders, "errors", reason)
+                        .roll_back_by_itself(&name, &previous, holders, "errors", reason.clone())
                         .await;
-                    if let Some(mut ended) = ended {
-                        // the rollback cleared the record's watch: keep it, with what was done
-                        if let Some(end) = ended.ended.as_mut() {
-                            end.detail = undone.reason;
-                        }
-                        self.state().fleet.registry_mut().watch(&name, ended);
+                    if undone.reason != reason {
+                        self.state()
+                            .fleet
+                            .registry_mut()
+                            .amend_ended_watch(&name, undone.reason);
                     }
                 }
             }
