@@ -9,6 +9,13 @@
   `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-int-or-string` admits both, and the
   `x-kubernetes-validations` rules of the "at most one of" / "exactly one of" shapes Istio uses
   are evaluated (any other CEL rule is reported as not evaluated).
+- Istio policy attachment (`targetRef`/`targetRefs` of a WasmPlugin, EnvoyFilter, ...): the
+  kinds Istio attaches to, each with its group (a Gateway of `gateway.networking.k8s.io`, a
+  Service of the core group, ...). The CRD schema takes any kind and group, and istiod ignores a
+  reference it does not support without an error, so a wrong group would silently attach nothing.
+- Other custom resources against the CRDs of every other `*.yaml` file beside the Istio CRDs
+  (none is shipped there today for the Inference Extension's InferencePool, so an InferencePool
+  is reported as having no schema rather than passed unchecked).
 - Kubernetes objects against the upstream schemas of `kubernetes-validate` (strict: unknown
   fields are errors), Kubernetes 1.37.
 - Kustomizations (`kustomization.yaml`) are rendered first: `resources` and
@@ -89,6 +96,17 @@ def load_istio_schemas(path: Path) -> dict:
     return schemas
 
 
+def load_crd_schemas(istio_crds: Path) -> dict:
+    """The Istio CRDs' schemas and those of every other CRD file in the same folder (another
+    project's CRDs, such as the Inference Extension's, once they are put there)."""
+    schemas = load_istio_schemas(istio_crds)
+    for other in sorted(istio_crds.parent.glob("*.yaml")):
+        if other.resolve() != istio_crds.resolve():
+            for key, schema in load_istio_schemas(other).items():
+                schemas.setdefault(key, schema)
+    return schemas
+
+
 AT_MOST_ONE = re.compile(r"^\s*(\(has\(self\.\w+\) \? 1 : 0\)\s*\+?\s*)+<= 1\s*$")
 EXACTLY_ONE_OF_TWO = re.compile(r"^\s*has\(self\.(\w+)\) != has\(self\.(\w+)\)\s*$")
 
@@ -151,6 +169,30 @@ def cel_problems(schema: dict, value, at: str = "") -> Iterator[str]:
             yield from cel_problems(schema["items"], item, f"{at}[{i}]")
 
 
+# (group, kind) a targetRef of an Istio policy may name (istio.io "Policy attachment": Gateway API
+# gateways and classes, Services, ServiceEntries).
+ATTACHABLE = {
+    ("gateway.networking.k8s.io", "Gateway"),
+    ("gateway.networking.k8s.io", "GatewayClass"),
+    ("", "Service"),
+    ("networking.istio.io", "ServiceEntry"),
+}
+
+
+def target_ref_problems(obj: dict) -> list[str]:
+    """A targetRef naming a kind Istio does not attach to, or a kind under the wrong group."""
+    spec = obj.get("spec") or {}
+    refs = [("spec.targetRef", spec["targetRef"])] if isinstance(spec.get("targetRef"), dict) else []
+    refs += [(f"spec.targetRefs[{i}]", r) for i, r in enumerate(spec.get("targetRefs") or []) if isinstance(r, dict)]
+    out = []
+    for where, ref in refs:
+        pair = (ref.get("group", ""), ref.get("kind"))
+        if pair not in ATTACHABLE:
+            allowed = ", ".join(f"{k} ({g or 'core'})" for g, k in sorted(ATTACHABLE, key=lambda p: p[1]))
+            out.append(f"{where}: {pair[1]} of group {pair[0]!r}: Istio attaches only to {allowed}")
+    return out
+
+
 def istio_problems(obj: dict, schemas: dict) -> list[str]:
     key = (obj.get("apiVersion"), obj.get("kind"))
     schema = schemas.get(key)
@@ -168,6 +210,8 @@ def istio_problems(obj: dict, schemas: dict) -> list[str]:
         where = ".".join(str(p) for p in error.path) or "(root)"
         problems.append(f"{where}: {error.message}")
     problems += list(cel_problems(schema, body))
+    if key[0].split("/")[0].endswith(".istio.io"):
+        problems += target_ref_problems(obj)
     return problems
 
 
@@ -181,7 +225,8 @@ def k8s_problems(obj: dict) -> list[str]:
         where = ".".join(str(p) for p in e.path) or "(root)"
         return [f"{where}: {e.message}"]
     except kubernetes_validate.SchemaNotFoundError as e:
-        return [f"no Kubernetes {K8S_VERSION} schema: {e}"]
+        return [f"{obj.get('apiVersion')} {obj.get('kind')}: no Kubernetes {K8S_VERSION} schema and no CRD "
+                f"beside {shown(DEFAULT_CRDS)}{f': {e}' if str(e) else ''}"]
     return []
 
 
@@ -314,7 +359,7 @@ def prometheus_rule_problems(obj: dict) -> list[str]:
 def problems_of(obj: dict, istio: dict) -> list[str]:
     if not isinstance(obj, dict) or "kind" not in obj or "apiVersion" not in obj:
         return ["not a Kubernetes object (no apiVersion/kind)"]
-    if obj["apiVersion"].split("/")[0].endswith(".istio.io"):
+    if obj["apiVersion"].split("/")[0].endswith(".istio.io") or (obj["apiVersion"], obj["kind"]) in istio:
         return istio_problems(obj, istio)
     if obj["apiVersion"].split("/")[0] == "monitoring.coreos.com":
         return prometheus_rule_problems(obj)
@@ -332,7 +377,7 @@ def main(argv: Iterable[str] = None) -> int:
     parser.add_argument("--crds", type=Path, default=DEFAULT_CRDS, help="Istio CRDs (default %(default)s)")
     parser.add_argument("files", nargs="*", type=Path, help="manifests (default: envoy/istio, envoy/k8s)")
     args = parser.parse_args(argv)
-    istio = load_istio_schemas(args.crds)
+    istio = load_crd_schemas(args.crds)
     objects = [o for f in args.files for o in objects_of(f.resolve())] if args.files else default_objects()
     if not objects:
         print("validate-manifests: no manifests found", file=sys.stderr)

@@ -22,13 +22,51 @@
 //! `max_cpu_loras`) follow the same order, adapters without a slot first.
 //! Protected adapters (pinned, or gold/silver holding a slot) are touched every
 //! `touch_interval_ms` so the pod's own LRU keeps them.
+//!
+//! With `loads = "external"` ([`AdapterLoads::External`]) another controller (llm-d, AIBrix, an
+//! operator's own) registers and unregisters adapters: the policy never decides a `Load` or an
+//! `Unload`, and an adapter is registered only when the pod reports it (`/v1/models`, the
+//! running list, served traffic). It still models GPU slots and touches the registered adapters it
+//! protects, since a touch is an ordinary request that changes no registration.
 
 use std::collections::BTreeMap;
 
 pub use prewarm_core::residency::{ResidencyRule, KEEP_REUSE_MS};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::rules::Problems;
+
+/// Who registers and unregisters LoRA adapters on the pods (`[lora] loads`).
+///
+/// Named after what it switches — the engine's `load_lora_adapter`/`unload_lora_adapter` calls —
+/// with the filter's `endpoint_header_owner` words: `prewarm` does it, or something `external`
+/// does. Everything else (observing which adapters each pod holds, touching them, warming
+/// prefixes, routing) is the same under both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdapterLoads {
+    /// This gateway loads and unloads adapters as its residency policy decides (default).
+    #[default]
+    Prewarm,
+    /// Another controller (llm-d, AIBrix, an operator) does: the gateway never calls the
+    /// engine's load or unload endpoints and only observes what each pod holds.
+    External,
+}
+
+impl<'de> Deserialize<'de> for AdapterLoads {
+    /// Refuses any other value naming the key, so `check-config` says which field is wrong.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = String::deserialize(deserializer)?;
+        match value.as_str() {
+            "prewarm" => Ok(Self::Prewarm),
+            "external" => Ok(Self::External),
+            other => Err(serde::de::Error::custom(format_args!(
+                "lora.loads: {other:?}: must be \"prewarm\" (this gateway loads and unloads \
+                 adapters) or \"external\" (another controller does; the gateway only observes)"
+            ))),
+        }
+    }
+}
 
 /// A tenant tier. Ordered bronze < silver < gold.
 #[derive(
@@ -68,6 +106,9 @@ pub struct LoraConfig {
     pub priority_weight: f64,
     /// Which adapters a GPU slot keeps beyond the tier rules (default `lru2`: none).
     pub residency_rule: ResidencyRule,
+    /// Who loads and unloads adapters on the pods (default `prewarm`; `external`: another
+    /// controller, see [`AdapterLoads`]).
+    pub loads: AdapterLoads,
 }
 
 impl Default for LoraConfig {
@@ -85,6 +126,7 @@ impl Default for LoraConfig {
             touch_interval_ms: 30_000,
             priority_weight: 50.0,
             residency_rule: ResidencyRule::Lru2,
+            loads: AdapterLoads::Prewarm,
         }
     }
 }
@@ -272,6 +314,11 @@ impl LoraResidency {
         self.slots
     }
 
+    /// Who loads and unloads adapters on this pod (`[lora] loads`).
+    pub fn loads(&self) -> AdapterLoads {
+        self.config.loads
+    }
+
     /// GPU slots guaranteed to `tier` on this pod (bronze: none; it gets what is left).
     pub fn guaranteed_slots(&self, tier: Tier) -> usize {
         let n = self.slots.max_loras as f64;
@@ -400,7 +447,9 @@ impl LoraResidency {
 
     /// Makes `adapter` resident in a GPU slot: `[Unload(victim)], Load(adapter)` when it is not
     /// registered, then `Touch(adapter)` when it holds no slot. Counts as a use. Refused (and
-    /// nothing changes) when no victim is eligible.
+    /// nothing changes) when no victim is eligible. With external loads, an adapter the pod does
+    /// not hold gets nothing (another controller decides whether it loads it), and one it holds
+    /// only its `Touch`.
     pub fn ensure_resident(
         &mut self,
         adapter: &str,
@@ -414,6 +463,9 @@ impl LoraResidency {
         let current = self.adapters.get(adapter);
         let registered = current.is_some_and(|a| a.registered);
         let in_gpu = current.is_some_and(|a| a.gpu_since_ms.is_some());
+        if !registered && self.config.loads == AdapterLoads::External {
+            return Ok(Vec::new());
+        }
         let mut decisions = Vec::new();
         let reg_victim = if !registered && self.registered_count() >= self.slots.max_cpu_loras {
             Some(
@@ -507,10 +559,12 @@ impl LoraResidency {
             .unwrap_or(false)
     }
 
-    /// Forgets `adapter` (removed from the registry): `Unload` when it is registered.
+    /// Forgets `adapter` (removed from the registry): `Unload` when it is registered (and this
+    /// gateway loads adapters).
     pub fn remove(&mut self, adapter: &str) -> Vec<LoraDecision> {
+        let ours = self.config.loads == AdapterLoads::Prewarm;
         match self.adapters.remove(adapter) {
-            Some(a) if a.registered => vec![LoraDecision::Unload(adapter.to_string())],
+            Some(a) if a.registered && ours => vec![LoraDecision::Unload(adapter.to_string())],
             _ => Vec::new(),
         }
     }

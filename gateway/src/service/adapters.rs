@@ -1,6 +1,7 @@
 //! The LoRA calls of the fleet core's decisions on a pod: load (after manifest verification),
 //! unload, touch (a one-token request with the adapter), each counted in the metrics and, when
-//! it failed, kept in the pod's recent errors. Where adapters go is the core's decision
+//! it failed, kept in the pod's recent errors. With `[lora] loads = "external"` no load or unload
+//! reaches an engine. Where adapters go is the core's decision
 //! ([`crate::policy::fleet`]).
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use serde::Serialize;
 use super::pods::LoadedAdapter;
 use super::Gateway;
 use crate::engine::{AdapterLoad, AdapterOutcome, Engine, EngineError, PrefillRequest};
+use crate::policy::lora::AdapterLoads;
 use crate::policy::LoraDecision;
 use crate::registry::{verify_for_load, AdapterVersion, RegistryError};
 use crate::telemetry::Telemetry;
@@ -69,7 +71,17 @@ impl Gateway {
             &[("policy", "lora"), ("decision", decision.verb())],
         );
         self.adapter_op_boundary(pod_id, true);
+        let external = self.config.lora.loads == AdapterLoads::External;
         let result = match decision {
+            // The policy decides none under external loads; this keeps the promise at the
+            // engine's door should a path ever slip one through.
+            LoraDecision::Load(name) | LoraDecision::Unload(name) if external => Err((
+                "left_external".to_string(),
+                format!(
+                    "adapter {name:?}: lora.loads is \"external\": {} left to the other controller",
+                    decision.verb()
+                ),
+            )),
             LoraDecision::Load(name) => self.load_adapter_on(pod_id, name).await,
             LoraDecision::Unload(name) => self.unload_adapter_on(pod_id, name).await,
             LoraDecision::Touch(name) => self.touch_adapter_on(pod_id, name).await,

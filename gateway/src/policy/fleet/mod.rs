@@ -23,6 +23,8 @@
 mod action;
 mod busy;
 mod experiment;
+#[cfg(test)]
+mod external_loads_tests;
 mod keep_warm;
 #[cfg(test)]
 mod placed_tests;

@@ -23,6 +23,9 @@
 //!   on the shared trace, where most adapters have one replica, warmed 11 of the 28 first
 //!   requests of hot prefixes its new pods served; 15–23 of 22–32 over six splits since,
 //!   `docs/benchmarks.md`).
+//! - With `[lora] loads = "external"` another controller places adapters: an adapter's set is
+//!   the pods that are up and serve it (observed), so the table lists it wherever it is served
+//!   and its hot prefixes are warmed there, never on a pod that would have to load it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +36,7 @@ use prewarm_core::PlacementCandidate;
 
 use super::pod::{FleetPod, PodHealth};
 use super::Fleet;
+use crate::policy::lora::AdapterLoads;
 use crate::policy::{
     gold_pool_size, replica_sets, AdapterDemand, PoolFleet, ScopedCandidates, SlotCandidate, Tier,
     TierDemand, TierPools,
@@ -210,6 +214,9 @@ impl Fleet {
         &self,
         candidates: &[PlacementCandidate<'_>],
     ) -> BTreeMap<String, Vec<String>> {
+        if self.config.lora.loads == AdapterLoads::External {
+            return self.serving_sets_among(candidates);
+        }
         let now_ms = self.now_ms;
         let demands: Vec<AdapterDemand<'_>> = self
             .registry
@@ -240,6 +247,27 @@ impl Fleet {
             self.config.adapter_replicas,
             &self.placement.sets,
         )
+    }
+
+    /// With external loads: every adapter a candidate serves, on the candidates that serve it
+    /// (in the candidates' order). The other controller decided where it is; placing it
+    /// elsewhere would warm its prefixes on pods that cannot serve them.
+    fn serving_sets_among(
+        &self,
+        candidates: &[PlacementCandidate<'_>],
+    ) -> BTreeMap<String, Vec<String>> {
+        let mut sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in candidates {
+            let Some(pod) = self.pods.get(c.id) else {
+                continue;
+            };
+            for adapter in pod.lora.served() {
+                sets.entry(adapter.to_string())
+                    .or_default()
+                    .push(c.id.to_string());
+            }
+        }
+        sets
     }
 
     /// Recomputes the placement when `force`d or when the pods that are up changed.

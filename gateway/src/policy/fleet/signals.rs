@@ -19,6 +19,7 @@ use super::action::{Action, Cause, Note};
 use super::steps::NotSent;
 use super::{adapter_calls, Fleet};
 use crate::policy::hotness::IngestReport;
+use crate::policy::lora::AdapterLoads;
 use crate::policy::{candidates_for, LoraDecision, PrefixKey};
 use crate::registry::RegistryError;
 
@@ -185,8 +186,12 @@ impl Fleet {
     }
 
     /// An operator's rollout or rollback of `name`: its new current version is loaded again on
-    /// `pods` (those holding it), each an unload then a load.
+    /// `pods` (those holding it), each an unload then a load. Nothing with `[lora] loads =
+    /// "external"`: versions on the pods are the other controller's.
     pub fn reload_adapter(&mut self, name: &str, pods: &[String]) -> Vec<Action> {
+        if self.config.lora.loads == AdapterLoads::External {
+            return Vec::new();
+        }
         let actions = pods
             .iter()
             .filter_map(|id| self.pods.get(id))

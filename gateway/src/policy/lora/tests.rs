@@ -506,3 +506,39 @@ fn an_adapters_own_rule_decides_its_slot_and_no_others() {
     p.set_rules(2, &BTreeMap::new());
     assert_eq!(p.rule_of("hot"), ResidencyRule::Lru2);
 }
+
+/// `loads = "external"`: another controller registers adapters. The model decides no load or
+/// unload — not to make an adapter resident, not for a pin the pod lost, not on removal — and
+/// still touches what the pod holds.
+#[test]
+fn external_loads_decide_touches_only() {
+    let config = LoraConfig {
+        loads: AdapterLoads::External,
+        ..LoraConfig::default()
+    };
+    let slots = LoraSlots {
+        max_loras: 1,
+        max_cpu_loras: 1,
+    };
+    let mut p = LoraResidency::new(slots, config);
+    assert_eq!(p.loads(), AdapterLoads::External);
+    // Not on the pod: nothing, and nothing believed registered.
+    assert_eq!(p.ensure_resident("a", Tier::Gold, 50, 0), Ok(vec![]));
+    assert_eq!(p.served().count(), 0);
+    // The other controller loaded `b`: only touched, even with the one registration slot taken.
+    let seen = LoraObservation {
+        registered: vec!["b".into()],
+        ..Default::default()
+    };
+    assert_eq!(p.reconcile(&seen, 1_000), vec![]);
+    assert_eq!(
+        p.ensure_resident("b", Tier::Gold, 50, 2_000),
+        Ok(vec![touch("b")])
+    );
+    assert_eq!(p.ensure_resident("a", Tier::Gold, 50, 3_000), Ok(vec![]));
+    // It unloaded `b`: the model follows, and no reload.
+    assert_eq!(p.reconcile(&LoraObservation::default(), 4_000), vec![]);
+    assert_eq!(p.served().count(), 0);
+    p.reconcile(&seen, 5_000);
+    assert_eq!(p.remove("b"), vec![], "no unload");
+}
