@@ -24,8 +24,19 @@ const EXIT_CONFIG: u8 = 64;
     about = "prewarm's gateway: warm caches on inference pods before traffic needs them"
 )]
 struct Cli {
+    /// Log lines on stderr: `text` (human-readable) or `json` (one JSON object a line, with
+    /// `timestamp`, `level`, `target`, `message` and the event's fields at the top level).
+    /// Default: `PREWARM_LOG_FORMAT`, else `text`.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -180,18 +191,60 @@ fn load(path: &std::path::Path) -> Result<GatewayConfig, ExitCode> {
     })
 }
 
-/// Logs to stderr at `PREWARM_LOG` (default `info`), plus the warm-up spans' export when
+/// The log format: `--log-format`, else `PREWARM_LOG_FORMAT` (set and not empty), else text. A
+/// bad value of the variable is an error naming it (clap names the flag's).
+fn log_format(flag: Option<LogFormat>) -> Result<LogFormat, String> {
+    use clap::ValueEnum;
+    if let Some(format) = flag {
+        return Ok(format);
+    }
+    let var = "PREWARM_LOG_FORMAT";
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => LogFormat::from_str(&v, false)
+            .map_err(|_| format!("{var}: {v:?}: not a log format (text, json)")),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(LogFormat::Text),
+        Err(e) => Err(format!("{var}: {e}")),
+    }
+}
+
+/// The log filter: `PREWARM_LOG`, else `RUST_LOG` (the first set and not empty), else `info`,
+/// in `EnvFilter`'s syntax (`warn,prewarm_gateway::service=debug`). A filter that does not
+/// parse is an error naming the variable, not a silent `info`.
+fn log_filter() -> Result<tracing_subscriber::EnvFilter, String> {
+    for var in ["PREWARM_LOG", "RUST_LOG"] {
+        let Some(value) = std::env::var_os(var).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let value = value
+            .into_string()
+            .map_err(|v| format!("{var}: {v:?}: not UTF-8"))?;
+        return tracing_subscriber::EnvFilter::builder()
+            .parse(&value)
+            .map_err(|e| format!("{var}: {value:?}: {e}"));
+    }
+    Ok(tracing_subscriber::EnvFilter::new("info"))
+}
+
+/// Logs to stderr in `format` at [`log_filter`]'s level, plus the warm-up spans' export when
 /// `[traces]` is on (whatever the log level).
-fn init_logging(traces: Option<&TraceExport>) {
+fn init_logging(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    traces: Option<&TraceExport>,
+) {
     use tracing_subscriber::prelude::*;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PREWARM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt::layer()
+    use tracing_subscriber::{Layer, Registry};
+    let text = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_filter(filter);
+        .with_ansi(false);
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => Box::new(text),
+        // The event's fields (`message` among them) at the top level, beside `level` and
+        // `target`: what log shippers index without a nested path.
+        LogFormat::Json => Box::new(text.json().flatten_event(true)),
+    };
     let _ = tracing_subscriber::registry()
-        .with(logs)
+        .with(logs.with_filter(filter))
         .with(traces.map(TraceExport::layer))
         .try_init();
 }
@@ -212,8 +265,19 @@ fn runtime(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let logging = log_format(cli.log_format).and_then(|format| Ok((format, log_filter()?)));
+    let (log_format, filter) = match logging {
+        Ok(logging) => logging,
+        Err(problem) => {
+            eprintln!("prewarm-gateway: {problem}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut filter = Some(filter);
     if !matches!(cli.command, Command::Serve { .. }) {
-        init_logging(None);
+        if let Some(f) = filter.take() {
+            init_logging(log_format, f, None);
+        }
     }
     std::panic::set_hook(Box::new(|info| {
         tracing::error!(%info, "panic");
@@ -280,7 +344,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_CONFIG);
                 }
             };
-            init_logging(traces.as_ref());
+            if let Some(f) = filter.take() {
+                init_logging(log_format, f, traces.as_ref());
+            }
             let Some(runtime) = runtime(true) else {
                 return ExitCode::FAILURE;
             };

@@ -22,8 +22,8 @@
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
-//! | `prewarm_experiment_requests` | gauge | `experiment`, `arm`, `cohort` (outcome records since the start; `cohort`: `all`, `new_pods` — served by pods that joined since — or `new_pods_first_requests` — their first requests of hot prefixes, `attribution::first_requests`) |
-//! | `prewarm_experiment_ttfb_seconds` | gauge | `experiment`, `arm`, `cohort`, `quantile` (0.5 / 0.95 of the time to first byte since the start) |
+//! | `prewarm_experiment_ttfb_seconds` | histogram | `experiment`, `arm`, `cohort` (the time to first byte of each outcome record of the running experiment's arms, observed as it arrives; `cohort`: `all`, `new_pods` — served by pods that joined since the start — or `new_pods_first_requests` — their first requests of hot prefixes, `attribution::first_requests`; `_count` is the records' counter; the series go when the experiment ends) |
+//! | `prewarm_experiment_report_requests` | gauge | `experiment`, `arm`, `cohort` (outcome records in the report: since the start, of the ledger's kept hours; recomputed at each scrape from the ledger, which a restart restores, so not a counter) |
 //! | `prewarm_experiment_error_ratio` | gauge | `experiment`, `arm`, `cohort` (5xx and 429 over requests) |
 //! | `prewarm_experiment_cached_token_ratio` | gauge | `experiment`, `arm`, `cohort` (cached over prompt tokens, of responses reporting both) |
 //! | `prewarm_experiment_ttfb_mean_diff_seconds` | gauge | `experiment`, `arm`, `cohort` (the arm's mean time to first byte minus the first arm's) |
@@ -35,10 +35,21 @@
 //! | `prewarm_embedding_computations_total` | counter | `outcome` (ok / no_pod / failed / bad_reply: hot embedding inputs computed for the filters) |
 //! | `prewarm_warm_embeddings` | gauge | — (embedding inputs kept for the filters' caches) |
 //! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
+//!
+//! Latency is a histogram (aggregated with `histogram_quantile`), never a gauge of a quantile;
+//! the `*_mean_diff_seconds` gauges are a statistic of the report (a difference of two means),
+//! not a latency to aggregate. The series of every family labelled by `pod` go when the pod
+//! leaves the fleet ([`Telemetry::forget_pod`]: removed through the admin API or by DNS
+//! discovery), so an autoscaled fleet does not pile them up; a pod that is merely down keeps
+//! them.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::attribution::report::ExperimentReport;
+use prewarm_core::wire::OutcomeRecord;
+
+use crate::attribution::report::{cohort_labels, ExperimentReport};
 use crate::policy::fleet::RunningExperiment;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -49,31 +60,109 @@ use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
 
+/// Bucket bounds of `prewarm_experiment_ttfb_seconds`, s. An LLM's time to first byte runs from
+/// ~25 ms (a prefix-cache hit of a short prompt on an idle pod) to tens of seconds (a long
+/// prompt prefilled cold behind a queue); what an experiment compares — a warm prefix against a
+/// cold one — lies mostly between 50 ms and 3 s, so there the bounds are at most 1.5× apart
+/// (`histogram_quantile` interpolates within a bucket: its error is bounded by the ratio), and
+/// coarser beyond. 60 s is where clients and proxies time out; later ones fall in `+Inf`.
+/// 21 series a (experiment, arm, cohort): at most 8 arms × 3 cohorts.
+pub const TTFB_BUCKETS_SECONDS: [f64; 20] = [
+    0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0,
+    20.0, 30.0, 60.0,
+];
+
+fn ttfb_histogram() -> Histogram {
+    Histogram::new(TTFB_BUCKETS_SECONDS)
+}
+
+/// A family labelled by `pod` that knows each pod's label sets, so that a pod's series can go
+/// when it leaves the fleet (prometheus-client's `Family` removes a label set it is given and
+/// cannot list them). Every family with a `pod` label is one.
+pub struct PodFamily<M> {
+    family: Family<Labels, M>,
+    by_pod: Arc<Mutex<HashMap<String, HashSet<Labels>>>>,
+}
+
+impl<M: Default> Default for PodFamily<M> {
+    fn default() -> Self {
+        Self {
+            family: Family::default(),
+            by_pod: Arc::default(),
+        }
+    }
+}
+
+impl<M: Default> PodFamily<M> {
+    /// Runs `f` on the series of `labels` (created when new), noted under its `pod` label.
+    pub fn with(&self, labels: &Labels, f: impl FnOnce(&M)) {
+        // Noted and created under one lock, so that `forget` never misses a series.
+        let mut by_pod = self.by_pod.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, pod)) = labels.iter().find(|(k, _)| k == "pod") {
+            let sets = by_pod.entry(pod.clone()).or_default();
+            if !sets.contains(labels) {
+                sets.insert(labels.clone());
+            }
+        }
+        f(&self.family.get_or_create(labels));
+    }
+
+    /// Removes every series of `pod`.
+    fn forget(&self, pod: &str) {
+        let mut by_pod = self.by_pod.lock().unwrap_or_else(PoisonError::into_inner);
+        for labels in by_pod.remove(pod).unwrap_or_default() {
+            self.family.remove(&labels);
+        }
+    }
+}
+
+/// A labelled counter family, with or without a `pod` label: what [`Telemetry::count`] and
+/// [`Telemetry::add`] take.
+pub trait CounterFamily {
+    fn inc_by(&self, labels: &Labels, n: u64);
+}
+
+impl CounterFamily for Family<Labels, Counter> {
+    fn inc_by(&self, labels: &Labels, n: u64) {
+        self.get_or_create(labels).inc_by(n);
+    }
+}
+
+impl CounterFamily for PodFamily<Counter> {
+    fn inc_by(&self, labels: &Labels, n: u64) {
+        self.with(labels, |c| {
+            c.inc_by(n);
+        });
+    }
+}
+
 /// Every metric the gateway exports.
 pub struct Telemetry {
     registry: Registry,
     pub warmup_duration: Histogram,
     pub warmup_key_seconds: Family<Labels, Histogram, fn() -> Histogram>,
-    pub warmup_key_errors: Family<Labels, Counter>,
-    pub prefills: Family<Labels, Counter>,
+    pub warmup_key_errors: PodFamily<Counter>,
+    pub prefills: PodFamily<Counter>,
     pub prefill_shapes: Family<Labels, Counter>,
-    pub adapter_loads: Family<Labels, Counter>,
-    pub adapter_unloads: Family<Labels, Counter>,
+    pub adapter_loads: PodFamily<Counter>,
+    pub adapter_unloads: PodFamily<Counter>,
     pub signals: Family<Labels, Counter>,
     pub table_generation: Gauge,
     pub table_pods: Gauge,
-    pub hit_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
-    pub kv_hit_gap: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub hit_ratio: PodFamily<Gauge<f64, AtomicU64>>,
+    pub kv_hit_gap: PodFamily<Gauge<f64, AtomicU64>>,
     pub decisions: Family<Labels, Counter>,
     pub snapshot_fallbacks: Family<Labels, Counter>,
     pub snapshots_written: Family<Labels, Counter>,
     pub pods: Family<Labels, Gauge>,
-    pub pod_restarts: Family<Labels, Counter>,
+    pub pod_restarts: PodFamily<Counter>,
     pub auto_rollbacks: Family<Labels, Counter>,
     pub gold_pool_pods: Gauge,
     pub experiment_arm_weight: Family<Labels, Gauge<f64, AtomicU64>>,
-    pub experiment_requests: Family<Labels, Gauge<f64, AtomicU64>>,
-    pub experiment_ttfb: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_report_requests: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub experiment_ttfb: Family<Labels, Histogram, fn() -> Histogram>,
+    /// The experiment whose arms `experiment_ttfb` holds (the last exported).
+    ttfb_experiment: Mutex<Option<String>>,
     pub experiment_error_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_cached_ratio: Family<Labels, Gauge<f64, AtomicU64>>,
     pub experiment_p_value: Family<Labels, Gauge<f64, AtomicU64>>,
@@ -109,26 +198,27 @@ impl Telemetry {
             warmup_key_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.005, 2.0, 14))
             }),
-            warmup_key_errors: Family::default(),
-            prefills: Family::default(),
+            warmup_key_errors: PodFamily::default(),
+            prefills: PodFamily::default(),
             prefill_shapes: Family::default(),
-            adapter_loads: Family::default(),
-            adapter_unloads: Family::default(),
+            adapter_loads: PodFamily::default(),
+            adapter_unloads: PodFamily::default(),
             signals: Family::default(),
             table_generation: Gauge::default(),
             table_pods: Gauge::default(),
-            hit_ratio: Family::default(),
-            kv_hit_gap: Family::default(),
+            hit_ratio: PodFamily::default(),
+            kv_hit_gap: PodFamily::default(),
             decisions: Family::default(),
             snapshot_fallbacks: Family::default(),
             snapshots_written: Family::default(),
             pods: Family::default(),
-            pod_restarts: Family::default(),
+            pod_restarts: PodFamily::default(),
             auto_rollbacks: Family::default(),
             gold_pool_pods: Gauge::default(),
             experiment_arm_weight: Family::default(),
-            experiment_requests: Family::default(),
-            experiment_ttfb: Family::default(),
+            experiment_report_requests: Family::default(),
+            experiment_ttfb: Family::new_with_constructor(ttfb_histogram),
+            ttfb_experiment: Mutex::new(None),
             experiment_error_ratio: Family::default(),
             experiment_cached_ratio: Family::default(),
             experiment_p_value: Family::default(),
@@ -155,12 +245,12 @@ impl Telemetry {
         registry.register(
             "prewarm_warmup_key_errors",
             "Warm-up prefills that failed",
-            t.warmup_key_errors.clone(),
+            t.warmup_key_errors.family.clone(),
         );
         registry.register(
             "prewarm_prefills",
             "Prefills sent to pods by outcome",
-            t.prefills.clone(),
+            t.prefills.family.clone(),
         );
         registry.register(
             "prewarm_prefill_shapes",
@@ -170,12 +260,12 @@ impl Telemetry {
         registry.register(
             "prewarm_adapter_loads",
             "Adapter loads by outcome",
-            t.adapter_loads.clone(),
+            t.adapter_loads.family.clone(),
         );
         registry.register(
             "prewarm_adapter_unloads",
             "Adapter unloads by outcome",
-            t.adapter_unloads.clone(),
+            t.adapter_unloads.family.clone(),
         );
         registry.register(
             "prewarm_signals_ingested",
@@ -195,12 +285,12 @@ impl Telemetry {
         registry.register(
             "prewarm_modelled_hit_ratio",
             "Share of the hot prefixes placed on a pod that the KV model believes resident",
-            t.hit_ratio.clone(),
+            t.hit_ratio.family.clone(),
         );
         registry.register(
             "prewarm_kv_model_hit_gap",
             "Modelled minus observed prefix-cache hit ratio of a pod over the last scrape interval",
-            t.kv_hit_gap.clone(),
+            t.kv_hit_gap.family.clone(),
         );
         registry.register(
             "prewarm_policy_decisions",
@@ -221,7 +311,7 @@ impl Telemetry {
         registry.register(
             "prewarm_pod_restarts",
             "Restarts of pods that were up (re-warmed as joining pods), by evidence",
-            t.pod_restarts.clone(),
+            t.pod_restarts.family.clone(),
         );
         registry.register(
             "prewarm_gold_pool_pods",
@@ -239,13 +329,13 @@ impl Telemetry {
             t.experiment_arm_weight.clone(),
         );
         registry.register(
-            "prewarm_experiment_requests",
-            "Outcome records of each arm since the experiment started",
-            t.experiment_requests.clone(),
+            "prewarm_experiment_report_requests",
+            "Outcome records of each arm in the experiment's report (since the start, of the kept hours)",
+            t.experiment_report_requests.clone(),
         );
         registry.register(
             "prewarm_experiment_ttfb_seconds",
-            "Time to first byte of each arm since the experiment started, by quantile",
+            "Time to first byte of each arm's outcome records as they arrive",
             t.experiment_ttfb.clone(),
         );
         registry.register(
@@ -307,12 +397,27 @@ impl Telemetry {
     }
 
     /// Exports the arms of the running experiment and its report (`None`: none runs), and
-    /// only those.
+    /// only those; the time-to-first-byte histogram keeps its series while the same experiment
+    /// runs and loses them when it ends or another starts.
     pub fn set_experiment(&self, experiment: Option<(&RunningExperiment, &ExperimentReport)>) {
+        {
+            let id = experiment.map(|(r, _)| &r.definition.id);
+            let mut held = self
+                .ttfb_experiment
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if held.as_ref() != id {
+                // Not on the first export after a start (nothing held yet): a restored
+                // experiment's records observed before it stay.
+                if held.is_some() {
+                    self.experiment_ttfb.clear();
+                }
+                *held = id.cloned();
+            }
+        }
         let families = [
             &self.experiment_arm_weight,
-            &self.experiment_requests,
-            &self.experiment_ttfb,
+            &self.experiment_report_requests,
             &self.experiment_error_ratio,
             &self.experiment_cached_ratio,
             &self.experiment_p_value,
@@ -353,13 +458,11 @@ impl Telemetry {
                     ("arm", summary.arm.as_str()),
                     ("cohort", cohort),
                 ];
-                set(&self.experiment_requests, &pairs, summary.requests as f64);
-                for (q, v) in [("0.5", summary.ttfb_p50_ms), ("0.95", summary.ttfb_p95_ms)] {
-                    if let Some(ms) = v {
-                        let with_q = [pairs[0], pairs[1], pairs[2], ("quantile", q)];
-                        set(&self.experiment_ttfb, &with_q, ms / 1000.0);
-                    }
-                }
+                set(
+                    &self.experiment_report_requests,
+                    &pairs,
+                    summary.requests as f64,
+                );
                 if let Some(r) = summary.error_rate {
                     set(&self.experiment_error_ratio, &pairs, r);
                 }
@@ -405,26 +508,61 @@ impl Telemetry {
         }
     }
 
+    /// Where the outcome records of `running`'s arms go in `prewarm_experiment_ttfb_seconds`
+    /// (`None`: no experiment runs, nothing is observed).
+    pub fn experiment_ttfb(&self, running: Option<&RunningExperiment>) -> ExperimentTtfb<'_> {
+        let series = running.map_or_else(Vec::new, |r| {
+            let id = r.definition.id.as_str();
+            cohort_labels(r)
+                .into_iter()
+                .map(|(ledger_label, arm, cohort)| {
+                    let pairs = [("experiment", id), ("arm", arm), ("cohort", cohort)];
+                    (ledger_label, labels(&pairs))
+                })
+                .collect()
+        });
+        ExperimentTtfb {
+            histogram: &self.experiment_ttfb,
+            started_ms: running.map_or(u64::MAX, |r| r.started_ms),
+            series,
+        }
+    }
+
+    /// Removes the series of `pod` from every family labelled by `pod`: it left the fleet.
+    pub fn forget_pod(&self, pod: &str) {
+        for family in [
+            &self.warmup_key_errors,
+            &self.prefills,
+            &self.adapter_loads,
+            &self.adapter_unloads,
+            &self.pod_restarts,
+        ] {
+            family.forget(pod);
+        }
+        self.hit_ratio.forget(pod);
+        self.kv_hit_gap.forget(pod);
+    }
+
     /// Counts one event in a labelled counter family.
-    pub fn count(family: &Family<Labels, Counter>, pairs: &[(&str, &str)]) {
-        family.get_or_create(&labels(pairs)).inc();
+    pub fn count(family: &impl CounterFamily, pairs: &[(&str, &str)]) {
+        family.inc_by(&labels(pairs), 1);
     }
 
     /// Adds `n` to a labelled counter.
-    pub fn add(family: &Family<Labels, Counter>, pairs: &[(&str, &str)], n: u64) {
-        family.get_or_create(&labels(pairs)).inc_by(n);
+    pub fn add(family: &impl CounterFamily, pairs: &[(&str, &str)], n: u64) {
+        family.inc_by(&labels(pairs), n);
     }
 
     pub fn set_hit_ratio(&self, pod: &str, ratio: f64) {
-        self.hit_ratio
-            .get_or_create(&labels(&[("pod", pod)]))
-            .set(ratio);
+        self.hit_ratio.with(&labels(&[("pod", pod)]), |g| {
+            g.set(ratio);
+        });
     }
 
     pub fn set_kv_hit_gap(&self, pod: &str, gap: f64) {
-        self.kv_hit_gap
-            .get_or_create(&labels(&[("pod", pod)]))
-            .set(gap);
+        self.kv_hit_gap.with(&labels(&[("pod", pod)]), |g| {
+            g.set(gap);
+        });
     }
 
     pub fn set_pods(&self, state: &str, n: i64) {
@@ -436,6 +574,31 @@ impl Telemetry {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The running experiment's series of `prewarm_experiment_ttfb_seconds`, by the ledger label
+/// a record counts under ([`crate::attribution::ledger::OutcomeLedger::ingest_observed`]).
+pub struct ExperimentTtfb<'a> {
+    histogram: &'a Family<Labels, Histogram, fn() -> Histogram>,
+    started_ms: u64,
+    /// (ledger label, its series' labels): at most 8 arms × 3 cohorts.
+    series: Vec<(String, Labels)>,
+}
+
+impl ExperimentTtfb<'_> {
+    /// Observes `record`'s time to first byte under `ledger_label`'s series, if it is one of
+    /// the running experiment's arms (a label from elsewhere — no arm, a past experiment —
+    /// creates no series) and was measured since the start, as the report counts.
+    pub fn observe(&self, ledger_label: &str, record: &OutcomeRecord) {
+        if record.at_ms < self.started_ms {
+            return;
+        }
+        if let Some((_, pairs)) = self.series.iter().find(|(l, _)| l == ledger_label) {
+            self.histogram
+                .get_or_create(pairs)
+                .observe(record.ttfb_ms as f64 / 1000.0);
+        }
     }
 }
 
@@ -502,24 +665,101 @@ mod tests {
             })
             .collect();
         let mut ledger = OutcomeLedger::default();
-        ledger.ingest(&records, 10_000, |p| p == "new");
         let t = Telemetry::new();
+        let ttfb = t.experiment_ttfb(Some(&running));
+        ledger.ingest_observed(&records, 10_000, |p| p == "new", |l, r| ttfb.observe(l, r));
         t.set_experiment(Some((&running, &report(&ledger, &running, 10_000, false))));
         let text = t.render();
         for series in [
             "prewarm_experiment_arm_weight{experiment=\"e\",arm=\"cold\"} 0.5",
-            "prewarm_experiment_requests{experiment=\"e\",arm=\"cold\",cohort=\"all\"} 40",
-            "prewarm_experiment_requests{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 10",
+            "prewarm_experiment_report_requests{experiment=\"e\",arm=\"cold\",cohort=\"all\"} 40",
+            "prewarm_experiment_report_requests{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 10",
+            // the histogram counts what the report counts, by the same cohorts
+            "prewarm_experiment_ttfb_seconds_count{experiment=\"e\",arm=\"cold\",cohort=\"all\"} 40",
+            "prewarm_experiment_ttfb_seconds_count{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 10",
+            "prewarm_experiment_ttfb_seconds_count{experiment=\"e\",arm=\"warm\",cohort=\"new_pods_first_requests\"} 2",
+            // warm's times are 100..106 ms: all at or under 0.15 s, the six of 100 ms at or
+            // under 0.1 s (a bucket's bound is inclusive)
+            "prewarm_experiment_ttfb_seconds_bucket{le=\"0.075\",experiment=\"e\",arm=\"warm\",cohort=\"all\"} 0",
+            "prewarm_experiment_ttfb_seconds_bucket{le=\"0.1\",experiment=\"e\",arm=\"warm\",cohort=\"all\"} 6",
+            "prewarm_experiment_ttfb_seconds_bucket{le=\"0.15\",experiment=\"e\",arm=\"warm\",cohort=\"all\"} 40",
             "prewarm_experiment_p_value{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\",test=\"welch\"}",
             "prewarm_experiment_ttfb_mean_diff_seconds{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"} 0.2",
             "prewarm_experiment_ttfb_adjusted_mean_diff_seconds{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\"}",
             "prewarm_experiment_p_value{experiment=\"e\",arm=\"cold\",cohort=\"new_pods\",test=\"mann_whitney_prompt_adjusted\"}",
-            "prewarm_experiment_ttfb_seconds{experiment=\"e\",arm=\"warm\",cohort=\"all\",quantile=\"0.5\"}",
             // the new pod's first requests of prefixes seen twice: warm's of the 2nd and 3rd
             // prefix (the first was not yet hot; cold's came after warm's on the same pod)
-            "prewarm_experiment_requests{experiment=\"e\",arm=\"warm\",cohort=\"new_pods_first_requests\"} 2",
+            "prewarm_experiment_report_requests{experiment=\"e\",arm=\"warm\",cohort=\"new_pods_first_requests\"} 2",
         ] {
             assert!(text.contains(series), "{series} not in\n{text}");
         }
+        assert!(!text.contains("quantile"), "no quantile gauges:\n{text}");
+        assert!(
+            !text.contains("# TYPE prewarm_experiment_requests "),
+            "renamed:\n{text}"
+        );
+
+        // Records of no arm, of another experiment or from before the start make no series.
+        let stray = |arm: Option<&str>, at_ms| OutcomeRecord {
+            arm: arm.map(str::to_string),
+            at_ms,
+            ..record("warm", "old", 0)
+        };
+        ledger.ingest_observed(
+            &[
+                stray(None, 3_000),
+                stray(Some("other/warm"), 3_000),
+                stray(Some("e/warm"), 500),
+            ],
+            10_000,
+            |_| false,
+            |l, r| ttfb.observe(l, r),
+        );
+        let text = t.render();
+        assert!(!text.contains("other"), "{text}");
+        assert!(
+            text.contains("prewarm_experiment_ttfb_seconds_count{experiment=\"e\",arm=\"warm\",cohort=\"all\"} 40"),
+            "{text}"
+        );
+
+        // The histogram stays while the experiment runs and goes when it ends.
+        t.set_experiment(Some((&running, &report(&ledger, &running, 10_000, false))));
+        assert!(t
+            .render()
+            .contains("prewarm_experiment_ttfb_seconds_count{"));
+        t.set_experiment(None);
+        let text = t.render();
+        assert!(
+            !text.contains("prewarm_experiment_ttfb_seconds_count{"),
+            "{text}"
+        );
+    }
+
+    /// A pod that left the fleet leaves no series in any family labelled by `pod`; another
+    /// pod's stay.
+    #[test]
+    fn a_departed_pods_series_are_removed_from_every_pod_family() {
+        let t = Telemetry::new();
+        for pod in ["gone", "stays"] {
+            Telemetry::count(&t.warmup_key_errors, &[("pod", pod)]);
+            Telemetry::count(&t.prefills, &[("pod", pod), ("outcome", "ok")]);
+            Telemetry::count(&t.prefills, &[("pod", pod), ("outcome", "timeout")]);
+            Telemetry::count(&t.adapter_loads, &[("pod", pod), ("outcome", "ok")]);
+            Telemetry::count(&t.adapter_unloads, &[("pod", pod), ("outcome", "ok")]);
+            Telemetry::count(&t.pod_restarts, &[("pod", pod), ("evidence", "start_time")]);
+            t.set_hit_ratio(pod, 0.5);
+            t.set_kv_hit_gap(pod, 0.1);
+        }
+        let before = t.render();
+        assert_eq!(before.matches("pod=\"gone\"").count(), 8, "{before}");
+        t.forget_pod("gone");
+        let text = t.render();
+        assert!(!text.contains("pod=\"gone\""), "{text}");
+        assert_eq!(text.matches("pod=\"stays\"").count(), 8, "{text}");
+        // A pod of the same id that joins again starts from zero.
+        Telemetry::count(&t.prefills, &[("pod", "gone"), ("outcome", "ok")]);
+        assert!(t
+            .render()
+            .contains("prewarm_prefills_total{pod=\"gone\",outcome=\"ok\"} 1"));
     }
 }

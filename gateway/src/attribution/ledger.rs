@@ -164,6 +164,18 @@ impl OutcomeLedger {
         now_ms: u64,
         new_pod: impl Fn(&str) -> bool,
     ) -> Ingested {
+        self.ingest_observed(records, now_ms, new_pod, |_, _| {})
+    }
+
+    /// [`Self::ingest`], calling `counted` with each label a record was counted under and the
+    /// record (the gateway's time-to-first-byte histogram observes the same cohorts).
+    pub fn ingest_observed(
+        &mut self,
+        records: &[OutcomeRecord],
+        now_ms: u64,
+        new_pod: impl Fn(&str) -> bool,
+        mut counted: impl FnMut(&str, &OutcomeRecord),
+    ) -> Ingested {
         let mut done = Ingested::default();
         let oldest = (now_ms / HOUR_MS).saturating_sub(HOURS_KEPT - 1) * HOUR_MS;
         for r in records {
@@ -184,6 +196,7 @@ impl OutcomeLedger {
                 continue;
             }
             labels.entry(label.to_string()).or_default().add(r);
+            counted(label, r);
             done.accepted += 1;
             let on_new_pod = r.pod.as_deref().is_some_and(&new_pod);
             let first = self.prefixes.note(r.pod.as_deref(), r.prefix, on_new_pod);
@@ -194,7 +207,8 @@ impl OutcomeLedger {
                 ];
                 for cohort in cohorts.into_iter().flatten() {
                     if labels.contains_key(&cohort) || labels.len() < MAX_LABELS {
-                        labels.entry(cohort).or_default().add(r);
+                        labels.entry(cohort.clone()).or_default().add(r);
+                        counted(&cohort, r);
                     }
                 }
             }

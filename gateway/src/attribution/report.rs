@@ -139,24 +139,25 @@ impl ExperimentReport {
     /// All requests, the new pods', and the new pods' first requests of hot prefixes.
     pub fn cohorts(&self) -> [CohortView<'_>; 3] {
         let firsts = &self.new_pods.first_requests;
+        let [(all, all_suffix), (new, new_suffix), (first, first_suffix)] = COHORTS;
         [
             CohortView {
-                name: "all",
-                suffix: "",
+                name: all,
+                suffix: all_suffix,
                 on: "",
                 arms: &self.arms,
                 comparisons: &self.comparisons,
             },
             CohortView {
-                name: "new_pods",
-                suffix: NEW_PODS,
+                name: new,
+                suffix: new_suffix,
                 on: " on the new pods",
                 arms: &self.new_pods.arms,
                 comparisons: &self.new_pods.comparisons,
             },
             CohortView {
-                name: "new_pods_first_requests",
-                suffix: FIRST_REQUESTS,
+                name: first,
+                suffix: first_suffix,
                 on: " on the new pods' first requests of hot prefixes",
                 arms: &firsts.arms,
                 comparisons: &firsts.comparisons,
@@ -181,6 +182,27 @@ pub struct NewPods {
 pub struct Cohort {
     pub arms: Vec<ArmSummary>,
     pub comparisons: Vec<Comparison>,
+}
+
+/// Each cohort's `cohort` label and the suffix of its ledger labels, in
+/// [`ExperimentReport::cohorts`]'s order.
+pub const COHORTS: [(&str, &str); 3] = [
+    ("all", ""),
+    ("new_pods", NEW_PODS),
+    ("new_pods_first_requests", FIRST_REQUESTS),
+];
+
+/// Every ledger label of `experiment`'s arms with the arm and the `cohort` label it counts under:
+/// what a record counted under one of them is in the metrics.
+pub fn cohort_labels(experiment: &RunningExperiment) -> Vec<(String, &str, &'static str)> {
+    let arms = &experiment.definition.arms;
+    arms.iter()
+        .flat_map(|a| {
+            let arm_label = label(experiment, &a.name);
+            COHORTS
+                .map(|(cohort, suffix)| (format!("{arm_label}{suffix}"), a.name.as_str(), cohort))
+        })
+        .collect()
 }
 
 /// The label of an arm's records.

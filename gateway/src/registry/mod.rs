@@ -532,7 +532,10 @@ mod tests {
         reg.end_watch("a", 5, WatchOutcome::RolledBack, detail.clone());
         reg.rollback("a", "1").unwrap();
         let end = reg.get("a").unwrap().watch.clone().unwrap().ended.unwrap();
-        assert_eq!((end.outcome, end.detail), (WatchOutcome::RolledBack, detail));
+        assert_eq!(
+            (end.outcome, end.detail),
+            (WatchOutcome::RolledBack, detail)
+        );
         reg.amend_ended_watch("a", "not re-loaded".into());
         let end = reg.get("a").unwrap().watch.clone().unwrap().ended.unwrap();
         assert_eq!(end.detail, "not re-loaded");

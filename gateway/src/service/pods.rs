@@ -129,6 +129,7 @@ impl Gateway {
             state.fleet.remove_pod(id, self.now())?;
             state.pods.remove(id);
         }
+        self.telemetry.forget_pod(id);
         tracing::info!(pod = %id, "pod removed");
         self.republish_table();
         Ok(())

@@ -82,17 +82,22 @@ impl Gateway {
     /// Adds a batch's outcome records to the ledger, counted by what became of them.
     fn ingest_outcomes(&self, records: &[OutcomeRecord], dropped_by_filter: u64) {
         let now = self.now();
-        let joined: Vec<String> = self
-            .state()
-            .fleet
-            .experiment()
-            .map(|r| r.joined_pods.clone())
-            .unwrap_or_default();
+        let (joined, ttfb) = {
+            let state = self.state();
+            let running = state.fleet.experiment();
+            let joined: Vec<String> = running.map(|r| r.joined_pods.clone()).unwrap_or_default();
+            (joined, self.telemetry.experiment_ttfb(running))
+        };
         let got = self
             .outcomes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .ingest(records, now, |pod| joined.iter().any(|p| p == pod));
+            .ingest_observed(
+                records,
+                now,
+                |pod| joined.iter().any(|p| p == pod),
+                |label, r| ttfb.observe(label, r),
+            );
         self.count_rollout_outcomes(records);
         let t = &self.telemetry.outcomes;
         Telemetry::add(t, &[("kind", "accepted")], got.accepted);
