@@ -127,8 +127,8 @@ def test_bad_input_reaches_the_upstream_as_without_the_filter(case, stack, basel
     assert got == want
     assert got_seen == want_seen
     # Two more filter ticks (signal flush and table poll) and the gateway has not changed.
-    fetches = stack.envoy.metric("prewarm.table.fetches")
-    wait_until(lambda: stack.envoy.metric("prewarm.table.fetches") >= fetches + 2, 10, what="two filter ticks")
+    fetches = stack.envoy.metric("prewarm_filter_table_fetches_total")
+    wait_until(lambda: stack.envoy.metric("prewarm_filter_table_fetches_total") >= fetches + 2, 10, what="two filter ticks")
     assert gateway_state(stack) == before
     assert stack.envoy.wasm_failures() == {}
 
@@ -146,6 +146,6 @@ def test_a_client_sent_endpoint_header_never_reaches_the_upstream(stack, baselin
         assert len(seen) == 1
         # removed, or replaced by the filter's own choice from the routing table
         assert seen[0].headers.get(ENDPOINT_HEADER) in (None, *table_pods), seen[0].headers
-    fetches = stack.envoy.metric("prewarm.table.fetches")
-    wait_until(lambda: stack.envoy.metric("prewarm.table.fetches") >= fetches + 2, 10, what="two filter ticks")
+    fetches = stack.envoy.metric("prewarm_filter_table_fetches_total")
+    wait_until(lambda: stack.envoy.metric("prewarm_filter_table_fetches_total") >= fetches + 2, 10, what="two filter ticks")
     assert gateway_state(stack) == before

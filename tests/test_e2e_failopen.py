@@ -74,8 +74,8 @@ def test_gateway_killed_under_traffic_then_restored_from_its_snapshot(tmp_path):
         for _ in range(CLIENT_REQUESTS // 3):
             progress.acquire(timeout=60)
         stack.gateway.proc.kill()
-        failures_before = stack.envoy.metric("prewarm.table.fetch_failures")
-        wait_until(lambda: stack.envoy.metric("prewarm.table.fetch_failures") > failures_before, 30,
+        failures_before = stack.envoy.metric("prewarm_filter_table_fetch_failures_total")
+        wait_until(lambda: stack.envoy.metric("prewarm_filter_table_fetch_failures_total") > failures_before, 30,
                    what="the filter notices the gateway is gone")
         for _ in range(CLIENT_REQUESTS // 3):
             progress.acquire(timeout=60)
@@ -94,8 +94,8 @@ def test_gateway_killed_under_traffic_then_restored_from_its_snapshot(tmp_path):
         stack.wait_routable(*[p.id for p in stack.pods])
         assert stack.routing()["generation"] > generation_before
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
-        routed = stack.envoy.metric("prewarm.routed")
+        routed = stack.envoy.metric("prewarm_filter_routed_total")
         pod, _ = stack.completion(question(1, 50), user="after-restart")
-        assert pod is not None and stack.envoy.metric("prewarm.routed") == routed + 1
+        assert pod is not None and stack.envoy.metric("prewarm_filter_routed_total") == routed + 1
     finally:
         stack.close()

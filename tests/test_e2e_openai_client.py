@@ -41,7 +41,7 @@ def test_chat_is_what_the_pod_answers(stack, model):
 
 
 def test_streaming_chat_and_completion_arrive_whole(stack):
-    routed = stack.envoy.metric("prewarm.routed")
+    routed = stack.envoy.metric("prewarm_filter_routed_total")
     c = client(stack.envoy.url)
     chunks = list(c.chat.completions.create(model=BASE_MODEL, messages=MESSAGES, max_tokens=6, stream=True,
                                             stream_options={"include_usage": True}))
@@ -52,7 +52,7 @@ def test_streaming_chat_and_completion_arrive_whole(stack):
     streamed = list(c.completions.create(model=BASE_MODEL, prompt=question(4, 1), max_tokens=4, stream=True))
     assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == direct.choices[0].text
     assert streamed[-1].choices[0].finish_reason == "length"
-    assert stack.envoy.metric("prewarm.routed") == routed + 2
+    assert stack.envoy.metric("prewarm_filter_routed_total") == routed + 2
 
 
 def test_client_errors_pass_through_unchanged(stack):
@@ -70,12 +70,12 @@ def test_routed_requests_reach_the_gateways_kv_model(stack):
     """The filter's served records (which pod each routed request went to) arrive with its
     batches, and the gateway's KV model of that pod holds the prompt's shards: before the fleet
     core, the shipped gateway never fed served traffic to its KV model."""
-    sent = stack.envoy.metric("prewarm.served.sent")
+    sent = stack.envoy.metric("prewarm_filter_served_sent_total")
     via = client(stack.envoy.url).completions.with_raw_response.create(
         model=BASE_MODEL, prompt=question(6, 2), max_tokens=2)
     pod = stack.pod_by_address(via.headers["x-prewarm-upstream"])
     assert pod is not None
-    wait_until(lambda: stack.envoy.metric("prewarm.served.sent") > sent, timeout=15,
+    wait_until(lambda: stack.envoy.metric("prewarm_filter_served_sent_total") > sent, timeout=15,
                what="the served record sent with a batch")
     detail = wait_until(lambda: (d := stack.gateway.get(f"/admin/pods/{pod.id}").json())["resident_shards"] > 0
                         and d, timeout=15, what="the pod's KV model to hold the prompt's shards")

@@ -62,7 +62,7 @@ def first_requests_after_an_envoy_restart(stack: Stack, warm: bool) -> tuple[int
         time.sleep(2)  # the same pause: nothing to wait for
     restart_envoy(stack)
     if warm:
-        wait_until(lambda: stack.envoy.metric("prewarm.embeddings.warm_entries") >= len(HOT), 30,
+        wait_until(lambda: stack.envoy.metric("prewarm_filter_embeddings_warm_entries_total") >= len(HOT), 30,
                    what="the restarted proxy's first poll wrote the warm entries")
     hot_hits = sum(embed(stack, t) for t in HOT)
     once_hits = sum(embed(stack, t) for t in ONCE)
@@ -135,7 +135,7 @@ def test_the_store_survives_a_gateway_restart_and_hits_need_no_gateway(tmp_path_
         unauthorised = stack.gateway.get("/v1/embeddings/warm", headers={"Authorization": "Bearer nope"})
         assert unauthorised.status_code == 401
         restart_envoy(stack)
-        wait_until(lambda: stack.envoy.metric("prewarm.embeddings.warm_entries") >= 5, 30,
+        wait_until(lambda: stack.envoy.metric("prewarm_filter_embeddings_warm_entries_total") >= 5, 30,
                    what="the restarted proxy warmed from the restarted gateway")
         assert all(embed(stack, t) for t in HOT[:5])
     finally:

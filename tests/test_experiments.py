@@ -129,7 +129,7 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
                                 json=experiment("exp", (0.5, 0.5), {"routing": "off"}))
         assert r.status_code == 201, r.text
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
-        unrouted_before = stack.envoy.metric("prewarm.unrouted.arm_off")
+        unrouted_before = stack.envoy.metric("prewarm_filter_unrouted_total", reason="arm_off")
         arms: dict[str, str] = {}
         for n in range(60):
             user = f"user-{n % 20}"
@@ -145,8 +145,8 @@ def test_arms_are_sticky_per_user_never_chosen_by_the_client_and_routed_by_their
         assert {u: f"exp/{a}" for u, a in arms_of(experiment("exp", (0.5, 0.5), {"routing": "off"}),
                                                   list(arms)).items()} == arms
         off = sum(3 for a in arms.values() if a == "exp/other")
-        assert stack.envoy.metric("prewarm.unrouted.arm_off") - unrouted_before == off
-        assert stack.envoy.metric("prewarm.experiment.assigned") >= 60
+        assert stack.envoy.metric("prewarm_filter_unrouted_total", reason="arm_off") - unrouted_before == off
+        assert stack.envoy.metric("prewarm_filter_experiment_assigned_total") >= 60
         assert stack.envoy.wasm_failures() == {}
     finally:
         stack.close()
@@ -229,7 +229,10 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
         assert report["hours"] and sum(a["requests"] for a in report["hours"][-1]["arms"]) > 0
         text = stack.gateway.get("/metrics").text
         assert 'prewarm_experiment_p_value{experiment="ab",arm="other",cohort="all",test="welch"}' in text
-        assert 'prewarm_experiment_ttfb_seconds{experiment="ab",arm="prefix",cohort="all",quantile="0.95"}' in text
+        # the histogram observed every record of the arm as it arrived: what the report counts
+        assert metric(stack.gateway, 'prewarm_experiment_ttfb_seconds_count{experiment="ab",arm="prefix",cohort="all"}') \
+            == prefix["requests"]
+        assert 'prewarm_experiment_ttfb_seconds_bucket{le="+Inf",experiment="ab",arm="prefix",cohort="all"}' in text
         assert metric(stack.gateway, 'prewarm_outcomes_ingested_total{kind="accepted"}') >= sent
         # the power estimate: significant at this size, so the requests it needs are within it
         assert 0 < c["requests_needed"] <= max(prefix["requests"], off["requests"]) * 2, c
@@ -420,7 +423,7 @@ def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_re
         r = stack.gateway.admin("POST", "/admin/experiments", json=definition)
         assert r.status_code == 201, r.text
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
-        wait_until(lambda: stack.envoy.metric("prewarm.table.generation") >= stack.routing()["generation"]
+        wait_until(lambda: stack.envoy.metric("prewarm_filter_table_generation") >= stack.routing()["generation"]
                    and "experiment" in stack.routing(), 30, what="Envoy adopts the table with the experiment")
         arm_of = arms_of(definition, tenants)
         assert set(arm_of.values()) == {"keep", "lru"}, arm_of
@@ -431,11 +434,11 @@ def test_a_tenant_experiment_splits_by_tenant_and_gives_its_adapters_the_arms_re
                     user=user, tenant=tenant, headers={ARM_HEADER: "slots/keep"})
                 assert status == 200
                 assert headers.get(SEEN_ARM) == f"slots/{arm_of[tenant]}", (tenant, user, headers)
-        no_unit = stack.envoy.metric("prewarm.experiment.no_unit")
+        no_unit = stack.envoy.metric("prewarm_filter_experiment_no_unit_total")
         status, headers, _ = stack.post("/v1/completions", {"model": BASE_MODEL, "prompt": question(9, 0),
                                                             "max_tokens": 1}, user="alice")
         assert status == 200 and not (headers.get(SEEN_ARM) or "").startswith("slots/"), headers
-        assert stack.envoy.metric("prewarm.experiment.no_unit") == no_unit + 1
+        assert stack.envoy.metric("prewarm_filter_experiment_no_unit_total") == no_unit + 1
 
         want = {f"lora-{n}": "seed_keep" if arm_of[t] == "keep" else "lru2" for n, t in enumerate(tenants)}
 

@@ -35,7 +35,7 @@ def test_shipped_configuration_starts_with_documented_defaults(envoys):
         envoy = envoys.start(pods=[pod.address], gateway=gateway.address)
         status, _, _ = envoy.post("/v1/completions", {"model": "m", "prompt": "hello"})
         assert status == 200
-        assert envoy.metric("prewarm.requests_inspected") == 1
+        assert envoy.metric("prewarm_filter_requests_inspected_total") == 1
         assert "invalid configuration" not in envoy.output()
     finally:
         pod.stop()

@@ -133,18 +133,18 @@ def test_standalone_three_similar_prompts_make_one_prefill_where_the_next_reques
     s = standalone(4)
     for k in range(3):
         s.completion(question(0, k), user="alice")
-    wait_until(lambda: s.envoy.metric("prewarm.direct.ok") == 1, 20, what="the direct prefill answered")
+    wait_until(lambda: s.envoy.metric("prewarm_filter_direct_ok_total") == 1, 20, what="the direct prefill answered")
     calls = s.warming_calls()
     assert sum(calls.values()) == 1, calls
-    assert s.envoy.metric("prewarm.direct.sent") == 1
-    assert s.envoy.metric("prewarm.direct.failed") == 0
+    assert s.envoy.metric("prewarm_filter_direct_sent_total") == 1
+    assert s.envoy.metric("prewarm_filter_direct_failed_total") == 0
     # another user's prompt of the template goes to the prefilled pod and hits its cache
     pod, reply = s.completion(question(0, 9), user="bob")
     assert calls[pod.id] == 1, (pod.id, calls)
     template_tokens = len(template_text(0)) // 4
     assert cached_tokens(reply) >= template_tokens // 64 * 64, reply["usage"]
-    assert s.envoy.metric("prewarm.batches.sent") == 0, "standalone: nothing sent to a gateway"
-    assert s.envoy.metric("prewarm.table.fetches") == 0
+    assert s.envoy.metric("prewarm_filter_batches_sent_total") == 0, "standalone: nothing sent to a gateway"
+    assert s.envoy.metric("prewarm_filter_table_fetches_total") == 0
 
 
 @pytest.mark.parametrize("cluster", ["original_dst", "override_host"])
@@ -159,7 +159,7 @@ def test_a_dispatched_call_reaches_the_pod_its_header_names(standalone, cluster)
     for t in range(4):
         for k in range(3):
             s.completion(question(60 + t, k), user=f"m{t}")
-        wait_until(lambda: s.envoy.metric("prewarm.direct.ok") == t + 1, 20, what=f"prefill {t}")
+        wait_until(lambda: s.envoy.metric("prewarm_filter_direct_ok_total") == t + 1, 20, what=f"prefill {t}")
         now = s.warming_calls()
         pod, _ = s.completion(question(60 + t, 99), user=f"n{t}")
         new = {pid: n - previous[pid] for pid, n in now.items() if n != previous[pid]}
@@ -185,7 +185,7 @@ def test_standalone_pin_touches_the_adapter_on_its_pod(standalone, tmp_path):
     # names only, so this holds on every run), where nothing but the touch can make it resident
     served = {s.completion(template_text(7), user=f"user-{k}", model="sql-lora")[0].id for k in range(6)}
     assert len(served) == 1, served
-    wait_until(lambda: s.envoy.metric("prewarm.direct.ok") == 1, 20, what="the adapter touch answered")
+    wait_until(lambda: s.envoy.metric("prewarm_filter_direct_ok_total") == 1, 20, what="the adapter touch answered")
     calls = s.warming_calls()
     assert sum(calls.values()) == 1, calls
     (touched,) = [pid for pid, n in calls.items() if n == 1]
@@ -240,14 +240,14 @@ def test_budgets_hold_under_a_flood_of_distinct_users(standalone):
     for i in range(templates):
         for k in range(3):
             s.completion(question(20 + i, k), user=f"flood-{i}")
-    skipped = lambda: (s.envoy.metric("prewarm.direct.skipped_budget")
-                       + s.envoy.metric("prewarm.direct.skipped_in_flight"))
-    wait_until(lambda: s.envoy.metric("prewarm.direct.sent") + skipped() == templates, 20,
+    skipped = lambda: (s.envoy.metric("prewarm_filter_direct_skipped_total", reason="budget")
+                       + s.envoy.metric("prewarm_filter_direct_skipped_total", reason="in_flight"))
+    wait_until(lambda: s.envoy.metric("prewarm_filter_direct_sent_total") + skipped() == templates, 20,
                what="every prefill sent or skipped")
-    wait_until(lambda: s.envoy.metric("prewarm.direct.ok") == s.envoy.metric("prewarm.direct.sent"), 20,
+    wait_until(lambda: s.envoy.metric("prewarm_filter_direct_ok_total") == s.envoy.metric("prewarm_filter_direct_sent_total"), 20,
                what="the calls answered")
-    assert s.envoy.metric("prewarm.direct.sent") == budget
-    assert s.envoy.metric("prewarm.direct.skipped_budget") >= 1
+    assert s.envoy.metric("prewarm_filter_direct_sent_total") == budget
+    assert s.envoy.metric("prewarm_filter_direct_skipped_total", reason="budget") >= 1
     assert sum(s.warming_calls().values()) == budget
 
 
@@ -259,23 +259,23 @@ def test_when_gateway_down_the_filter_takes_over_and_hands_back(tmp_path):
         metric = envoy.metric
         for k in range(3):
             stack.completion(question(40, k), user="before", max_tokens=CLIENT_TOKENS)
-        wait_until(lambda: metric("prewarm.signals.sent") >= 1, 20, what="the prefill signal reached the gateway")
-        assert metric("prewarm.direct.sent") == 0, "the gateway answers: it warms, not the filter"
+        wait_until(lambda: metric("prewarm_filter_signals_sent_total") >= 1, 20, what="the prefill signal reached the gateway")
+        assert metric("prewarm_filter_direct_sent_total") == 0, "the gateway answers: it warms, not the filter"
 
         stack.gateway.proc.kill()
-        wait_until(lambda: metric("prewarm.direct.active") == 1, 20, what="the filter takes over")
+        wait_until(lambda: metric("prewarm_filter_direct_active") == 1, 20, what="the filter takes over")
         for k in range(3):
             stack.completion(question(41, k), user="while-down", max_tokens=CLIENT_TOKENS)
-        wait_until(lambda: metric("prewarm.direct.ok") == 1, 20, what="the filter prefilled")
-        assert metric("prewarm.direct.sent") == 1
+        wait_until(lambda: metric("prewarm_filter_direct_ok_total") == 1, 20, what="the filter prefilled")
+        assert metric("prewarm_filter_direct_sent_total") == 1
 
         stack.restart_gateway()
-        wait_until(lambda: metric("prewarm.direct.active") == 0, 30, what="a gateway call succeeded: handed back")
-        signals = metric("prewarm.signals.sent")
+        wait_until(lambda: metric("prewarm_filter_direct_active") == 0, 30, what="a gateway call succeeded: handed back")
+        signals = metric("prewarm_filter_signals_sent_total")
         for k in range(3):
             stack.completion(question(42, k), user="after", max_tokens=CLIENT_TOKENS)
-        wait_until(lambda: metric("prewarm.signals.sent") > signals, 20, what="the signal went to the gateway")
-        assert metric("prewarm.direct.sent") == 1, "handed back: the gateway warms, the filter does not"
-        assert metric("prewarm.direct.failed") == 0
+        wait_until(lambda: metric("prewarm_filter_signals_sent_total") > signals, 20, what="the signal went to the gateway")
+        assert metric("prewarm_filter_direct_sent_total") == 1, "handed back: the gateway warms, the filter does not"
+        assert metric("prewarm_filter_direct_failed_total") == 0
     finally:
         stack.close()

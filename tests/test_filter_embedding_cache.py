@@ -78,7 +78,7 @@ def test_a_repeated_input_is_the_pods_vectors_and_never_reaches_the_pod(stack):
     reply = json.loads(second)
     assert reply["object"] == "list" and reply["model"] == BASE_MODEL
     assert reply["usage"]["prompt_tokens"] == json.loads(first)["usage"]["prompt_tokens"]
-    assert stack.envoy.metric("prewarm.embeddings.hit") >= 1
+    assert stack.envoy.metric("prewarm_filter_embeddings_hit_total") >= 1
     assert stack.envoy.wasm_failures() == {}
 
 
@@ -165,8 +165,8 @@ def test_a_full_cache_evicts_the_least_recent_without_errors(tmp_path_factory):
         assert headers.get("x-prewarm-cache") == "hit", "the most recent stays"
         _, headers, _ = embed(s, {"model": BASE_MODEL, "input": texts[0]})
         assert "x-prewarm-cache" not in headers, "the oldest was evicted"
-        assert s.envoy.metric("prewarm.embeddings.evicted") >= 8
-        assert 0 < s.envoy.metric("prewarm.embeddings.bytes") <= 32 << 10
+        assert s.envoy.metric("prewarm_filter_embeddings_evicted_total") >= 8
+        assert 0 < s.envoy.metric("prewarm_filter_embeddings_bytes") <= 32 << 10
         assert s.envoy.wasm_failures() == {}
     finally:
         s.close()
@@ -189,7 +189,7 @@ def test_with_two_workers_what_one_stored_answers_both(tmp_path_factory):
             assert status == 200 and headers.get("x-prewarm-cache") == "hit"
             assert json.loads(again)["data"][0]["embedding"] == json.loads(first)["data"][0]["embedding"]
         assert upstream_requests(s) == before
-        assert s.envoy.metric("prewarm.embeddings.shared_hit") <= 1, "then in the worker's own cache"
+        assert s.envoy.metric("prewarm_filter_embeddings_shared_hit_total") <= 1, "then in the worker's own cache"
         assert s.envoy.wasm_failures() == {}
     finally:
         s.close()

@@ -85,11 +85,11 @@ def test_the_pickers_header_reaches_the_named_pod_unchanged_and_prewarm_learns_f
         got, seen = send(envoy, pods, chat(i), pick, spoofed.address)
         assert got is target, f"request {i}"
         assert seen == pick, "the picker's value, untouched by prewarm"
-    assert envoy.metric("prewarm.requests_inspected") == len(picks)
-    assert envoy.metric("prewarm.routed") == 0
+    assert envoy.metric("prewarm_filter_requests_inspected_total") == len(picks)
+    assert envoy.metric("prewarm_filter_routed_total") == 0
     # pod 2 is not in the gateway's table: its pick is counted, not recorded
-    assert envoy.metric("prewarm.external.recorded") == 3
-    assert envoy.metric("prewarm.external.unknown_pod") == 1
+    assert envoy.metric("prewarm_filter_external_recorded_total") == 3
+    assert envoy.metric("prewarm_filter_external_unrecorded_total", reason="unknown_pod") == 1
     # the gateway's KV model learns where the table pods' requests went
     served = lambda: [r["pod"] for batch in gateway.batches for r in batch.get("served", [])]  # noqa: E731
     wait_until(lambda: len(served()) == 3, 10, what=f"three served records: {served()}")
@@ -104,9 +104,9 @@ def test_a_pick_prewarm_cannot_read_passes_as_it_is_and_is_counted(envoys, pods,
     for pick in ["10.255.0.1:8000", "9" * 5000]:  # a pod the table lacks; garbage
         _, seen = send(envoy, pods, chat(0), pick, pods[0].address)
         assert seen == pick, "forwarded as the picker set it"
-    assert envoy.metric("prewarm.external.unknown_pod") == 1
-    assert envoy.metric("prewarm.external.malformed") == 1
-    assert envoy.metric("prewarm.external.recorded") == 0
+    assert envoy.metric("prewarm_filter_external_unrecorded_total", reason="unknown_pod") == 1
+    assert envoy.metric("prewarm_filter_external_unrecorded_total", reason="malformed") == 1
+    assert envoy.metric("prewarm_filter_external_recorded_total") == 0
 
 
 def test_in_its_default_mode_the_filter_would_strip_the_pickers_header(envoys, pods, gateway):
@@ -117,5 +117,5 @@ def test_in_its_default_mode_the_filter_would_strip_the_pickers_header(envoys, p
     for i, p in enumerate(pods):
         _, seen = send(envoy, pods, chat(i), p.address, p.address)
         assert seen is None
-    assert envoy.metric("prewarm.requests_inspected") == len(pods)
-    assert envoy.metric("prewarm.external.recorded") == 0
+    assert envoy.metric("prewarm_filter_requests_inspected_total") == len(pods)
+    assert envoy.metric("prewarm_filter_external_recorded_total") == 0

@@ -116,7 +116,7 @@ def test_responses_are_exactly_those_without_the_filter(condition, upstream, exp
             pods=[upstream.address], gateway=address,
             filter_config={"tick_period_ms": 200, "gateway_timeout_ms": 300, "max_body_bytes": LIMIT},
         )
-        wait_until(lambda: envoy.metric("prewarm.table.fetch_failures") >= 1, 10, what="a failed table fetch")
+        wait_until(lambda: envoy.metric("prewarm_filter_table_fetch_failures_total") >= 1, 10, what="a failed table fetch")
         for name, m, p, h, b, c in CASES:
             started = time.monotonic()
             got = raw_request(envoy.url, m, p, h, b, c)
@@ -126,19 +126,19 @@ def test_responses_are_exactly_those_without_the_filter(condition, upstream, exp
         assert expected["chat"][0] == 200 and expected["over-limit-with-length"][0] == 200
         assert expected["non-utf8-headers"][0] == 200, "Envoy passes obs-text header values to the filter"
         # the skips were taken for the right reasons
-        assert envoy.metric("prewarm.skipped.too_large") == 1
-        assert envoy.metric("prewarm.skipped.no_content_length") == 2
-        assert envoy.metric("prewarm.skipped.malformed") == 2
-        assert envoy.metric("prewarm.unrouted.no_table") >= 1
+        assert envoy.metric("prewarm_filter_skipped_total", reason="too_large") == 1
+        assert envoy.metric("prewarm_filter_skipped_total", reason="no_content_length") == 2
+        assert envoy.metric("prewarm_filter_skipped_total", reason="malformed") == 2
+        assert envoy.metric("prewarm_filter_unrouted_total", reason="no_table") >= 1
         # the third similar prompt made a signal: where the gateway fails, its batch is counted
         # as dropped (never retried forever); a 2xx, whatever its body, is a delivery
-        assert envoy.metric("prewarm.signals.enqueued") >= 1
+        assert envoy.metric("prewarm_filter_signals_enqueued_total") >= 1
         if condition in ("down", "slow", "500"):
-            wait_until(lambda: envoy.metric("prewarm.signals.dropped") >= 1, 10, what="failed batch counted")
-            assert envoy.metric("prewarm.signals.sent") == 0
-            assert envoy.metric("prewarm.dispatch_failures") >= 1
+            wait_until(lambda: envoy.metric("prewarm_filter_signals_dropped_total") >= 1, 10, what="failed batch counted")
+            assert envoy.metric("prewarm_filter_signals_sent_total") == 0
+            assert envoy.metric("prewarm_filter_dispatch_failures_total") >= 1
         else:
-            wait_until(lambda: envoy.metric("prewarm.signals.sent") >= 1, 10, what="batch delivered")
+            wait_until(lambda: envoy.metric("prewarm_filter_signals_sent_total") >= 1, 10, what="batch delivered")
     finally:
         gateway.stop()
 
@@ -155,9 +155,9 @@ def test_a_1_mib_body_is_inspected_and_never_413(upstream, baseline, envoys):
         want = raw_request(baseline.url, "POST", "/v1/completions", [], body, False)
         assert want[0] == 200
         assert raw_request(envoy.url, "POST", "/v1/completions", [], body, False) == want
-        assert envoy.metric("prewarm.requests_inspected") == 1
+        assert envoy.metric("prewarm_filter_requests_inspected_total") == 1
         over = body[:-2] + b'yy"}'
         assert raw_request(envoy.url, "POST", "/v1/completions", [], over, False)[0] == 200
-        assert envoy.metric("prewarm.skipped.too_large") == 1
+        assert envoy.metric("prewarm_filter_skipped_total", reason="too_large") == 1
     finally:
         gateway.stop()

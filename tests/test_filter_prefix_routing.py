@@ -45,7 +45,7 @@ def receiver(pods, before):
 
 
 def serve(envoys, envoy, gateway, tbl):
-    adopted = envoy.metric("prewarm.table.adopted")
+    adopted = envoy.metric("prewarm_filter_table_adopted_total")
     gateway.table = tbl
     envoys.wait_table(envoy, tbl["generation"], adopted)
 
@@ -67,7 +67,7 @@ def test_conversations_sharing_a_system_prompt_spread_and_their_turns_stick(envo
         loads = [where.count(i) / len(where) for i in range(len(pods))]
         serve(envoys, envoy, gateway, table(pods, generation, loads))
     assert len(set(where)) >= 3, f"new conversations on pods {where}"
-    matched = envoy.metric("prewarm.prefix.matched")
+    matched = envoy.metric("prewarm_filter_prefix_matched_total")
     # loads even again: every next turn goes where its conversation's first turn went
     generation += 1
     serve(envoys, envoy, gateway, table(pods, generation, [0.25] * len(pods)))
@@ -76,6 +76,6 @@ def test_conversations_sharing_a_system_prompt_spread_and_their_turns_stick(envo
         status = envoy.post("/v1/chat/completions", {"model": "base", "messages": second_turn(c)})[0]
         assert status == 200
         assert receiver(pods, before) == where[c], f"conversation {c}"
-    assert envoy.metric("prewarm.prefix.matched") == matched + CONVERSATIONS
-    assert envoy.metric("prewarm.prefix.write_failures") == 0
-    assert envoy.metric("prewarm.routed") == 2 * CONVERSATIONS
+    assert envoy.metric("prewarm_filter_prefix_matched_total") == matched + CONVERSATIONS
+    assert envoy.metric("prewarm_filter_prefix_write_failures_total") == 0
+    assert envoy.metric("prewarm_filter_routed_total") == 2 * CONVERSATIONS

@@ -87,9 +87,9 @@ def test_requests_reach_the_pod_placement_chooses(envoys, pods, gateway, choose_
         assert receiver(pods, before) is pods[2]
     # a short base-model prompt is left to Envoy's load balancer
     envoy.post("/v1/completions", {"model": "base", "prompt": "Hi"})
-    assert envoy.metric("prewarm.routed") == 20
-    assert envoy.metric("prewarm.unrouted.no_full_block") == 1
-    assert envoy.metric("prewarm.unrouted.no_table") == 0
+    assert envoy.metric("prewarm_filter_routed_total") == 20
+    assert envoy.metric("prewarm_filter_unrouted_total", reason="no_full_block") == 1
+    assert envoy.metric("prewarm_filter_unrouted_total", reason="no_table") == 0
 
 
 def test_client_endpoint_header_never_steers(envoys, pods, gateway, choose_pod_binary, tmp_path):
@@ -123,8 +123,8 @@ def test_table_with_another_block_size_is_not_used(envoys, pods, gateway):
     envoys.wait_table(envoy, 1)
     for i in range(3):
         assert envoy.post("/v1/completions", prompt(i))[0] == 200
-    assert envoy.metric("prewarm.unrouted.block_tokens_mismatch") == 3
-    assert envoy.metric("prewarm.routed") == 0
+    assert envoy.metric("prewarm_filter_unrouted_total", reason="block_tokens_mismatch") == 3
+    assert envoy.metric("prewarm_filter_routed_total") == 0
 
 
 def test_a_new_generation_replaces_the_table(envoys, pods, gateway):
@@ -132,12 +132,12 @@ def test_a_new_generation_replaces_the_table(envoys, pods, gateway):
     envoy = envoys.start(pods=[p.address for p in pods], gateway=gateway.address,
                          filter_config={"tick_period_ms": 200})
     envoys.wait_table(envoy, 1)
-    wait_until(lambda: envoy.metric("prewarm.table.unchanged") >= 2, 10, what="304s for an unchanged table")
+    wait_until(lambda: envoy.metric("prewarm_filter_table_unchanged_total") >= 2, 10, what="304s for an unchanged table")
     for i in range(4):
         before = [len(p.received()) for p in pods]
         envoy.post("/v1/completions", prompt(i))
         assert receiver(pods, before) is pods[0]
-    adopted = envoy.metric("prewarm.table.adopted")
+    adopted = envoy.metric("prewarm_filter_table_adopted_total")
     gateway.table = {**table(pods[1:2]), "generation": 2}
     envoys.wait_table(envoy, 2, adopted_before=adopted)
     for i in range(4):

@@ -35,8 +35,8 @@ def chat(question, model="base-model", system=TEMPLATE):
 
 def drained(envoy):
     """Everything enqueued has been sent (or dropped)."""
-    return envoy.metric("prewarm.signals.enqueued") == envoy.metric("prewarm.signals.sent") + envoy.metric(
-        "prewarm.signals.dropped"
+    return envoy.metric("prewarm_filter_signals_enqueued_total") == envoy.metric("prewarm_filter_signals_sent_total") + envoy.metric(
+        "prewarm_filter_signals_dropped_total"
     )
 
 
@@ -49,7 +49,7 @@ def test_three_similar_prompts_make_exactly_one_prefill_with_the_common_prefix(e
         status, _, _ = envoy.post("/v1/chat/completions", chat(q), headers)
         assert status == 200
         # observation happens before the request is forwarded: the count is exact here
-        assert envoy.metric("prewarm.signals.enqueued") == (1 if i == 2 else 0)
+        assert envoy.metric("prewarm_filter_signals_enqueued_total") == (1 if i == 2 else 0)
     wait_until(lambda: gateway.signals("prefill"), 10, what="prefill signal at the gateway")
     wait_until(lambda: drained(envoy), 10, what="queue drained")
     prefills = gateway.signals("prefill")
@@ -82,10 +82,10 @@ def test_body_user_counts_when_no_header_and_dissimilar_prompts_do_not_trigger(e
     for i in range(3):
         body = {"model": "base-model", "user": "bob", "prompt": f"{i} " + " ".join(f"word{i}x{j}" for j in range(200))}
         assert envoy.post("/v1/completions", body)[0] == 200
-    assert envoy.metric("prewarm.signals.enqueued") == 0
+    assert envoy.metric("prewarm_filter_signals_enqueued_total") == 0
     for q in ["One?", "Two?", "Three?"]:
         envoy.post("/v1/completions", {"model": "base-model", "user": "bob", "prompt": TEMPLATE + q})
-    assert envoy.metric("prewarm.signals.enqueued") == 1
+    assert envoy.metric("prewarm_filter_signals_enqueued_total") == 1
     wait_until(lambda: len(gateway.signals("prefill")) == 1, 10, what="prefill from the body's user")
 
 
@@ -110,7 +110,7 @@ def test_signals_arrive_batched_with_version_source_and_token(envoys, servers):
     for q in ["Alpha?", "Bravo?", "Charlie?"]:
         for u in users:
             envoy.post("/v1/chat/completions", chat(q), {"x-prewarm-user": u})
-    assert envoy.metric("prewarm.signals.enqueued") == 4
+    assert envoy.metric("prewarm_filter_signals_enqueued_total") == 4
     wait_until(lambda: len(gateway.signals("prefill")) == 4, 10, what="4 prefill signals")
     batches = gateway.batches
     assert len(batches) < 4, "signals travel in batches, not one POST each"
@@ -140,12 +140,12 @@ def test_users_across_workers_each_make_exactly_one_prefill(envoys, servers):
 
     with ThreadPoolExecutor(max_workers=len(users)) as pool:
         list(pool.map(stream, users))
-    assert envoy.metric("prewarm.signals.enqueued") == len(users)
+    assert envoy.metric("prewarm_filter_signals_enqueued_total") == len(users)
     wait_until(lambda: len(gateway.signals("prefill")) == len(users), 15, what="one prefill per user")
     wait_until(lambda: drained(envoy), 10, what="queue drained")
     prefixes = {tuple(p["prefix"]) for p in gateway.signals("prefill")}
     assert len(prefixes) == 1, "the same template for every user"
-    assert envoy.metric("prewarm.shared_data.cas_give_ups") == 0
+    assert envoy.metric("prewarm_filter_shared_data_cas_give_ups_total") == 0
     workers = envoy.stats(r"listener\..*downstream_cx_total")
     assert sum(1 for k, v in workers.items() if "worker_" in k and v > 0) == 2, workers
 
@@ -167,8 +167,8 @@ def test_with_routing_off_no_envoy_setting_is_needed(envoys, servers):
     for q in ["Alpha?", "Bravo?", "Charlie?"]:
         status, _, _ = envoy.post("/v1/chat/completions", chat(q), {"x-prewarm-user": "dave"}, timeout=5)
         assert status == 200
-    assert envoy.metric("prewarm.requests_inspected") == 3
-    assert envoy.metric("prewarm.unrouted.disabled") == 3
+    assert envoy.metric("prewarm_filter_requests_inspected_total") == 3
+    assert envoy.metric("prewarm_filter_unrouted_total", reason="disabled") == 3
     wait_until(lambda: len(gateway.signals("prefill")) == 1, 10, what="prefill without held headers")
 
 
@@ -192,4 +192,4 @@ def test_a_system_prompt_many_senders_share_is_hot_whoever_sends_it(envoys, serv
     assert p["shape"]["messages"][0]["role"] == "system"
     assert json.loads(p["shape"]["tools"]) == tools
     if who == "no_user":
-        assert envoy.metric("prewarm.no_user") == 4
+        assert envoy.metric("prewarm_filter_no_user_total") == 4

@@ -137,7 +137,7 @@ def test_a_client_endpoint_header_never_reaches_a_pod(envoys, pods, routing, gat
             assert send_matrix(envoy, spoof) == [200] * 5
         check_untouched(pods, spoofs)
         if routing and gateway_up:
-            assert envoy.metric("prewarm.routed") >= 1
+            assert envoy.metric("prewarm_filter_routed_total") >= 1
     finally:
         gateway.stop()
 

@@ -131,7 +131,7 @@ def test_dashboard_queries_only_exported_metrics(tmp_path):
         assert used & filter_names and used & pod_names and used & (gateway_names - filter_names)
         assert {"prewarm_warmup_duration_seconds_bucket", "prewarm_warmup_key_errors_total",
                 "prewarm_adapter_loads_total", "prewarm_adapter_unloads_total", "prewarm_signals_ingested_total",
-                "prewarm_modelled_hit_ratio", "prewarm_table_age_ms", "vllm:time_to_first_token_seconds_bucket",
+                "prewarm_modelled_hit_ratio", "prewarm_filter_table_age_seconds", "vllm:time_to_first_token_seconds_bucket",
                 "vllm:num_requests_waiting"} <= used
     finally:
         fleet.close()

@@ -46,6 +46,9 @@ BESIDE_ENVOY = REPO / "envoy" / "beside-endpoint-picker.yaml"
 LOCAL = REPO / "envoy" / "envoy.yaml"
 K8S = REPO / "envoy" / "k8s"
 WARM_GATE = K8S / "inference" / "warm-gate.sh"
+# Applied on its own beside an InferencePool (docs/deploy.md), not by a kustomization.
+POOL_PODS = K8S / "inference" / "inferencepool-pods-service.yaml"
+WASMPLUGIN_GATEWAY_API = REPO / "envoy" / "istio" / "wasmplugin-gateway-api.yaml"
 WASM_FILTER = "envoy.filters.http.wasm"
 ROUTER = "envoy.filters.http.router"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
@@ -174,6 +177,9 @@ def _break(doc: dict, path: str, value):
         ("istio/wasmplugin.yaml", "spec.failStrategy", "FAIL_SOFT", "FAIL_SOFT"),
         ("istio/wasmplugin.yaml", "spec.targetRefs", [{"kind": "Gateway", "name": "g"}], "only one of"),
         ("istio/wasmplugin.yaml", "spec.url", "ftp://registry/prewarm", "schema"),
+        ("istio/wasmplugin-gateway-api.yaml", "spec.selector", {"matchLabels": {"a": "b"}}, "only one of"),
+        ("istio/wasmplugin-gateway-api.yaml", "spec.targetRefs.0.group", "networking.istio.io", "attaches only to"),
+        ("istio/wasmplugin-gateway-api.yaml", "spec.targetRefs.0.namespace", "other", "cross namespace"),
         ("istio/authorizationpolicy.yaml", "spec.rules.0.from.0.source.serviceAccounts", ["sa"], "Cannot set"),
         ("istio/authorizationpolicy.yaml", "spec.action", "PERMIT", "PERMIT"),
         ("k8s/deployment.yaml", "spec.template.spec.containers.0.readinesProbe", {}, "readinesProbe"),
@@ -241,7 +247,7 @@ def test_every_k8s_file_is_in_a_kustomization():
             referenced |= {(k.parent / f.rpartition("=")[2]).resolve() for f in gen.get("files", [])}
     # Manifests and the generators' inputs; other files (a Grafana dashboard) are not applied.
     shipped = {p.resolve() for p in K8S.rglob("*") if p.suffix in (".yaml", ".sh") and p.name != "kustomization.yaml"}
-    assert shipped - referenced == set(), "manifests no kustomization applies"
+    assert shipped - referenced - {POOL_PODS.resolve()} == set(), "manifests no kustomization applies"
     assert all(p.exists() for p in referenced)
 
 
@@ -686,12 +692,12 @@ def test_mesh_equivalent_with_the_real_gateway_and_pods(envoys, tmp_path):
         procs.append(gw.proc)
         wait_until(lambda: gw.get("/v1/pods/pod-b/ready").status_code == 200, 30, what="pod-b routable")
         envoy = envoys.start(config=runnable(load(EQUIVALENT), [a, b], gw.url.removeprefix("http://")))
-        wait_until(lambda: envoy.metric("prewarm.table.adopted") >= 3, 20, what="the table adopted by every VM")
+        wait_until(lambda: envoy.metric("prewarm_filter_table_adopted_total") >= 3, 20, what="the table adopted by every VM")
         for i in range(6):
             status, _, _ = envoy.post("/v1/chat/completions", {**chat(200, i), "max_tokens": 4},
                                       headers={"host": "inference.example.com", "x-prewarm-user": "u1"})
             assert status == 200
-        assert envoy.metric("prewarm.routed") == 6
+        assert envoy.metric("prewarm_filter_routed_total") == 6
         pod_a_metrics = requests.get(f"http://{a}/metrics", timeout=10).text
         pod_b_metrics = requests.get(f"http://{b}/metrics", timeout=10).text
         assert counter(pod_a_metrics, "vllm:request_success_total") == 0
@@ -712,7 +718,7 @@ def test_mesh_equivalent_inspects_bodies_beyond_istio_connection_buffer(envoys, 
     status, _, reply = envoy.post("/v1/chat/completions", body, headers={"host": "inference.example.com"})
     assert status == 200, reply[:200]
     assert json.loads(reply)["body_len"] == len(json.dumps(body).encode())
-    assert envoy.metric("prewarm.requests_inspected") == 1
+    assert envoy.metric("prewarm_filter_requests_inspected_total") == 1
 
 
 def test_without_the_virtual_host_limit_the_same_body_gets_413(envoys, pods, fake_gateway):
@@ -748,14 +754,14 @@ def test_wasmplugin_configuration_inspects_requests_without_hanging(envoys, pods
     status, _, _ = envoy.post("/v1/chat/completions", chat(50, 0), headers={"host": "inference.example.com"},
                               timeout=5)
     assert status == 200
-    assert envoy.metric("prewarm.requests_inspected") == 1
+    assert envoy.metric("prewarm_filter_requests_inspected_total") == 1
 
 
 def test_wasmplugin_configuration_passes_requests_the_filter_does_not_inspect(envoys, pods, fake_gateway):
     envoy = envoys.start(config=wasmplugin_equivalent(pods, fake_gateway))
     status, _, _ = envoy.request("GET", "/v1/models", headers={"host": "inference.example.com"}, timeout=5)
     assert status == 200
-    assert envoy.metric("prewarm.skipped.not_inference") == 1
+    assert envoy.metric("prewarm_filter_skipped_total", reason="not_inference") == 1
 
 
 # --- 6. the inference pods' warm gate -------------------------------------------------------------
@@ -793,3 +799,51 @@ def test_warm_gate_opens_when_the_gateway_has_warmed_the_pod(tmp_path):
     finally:
         gw.proc.stop()
         pod_proc.stop()
+
+
+# --- beside an InferencePool; Gateway API gateways --------------------------------------------
+
+
+def test_the_gateway_api_wasmplugin_is_the_light_plugin_attached_by_target_ref():
+    light, gateway_api = load(WASMPLUGIN), load(WASMPLUGIN_GATEWAY_API)
+    assert "selector" not in gateway_api["spec"]
+    assert gateway_api["spec"]["targetRefs"] == [
+        {"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": gateway_api["spec"]["targetRefs"][0]["name"]}]
+    same = {k: v for k, v in light["spec"].items() if k != "selector"}
+    assert {k: v for k, v in gateway_api["spec"].items() if k != "targetRefs"} == same
+    assert gateway_api["spec"]["pluginConfig"]["routing"] is False
+    # Never the Gateway the picker routes for (a WasmPlugin runs before its ext_proc).
+    beside = load(BESIDE_FILTER)
+    picker_gateway = (beside["metadata"]["namespace"], beside["spec"]["targetRefs"][0]["name"])
+    assert (gateway_api["metadata"]["namespace"], gateway_api["spec"]["targetRefs"][0]["name"]) != picker_gateway
+
+
+def test_the_pool_pods_service_is_what_the_documented_gateway_config_resolves():
+    """No example InferencePool ships (its CRD schema is not in ../shared/schemas): the Service
+    is checked against the example inference pods and the documented gateway snippet."""
+    service = load(POOL_PODS)
+    spec = service["spec"]
+    assert spec["clusterIP"] == "None" and spec["publishNotReadyAddresses"] is True
+    labels = load(K8S / "inference" / "deployment.yaml")["spec"]["template"]["metadata"]["labels"]
+    assert spec["selector"].items() <= labels.items()
+    (port,) = spec["ports"]
+    discovery = load(K8S / "inference" / "discovery-service.yaml")
+    assert port["targetPort"] == discovery["spec"]["ports"][0]["targetPort"]
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", docs, re.S) if service["metadata"]["name"] in b]
+    assert len(blocks) == 1, "docs/deploy.md: one gateway snippet names the pool's Service"
+    snippet = toml(re.sub(r"^ {3}", "", blocks[0], flags=re.M))
+    assert snippet["pods"]["dns"]["name"] == service_fqdn(service)
+    assert snippet["pods"]["dns"]["port"] == port["targetPort"]
+    assert snippet["lora"]["loads"] in ("prewarm", "external")
+
+
+def test_the_documented_pool_snippet_passes_check_config(tmp_path):
+    binary = bin_path("prewarm-gateway")
+    assert binary.exists(), f"{binary}: build the gateway first (cargo build -p prewarm-gateway)"
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", docs, re.S) if "vllm-pool-pods" in b]
+    path = tmp_path / "pool.toml"
+    path.write_text(re.sub(r"^ {3}", "", block, flags=re.M))
+    out = subprocess.run([binary, "check-config", "--config", path], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

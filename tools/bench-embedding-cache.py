@@ -86,7 +86,7 @@ def main() -> int:
         alone = fleet.start(name="alone", pods=[upstream.url.removeprefix("http://")], with_filter=False, **common)
         miss = fleet.start(name="miss", pods=[pod], with_filter=False, **common)
         timed(hit.url, 1)  # stores the entry
-        if hit.metric("prewarm.embeddings.stored") != 1:
+        if hit.metric("prewarm_filter_embeddings_stored_total") != 1:
             raise RuntimeError("the hit proxy stored nothing")
         sides = {"hit (filter answers)": hit.url, "envoy alone (instant upstream)": alone.url,
                  "miss path (envoy + pod)": miss.url, "pod direct": pod_url}
@@ -95,7 +95,7 @@ def main() -> int:
             for name, url in sides.items():
                 timed(url, 20)  # warm the connection path
                 samples[name] += timed(url, REQUESTS)
-        hits = hit.metric("prewarm.embeddings.hit")
+        hits = hit.metric("prewarm_filter_embeddings_hit_total")
         print(f"bench-embedding-cache: {ROUNDS} rounds x {REQUESTS} requests per side, one client, "
               f"keep-alive; {hits} hits answered by the filter")
         print(f"{'side':34} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8}")

@@ -70,10 +70,10 @@ def experiment(experiment_id: str) -> dict:
         {"name": "cold", "weight": 0.5, "settings": {"warmup": False, "routing": "prefix"}},
     ]}
 
-FILTER_METRICS = ["prewarm.experiment.assigned", "prewarm.experiment.no_unit",
-                  "prewarm.experiment.signals_withheld", "prewarm.outcomes.enqueued",
-                  "prewarm.outcomes.sent", "prewarm.outcomes.dropped", "prewarm.signals.sent",
-                  "prewarm.signals.dropped"]
+FILTER_METRICS = ["prewarm_filter_experiment_assigned_total", "prewarm_filter_experiment_no_unit_total",
+                  "prewarm_filter_experiment_signals_withheld_total", "prewarm_filter_outcomes_enqueued_total",
+                  "prewarm_filter_outcomes_sent_total", "prewarm_filter_outcomes_dropped_total", "prewarm_filter_signals_sent_total",
+                  "prewarm_filter_signals_dropped_total"]
 
 
 TRACE = REPO.parent / "shared" / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
@@ -405,7 +405,7 @@ def main() -> int:
         if r.status_code != 201:
             raise RuntimeError(f"POST /admin/experiments: {r.status_code} {r.text}")
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
-        wait_until(lambda: (stack.envoy.metric("prewarm.table.generation")
+        wait_until(lambda: (stack.envoy.metric("prewarm_filter_table_generation")
                             >= stack.routing()["generation"]) and "experiment" in stack.routing(),
                    30, what="Envoy adopts the table with the experiment")
         log(f"experiment {eid} posted (warm 0.5 / cold 0.5) and adopted by Envoy; started_ms {r.json()['started_ms']}")

@@ -174,8 +174,8 @@ def main() -> int:
                 print(f"{size // 1024:>3} KB  {name}: ratio {w['rps'] / wo['rps']:.3f}  own work (- floor):"
                       f" p50 {w['p50'] - fl['p50']:+.0f} us  CPU {w['cpu_us'] - fl['cpu_us']:+.1f} us/req"
                       f"  errors {w['errors']}")
-        inspected = with_filter.metric("prewarm.requests_inspected")
-        routed = with_filter.metric("prewarm.routed")
+        inspected = with_filter.metric("prewarm_filter_requests_inspected_total")
+        routed = with_filter.metric("prewarm_filter_routed_total")
         print(f"filter: {inspected} requests inspected, {routed} routed")
         assert inspected > 0 and routed > 0, "the filter did not see the benchmark's requests"
     finally:

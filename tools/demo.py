@@ -163,8 +163,10 @@ class Progress(threading.Thread):
 
 
 def filter_direct_calls(stack: Stack) -> dict:
-    """The filter's direct-call counters (`prewarm.direct.*`) in the run's Envoy."""
-    return {k: stack.envoy.metric(f"prewarm.direct.{k}") for k in DIRECT_METRICS}
+    """The filter's direct-call counters (`prewarm_filter_direct_*_total`) in the run's Envoy."""
+    return {k: (stack.envoy.metric("prewarm_filter_direct_skipped_total", reason=k.removeprefix("skipped_"))
+                if k.startswith("skipped_") else stack.envoy.metric(f"prewarm_filter_direct_{k}_total"))
+            for k in DIRECT_METRICS}
 
 
 def summed_warmups(stack: Stack, pods: list[str]) -> dict | None:

@@ -97,7 +97,7 @@ def stalled(work: Path, wasm: Path, n: int) -> dict:
             socks.append(s)
         # every stalled request reached the filter (its headers were seen), or a VM failed
         try:
-            wait_until(lambda: envoy.metric("prewarm.requests_seen") >= len(socks) or envoy.wasm_failures(),
+            wait_until(lambda: envoy.metric("prewarm_filter_requests_seen_total") >= len(socks) or envoy.wasm_failures(),
                        60, what="every stalled request seen")
         except TimeoutError:
             pass  # reported below as fewer requests seen than sockets
@@ -106,7 +106,7 @@ def stalled(work: Path, wasm: Path, n: int) -> dict:
             status, _, _ = envoy.post("/v1/chat/completions", json.loads(chat("after the stall")), timeout=30)
         except OSError as e:
             status = f"{type(e).__name__}"
-        return {"sockets": len(socks), "seen": envoy.metric("prewarm.requests_seen"),
+        return {"sockets": len(socks), "seen": envoy.metric("prewarm_filter_requests_seen_total"),
                 "rss_growth_mib": (after - before) / 1024, "status": status,
                 "wasm_failures": envoy.wasm_failures()}
     finally:
@@ -180,14 +180,14 @@ def full_queue(work: Path, wasm: Path, users: int) -> dict:
         # fill the queue: 256 slots (the default) plus what the in-flight batches took
         fill_until = time.monotonic() + 300
         u = 10_000
-        while envoy.metric("prewarm.signals.enqueued") < 256 + 3 * 64 + users and time.monotonic() < fill_until:
+        while envoy.metric("prewarm_filter_signals_enqueued_total") < 256 + 3 * 64 + users and time.monotonic() < fill_until:
             timed_streaks(client, range(u, u + 16))
             u += 16
         full = timed_streaks(client, range(20_000, 20_000 + users))
         return {"drained_p50": p(drained, 50), "drained_p99": p(drained, 99),
                 "full_p50": p(full, 50), "full_p99": p(full, 99),
-                "dropped": envoy.metric("prewarm.signals.dropped"),
-                "enqueued": envoy.metric("prewarm.signals.enqueued"),
+                "dropped": envoy.metric("prewarm_filter_signals_dropped_total"),
+                "enqueued": envoy.metric("prewarm_filter_signals_enqueued_total"),
                 "wasm_failures": envoy.wasm_failures()}
     finally:
         client.close()

@@ -287,7 +287,7 @@ impl FilterConfig {
             }
             Err(()) => Err(Refusal::Unreadable(
                 "the host could not give the plugin configuration: running unconfigured, every \
-                 request passes untouched (prewarm.unconfigured)"
+                 request passes untouched (prewarm_filter_unconfigured_total)"
                     .into(),
             )),
         }

@@ -15,7 +15,7 @@
 //!   path also strips that header), with `direct_timeout_ms` on every call.
 //! - Bounds (`direct_budget`): one call in flight per pod, a back-off after a failed call (the
 //!   filter's only view of a pod's health), and a minute budget of calls and prefill tokens per
-//!   Envoy; every skip and failure is counted (`prewarm.direct.*`).
+//!   Envoy; every skip and failure is counted (`prewarm_filter_direct_*`).
 
 use prewarm_core::prefix::PromptKeys;
 use prewarm_core::warm_call::{adapter_pod, prefill_call, touch_body, WARM_CALL_PATH};
@@ -57,7 +57,7 @@ pub fn active<H: Host + ?Sized>(host: &H, worker: &Worker, now: u64) -> bool {
 }
 
 /// The calls `signals` ask for, each with the pod core's rules give (none when the table has no
-/// pod for it: counted in `prewarm.direct.skipped_no_pod`).
+/// pod for it: counted in `prewarm_filter_direct_skipped_total{reason="no_pod"}`).
 pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> Vec<DirectCall> {
     let table = worker.table.table();
     let config = &worker.config;

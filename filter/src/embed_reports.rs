@@ -4,7 +4,7 @@
 //! many requests it answered for each input from the cache since the last batch. Sent with the
 //! signals (`SignalBatch::embeddings`) by this VM's root on its tick. Bounded: at most
 //! [`MAX_EMBEDDINGS_PER_BATCH`] records between two ticks; beyond, nothing more is kept
-//! (`prewarm.embeddings.reports_dropped`). Never client input alone: a stored input is reported
+//! (`prewarm_filter_embeddings_reports_dropped_total`). Never client input alone: a stored input is reported
 //! only once the pod's response for it was stored.
 
 use std::cell::RefCell;

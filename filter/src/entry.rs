@@ -2,7 +2,7 @@
 //! `on_configure` (refusing it with a log line naming each bad field), sets the tick, and creates
 //! one HTTP context per request. Every hook delegates to the host-independent modules. A VM whose
 //! configuration the host could not give runs unconfigured: it logs that once and passes every
-//! request untouched, counted in `prewarm.unconfigured` (never the defaults, which would drop a
+//! request untouched, counted in `prewarm_filter_unconfigured_total` (never the defaults, which would drop a
 //! configured `gateway_token` silently).
 
 use std::rc::Rc;

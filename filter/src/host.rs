@@ -64,8 +64,15 @@ pub trait Host {
 
 macro_rules! metrics {
     ($($variant:ident => $name:literal, $gauge:literal;)*) => {
-        /// The filter's metrics. In Envoy's `/stats` they appear as `wasmcustom.<name>`, in
-        /// Prometheus output with `_` for `.`.
+        /// The filter's metrics, named for Prometheus: the prefix `prewarm_filter_` (apart from
+        /// the gateway's `prewarm_*`), counters end in `_total`, gauges carry their unit.
+        /// A reason is a label, written into the name the way Istio's own stats write theirs
+        /// (`<tag>=.=<value>;.;`, right after the prefix) so that Envoy's tag extraction
+        /// (`stats_config.stats_tags` with the regex `(reason=\.=(.*?);\.;)`, which is also
+        /// what Istio's `extraStatTags: [reason]` generates) cuts it out of the name:
+        /// `prewarm_filter_reason=.=no_table;.;unrouted_total` is in `/stats` as
+        /// `wasmcustom.prewarm_filter_reason=.=no_table;.;unrouted_total` and in Prometheus output
+        /// as `prewarm_filter_unrouted_total{reason="no_table"}`.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Metric { $($variant),* }
 
@@ -87,77 +94,172 @@ macro_rules! metrics {
 }
 
 metrics! {
-    RequestsSeen => "prewarm.requests_seen", false;
-    RequestsInspected => "prewarm.requests_inspected", false;
-    SkippedNotInference => "prewarm.skipped.not_inference", false;
-    SkippedNoBody => "prewarm.skipped.no_body", false;
-    SkippedNoContentLength => "prewarm.skipped.no_content_length", false;
-    SkippedTooLarge => "prewarm.skipped.too_large", false;
-    SkippedMalformed => "prewarm.skipped.malformed", false;
-    NoUser => "prewarm.no_user", false;
-    UserFromCredential => "prewarm.user_from_credential", false;
-    SharedPromptSignals => "prewarm.shared_prompts.signals", false;
-    SharedPromptEvicted => "prewarm.shared_prompts.evicted", false;
-    SignalsEnqueued => "prewarm.signals.enqueued", false;
-    SignalsSent => "prewarm.signals.sent", false;
-    SignalsDropped => "prewarm.signals.dropped", false;
-    SignalsUnshaped => "prewarm.signals.unshaped", false;
-    BatchesSent => "prewarm.batches.sent", false;
-    ServedEnqueued => "prewarm.served.enqueued", false;
-    ServedSent => "prewarm.served.sent", false;
-    ServedDropped => "prewarm.served.dropped", false;
-    OutcomesEnqueued => "prewarm.outcomes.enqueued", false;
-    OutcomesSent => "prewarm.outcomes.sent", false;
-    OutcomesDropped => "prewarm.outcomes.dropped", false;
-    DispatchFailures => "prewarm.dispatch_failures", false;
-    TableFetches => "prewarm.table.fetches", false;
-    TableUpdates => "prewarm.table.updates", false;
-    TableUnchanged => "prewarm.table.unchanged", false;
-    TableAdopted => "prewarm.table.adopted", false;
-    TableFetchFailures => "prewarm.table.fetch_failures", false;
-    Routed => "prewarm.routed", false;
-    RoutedByPrefix => "prewarm.prefix.matched", false;
-    PrefixWriteFailures => "prewarm.prefix.write_failures", false;
-    UnroutedDisabled => "prewarm.unrouted.disabled", false;
-    UnroutedNoTable => "prewarm.unrouted.no_table", false;
-    UnroutedBlockTokens => "prewarm.unrouted.block_tokens_mismatch", false;
-    UnroutedNoBlock => "prewarm.unrouted.no_full_block", false;
-    UnroutedNoPod => "prewarm.unrouted.no_pod", false;
-    UnroutedArmOff => "prewarm.unrouted.arm_off", false;
-    ExternalRecorded => "prewarm.external.recorded", false;
-    ExternalAbsent => "prewarm.external.absent", false;
-    ExternalMalformed => "prewarm.external.malformed", false;
-    ExternalNoTable => "prewarm.external.no_table", false;
-    ExternalUnknownPod => "prewarm.external.unknown_pod", false;
-    ArmAssigned => "prewarm.experiment.assigned", false;
-    ArmNoUnit => "prewarm.experiment.no_unit", false;
-    ArmSignalsWithheld => "prewarm.experiment.signals_withheld", false;
-    CasGiveUps => "prewarm.shared_data.cas_give_ups", false;
-    TallyOverflow => "prewarm.tally.overflow", false;
-    HostErrors => "prewarm.host_errors", false;
-    Unconfigured => "prewarm.unconfigured", false;
-    DirectSent => "prewarm.direct.sent", false;
-    DirectOk => "prewarm.direct.ok", false;
-    DirectFailed => "prewarm.direct.failed", false;
-    DirectSkippedBudget => "prewarm.direct.skipped_budget", false;
-    DirectSkippedInFlight => "prewarm.direct.skipped_in_flight", false;
-    DirectSkippedBackoff => "prewarm.direct.skipped_backoff", false;
-    DirectSkippedNoPod => "prewarm.direct.skipped_no_pod", false;
-    EmbeddingHits => "prewarm.embeddings.hit", false;
-    EmbeddingMisses => "prewarm.embeddings.miss", false;
-    EmbeddingSharedHits => "prewarm.embeddings.shared_hit", false;
-    EmbeddingUncacheable => "prewarm.embeddings.uncacheable", false;
-    EmbeddingStored => "prewarm.embeddings.stored", false;
-    EmbeddingNotStored => "prewarm.embeddings.not_stored", false;
-    EmbeddingEvicted => "prewarm.embeddings.evicted", false;
-    EmbeddingReplyFailures => "prewarm.embeddings.reply_failures", false;
-    EmbeddingReportsDropped => "prewarm.embeddings.reports_dropped", false;
-    EmbeddingWarmFetches => "prewarm.embeddings.warm_fetches", false;
-    EmbeddingWarmFetchFailures => "prewarm.embeddings.warm_fetch_failures", false;
-    EmbeddingWarmEntries => "prewarm.embeddings.warm_entries", false;
-    DirectActive => "prewarm.direct.active", true;
-    EmbeddingBytes => "prewarm.embeddings.bytes", true;
-    SharedPromptBytes => "prewarm.shared_prompts.bytes", true;
-    TableGeneration => "prewarm.table.generation", true;
-    TableAgeMs => "prewarm.table.age_ms", true;
+    RequestsSeen => "prewarm_filter_requests_seen_total", false;
+    RequestsInspected => "prewarm_filter_requests_inspected_total", false;
+    SkippedNotInference => "prewarm_filter_reason=.=not_inference;.;skipped_total", false;
+    SkippedNoBody => "prewarm_filter_reason=.=no_body;.;skipped_total", false;
+    SkippedNoContentLength => "prewarm_filter_reason=.=no_content_length;.;skipped_total", false;
+    SkippedTooLarge => "prewarm_filter_reason=.=too_large;.;skipped_total", false;
+    SkippedMalformed => "prewarm_filter_reason=.=malformed;.;skipped_total", false;
+    NoUser => "prewarm_filter_no_user_total", false;
+    UserFromCredential => "prewarm_filter_user_from_credential_total", false;
+    SharedPromptSignals => "prewarm_filter_shared_prompts_signals_total", false;
+    SharedPromptEvicted => "prewarm_filter_shared_prompts_evicted_total", false;
+    SignalsEnqueued => "prewarm_filter_signals_enqueued_total", false;
+    SignalsSent => "prewarm_filter_signals_sent_total", false;
+    SignalsDropped => "prewarm_filter_signals_dropped_total", false;
+    SignalsUnshaped => "prewarm_filter_signals_unshaped_total", false;
+    BatchesSent => "prewarm_filter_batches_sent_total", false;
+    ServedEnqueued => "prewarm_filter_served_enqueued_total", false;
+    ServedSent => "prewarm_filter_served_sent_total", false;
+    ServedDropped => "prewarm_filter_served_dropped_total", false;
+    OutcomesEnqueued => "prewarm_filter_outcomes_enqueued_total", false;
+    OutcomesSent => "prewarm_filter_outcomes_sent_total", false;
+    OutcomesDropped => "prewarm_filter_outcomes_dropped_total", false;
+    DispatchFailures => "prewarm_filter_dispatch_failures_total", false;
+    TableFetches => "prewarm_filter_table_fetches_total", false;
+    TableUpdates => "prewarm_filter_table_updates_total", false;
+    TableUnchanged => "prewarm_filter_table_unchanged_total", false;
+    TableAdopted => "prewarm_filter_table_adopted_total", false;
+    TableFetchFailures => "prewarm_filter_table_fetch_failures_total", false;
+    Routed => "prewarm_filter_routed_total", false;
+    RoutedByPrefix => "prewarm_filter_prefix_matched_total", false;
+    PrefixWriteFailures => "prewarm_filter_prefix_write_failures_total", false;
+    UnroutedDisabled => "prewarm_filter_reason=.=disabled;.;unrouted_total", false;
+    UnroutedNoTable => "prewarm_filter_reason=.=no_table;.;unrouted_total", false;
+    UnroutedBlockTokens => "prewarm_filter_reason=.=block_tokens_mismatch;.;unrouted_total", false;
+    UnroutedNoBlock => "prewarm_filter_reason=.=no_full_block;.;unrouted_total", false;
+    UnroutedNoPod => "prewarm_filter_reason=.=no_pod;.;unrouted_total", false;
+    UnroutedArmOff => "prewarm_filter_reason=.=arm_off;.;unrouted_total", false;
+    ExternalRecorded => "prewarm_filter_external_recorded_total", false;
+    ExternalAbsent => "prewarm_filter_reason=.=absent;.;external_unrecorded_total", false;
+    ExternalMalformed => "prewarm_filter_reason=.=malformed;.;external_unrecorded_total", false;
+    ExternalNoTable => "prewarm_filter_reason=.=no_table;.;external_unrecorded_total", false;
+    ExternalUnknownPod => "prewarm_filter_reason=.=unknown_pod;.;external_unrecorded_total", false;
+    ArmAssigned => "prewarm_filter_experiment_assigned_total", false;
+    ArmNoUnit => "prewarm_filter_experiment_no_unit_total", false;
+    ArmSignalsWithheld => "prewarm_filter_experiment_signals_withheld_total", false;
+    CasGiveUps => "prewarm_filter_shared_data_cas_give_ups_total", false;
+    TallyOverflow => "prewarm_filter_tally_overflow_total", false;
+    HostErrors => "prewarm_filter_host_errors_total", false;
+    Unconfigured => "prewarm_filter_unconfigured_total", false;
+    DirectSent => "prewarm_filter_direct_sent_total", false;
+    DirectOk => "prewarm_filter_direct_ok_total", false;
+    DirectFailed => "prewarm_filter_direct_failed_total", false;
+    DirectSkippedBudget => "prewarm_filter_reason=.=budget;.;direct_skipped_total", false;
+    DirectSkippedInFlight => "prewarm_filter_reason=.=in_flight;.;direct_skipped_total", false;
+    DirectSkippedBackoff => "prewarm_filter_reason=.=backoff;.;direct_skipped_total", false;
+    DirectSkippedNoPod => "prewarm_filter_reason=.=no_pod;.;direct_skipped_total", false;
+    EmbeddingHits => "prewarm_filter_embeddings_hit_total", false;
+    EmbeddingMisses => "prewarm_filter_embeddings_miss_total", false;
+    EmbeddingSharedHits => "prewarm_filter_embeddings_shared_hit_total", false;
+    EmbeddingUncacheable => "prewarm_filter_embeddings_uncacheable_total", false;
+    EmbeddingStored => "prewarm_filter_embeddings_stored_total", false;
+    EmbeddingNotStored => "prewarm_filter_embeddings_not_stored_total", false;
+    EmbeddingEvicted => "prewarm_filter_embeddings_evicted_total", false;
+    EmbeddingReplyFailures => "prewarm_filter_embeddings_reply_failures_total", false;
+    EmbeddingReportsDropped => "prewarm_filter_embeddings_reports_dropped_total", false;
+    EmbeddingWarmFetches => "prewarm_filter_embeddings_warm_fetches_total", false;
+    EmbeddingWarmFetchFailures => "prewarm_filter_embeddings_warm_fetch_failures_total", false;
+    EmbeddingWarmEntries => "prewarm_filter_embeddings_warm_entries_total", false;
+    DirectActive => "prewarm_filter_direct_active", true;
+    EmbeddingBytes => "prewarm_filter_embeddings_bytes", true;
+    SharedPromptBytes => "prewarm_filter_shared_prompts_bytes", true;
+    TableGeneration => "prewarm_filter_table_generation", true;
+    TableAgeSeconds => "prewarm_filter_table_age_seconds", true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Prometheus name and labels Envoy prints once the tags are extracted.
+    fn extracted(metric: Metric) -> (String, Vec<(String, String)>) {
+        let mut name = metric.name().to_string();
+        let mut labels = Vec::new();
+        while let Some(at) = name.find("=.=") {
+            let start = name[..at].rfind('_').map_or(0, |i| i + 1);
+            let end = name[at..].find(";.;").map(|i| at + i + 3).unwrap();
+            labels.push((
+                name[start..at].to_string(),
+                name[at + 3..end - 3].to_string(),
+            ));
+            name.replace_range(start..end, "");
+        }
+        (name, labels)
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let valid = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        };
+        for &m in Metric::ALL {
+            let (name, labels) = extracted(m);
+            assert!(name.starts_with("prewarm_filter_"), "{m:?}: {name}");
+            assert!(valid(&name), "{m:?}: {name}");
+            assert_eq!(name.ends_with("_total"), !m.is_gauge(), "{m:?}: {name}");
+            assert!(
+                !name.contains("_ms"),
+                "{m:?}: base unit is the second: {name}"
+            );
+            for (key, value) in &labels {
+                assert_eq!(key, "reason", "{m:?}");
+                assert!(valid(value), "{m:?}: {value}");
+            }
+            // Envoy's tag extraction removes exactly the `reason=.=...;.;` part.
+            let tagged = format!(
+                "prewarm_filter_reason=.={};.;",
+                labels.first().map_or("", |l| &l.1)
+            );
+            if !labels.is_empty() {
+                assert!(
+                    m.name().starts_with(&tagged),
+                    "{m:?}: tag right after the prefix"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_series_is_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        for &m in Metric::ALL {
+            assert!(seen.insert(extracted(m)), "{m:?} duplicates another series");
+        }
+    }
+
+    #[test]
+    fn reasons_are_labels_of_one_counter() {
+        let unrouted: Vec<_> = Metric::ALL
+            .iter()
+            .map(|&m| extracted(m))
+            .filter(|(n, _)| n == "prewarm_filter_unrouted_total")
+            .map(|(_, l)| l[0].1.clone())
+            .collect();
+        assert_eq!(
+            unrouted,
+            [
+                "disabled",
+                "no_table",
+                "block_tokens_mismatch",
+                "no_full_block",
+                "no_pod",
+                "arm_off"
+            ]
+        );
+        assert_eq!(
+            extracted(Metric::SkippedTooLarge),
+            (
+                "prewarm_filter_skipped_total".to_string(),
+                vec![("reason".to_string(), "too_large".to_string())]
+            )
+        );
+        assert_eq!(
+            extracted(Metric::TableAgeSeconds).0,
+            "prewarm_filter_table_age_seconds"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! that prefix's text and shape. Folded into shared data on the tick (`observe::fold_tally`),
 //! so the request path writes no shared data for it. Bounded: at most [`MAX_GROUPS`] keys and
 //! `shared_prompt_tally_bytes` bytes (the group being added may exceed that by itself); beyond,
-//! the least recently seen keys are dropped (`prewarm.shared_prompts.evicted`) with their
+//! the least recently seen keys are dropped (`prewarm_filter_shared_prompts_evicted_total`) with their
 //! requests since the last tick and their text. VM-local: a VM reload loses it.
 
 use std::cell::{Cell, RefCell};

@@ -59,7 +59,9 @@ impl RootTasks {
         let now = host.now_ms();
         if let Some(stamp) = worker.table.refresh(host, &worker.keys) {
             host.gauge(Metric::TableGeneration, stamp.generation);
-            host.gauge(Metric::TableAgeMs, now.saturating_sub(stamp.fetched_at_ms));
+            // Whole seconds: the gauge is an integer and Prometheus' base unit is the second.
+            let age_ms = now.saturating_sub(stamp.fetched_at_ms);
+            host.gauge(Metric::TableAgeSeconds, age_ms / 1000);
         }
         worker.identity.refresh(host, &worker.keys, &worker.config);
         self.fold_tally(host, worker);

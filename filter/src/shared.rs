@@ -120,7 +120,7 @@ impl Keys {
 /// Read-modify-write of one key with compare-and-swap: `change` gets the current value (empty
 /// when missing) and returns the new value (or `None` to leave it) and a result. Retried up to
 /// `retries` times when another worker wrote in between; then it gives up quietly, counted in
-/// `prewarm.shared_data.cas_give_ups`, and returns `None`.
+/// `prewarm_filter_shared_data_cas_give_ups_total`, and returns `None`.
 pub fn update<H: Host + ?Sized, T>(
     host: &H,
     key: &str,

@@ -1,7 +1,7 @@
 //! Per-VM tallies that keep shared-data writes off the request path: requests per adapter,
 //! adopted uses and successful answers per hot prefix are counted locally and folded into shared data once per tick
 //! (see `observe::fold_tally`). Bounded: beyond [`MAX_ENTRIES`] distinct keys a tick, new keys
-//! are not counted (`prewarm.tally.overflow`). VM-local, so a VM reload loses at most one tick.
+//! are not counted (`prewarm_filter_tally_overflow_total`). VM-local, so a VM reload loses at most one tick.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

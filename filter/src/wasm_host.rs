@@ -1,5 +1,5 @@
 //! [`Host`] on Envoy: the raw host functions of `abi` (every status returned as a value, so
-//! nothing the host says can trap the VM; a failure is counted in `prewarm.host_errors` and the
+//! nothing the host says can trap the VM; a failure is counted in `prewarm_filter_host_errors_total` and the
 //! request goes on untouched), byte values throughout (a non-UTF-8 header is just bytes), and
 //! metric ids defined once per VM. Calls out go through the SDK's `dispatch_http_call`, which
 //! registers them for their reply.

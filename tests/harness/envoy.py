@@ -5,7 +5,8 @@ process on loopback.
     with Envoy(tmp_path, pods=[pod.address], gateway=gw.address,
                filter_config={"tick_period_ms": 200}) as envoy:
         r = envoy.post("/v1/chat/completions", {...})
-        envoy.stats()["wasmcustom.prewarm.requests_seen"]
+        envoy.metric("prewarm_filter_requests_seen_total")
+        envoy.metric("prewarm_filter_unrouted_total", reason="no_table")
         assert envoy.wasm_failures() == {}
 
 What is rewritten: the listener and admin ports become 0 (the real ones are discovered through
@@ -13,7 +14,9 @@ What is rewritten: the listener and admin ports become 0 (the real ones are disc
 `pods`, the gateway cluster's endpoint becomes `gateway`, the `.wasm` path becomes
 `filter_wasm_path()`, and the filter's JSON configuration is the shipped one updated with
 `filter_config` (`replace_filter_config=True` uses `filter_config` alone). `with_filter=False`
-removes the wasm filter (the baseline Envoy). `mutate(config_dict)` may change anything else.
+removes the wasm filter (the baseline Envoy). The filter's tag extraction (`reason`, see
+`REASON_TAG`) is added when the base config lacks it. `mutate(config_dict)` may change anything
+else.
 Each Envoy runs with `--use-dynamic-base-id`, so several can run at once.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ import copy
 import json
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -34,6 +38,23 @@ SHIPPED_CONFIG = REPO / "envoy" / "envoy.yaml"
 POOL_CLUSTER = "inference-pool"
 GATEWAY_CLUSTER = "prewarm-gateway"
 WASM_FILTER = "envoy.filters.http.wasm"
+
+# The filter's metrics write a reason into their name as Istio writes tags
+# (`prewarm_filter_reason=.=no_table;.;unrouted_total`); this tag extraction, shipped in every
+# config in envoy/, makes it the label of `prewarm_filter_unrouted_total{reason="no_table"}`.
+REASON_TAG = {"tag_name": "reason", "regex": r"(reason=\.=(.*?);\.;)"}
+FILTER_PREFIX = "prewarm_filter_"
+
+
+def filter_stat(name: str, reason: Optional[str] = None) -> str:
+    """A filter metric's proxy-wasm name from its Prometheus name and reason label:
+    `filter_stat("prewarm_filter_unrouted_total", "no_table")` is
+    `prewarm_filter_reason=.=no_table;.;unrouted_total`."""
+    if reason is None:
+        return name
+    assert name.startswith(FILTER_PREFIX), name
+    return f"{FILTER_PREFIX}reason=.={reason};.;{name[len(FILTER_PREFIX):]}"
+
 
 # Envoy's wasm stats that mean a VM trapped, failed or was reloaded.
 FAILURE_STAT = re.compile(r"^wasm\..*(fail|reload|crash|panic|trap)", re.IGNORECASE)
@@ -90,6 +111,9 @@ def build_config(
         _cluster(config, GATEWAY_CLUSTER)["load_assignment"]["endpoints"] = [
             {"lb_endpoints": [_endpoint(gateway)]}
         ]
+    tags = config.setdefault("stats_config", {}).setdefault("stats_tags", [])
+    if not any(t.get("tag_name") == REASON_TAG["tag_name"] for t in tags):
+        tags.append(dict(REASON_TAG))
     manager = _http_manager(config)
     if not with_filter:
         manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != WASM_FILTER]
@@ -199,7 +223,7 @@ class Envoy:
 
     def stats(self, filter_regex: str = "") -> dict:
         """Counters and gauges as `{name: int}` (`/stats`, text form)."""
-        path = "/stats" + (f"?filter={filter_regex}" if filter_regex else "")
+        path = "/stats" + (f"?filter={urllib.parse.quote(filter_regex)}" if filter_regex else "")
         out = {}
         for line in self.admin_get(path).splitlines():
             name, _, value = line.partition(": ")
@@ -207,9 +231,24 @@ class Envoy:
                 out[name] = int(value)
         return out
 
-    def metric(self, name: str) -> int:
-        """One of the filter's metrics, by its proxy-wasm name (`prewarm.routed`)."""
-        return self.stats(re.escape("wasmcustom." + name) + "$").get("wasmcustom." + name, 0)
+    def metric(self, name: str, reason: Optional[str] = None) -> int:
+        """One of the filter's metrics, by its Prometheus name and `reason` label
+        (`metric("prewarm_filter_unrouted_total", reason="no_table")`)."""
+        full = "wasmcustom." + filter_stat(name, reason)
+        return self.stats("^" + re.escape(full) + "$").get(full, 0)
+
+    def prometheus(self) -> tuple[dict, dict]:
+        """`/stats/prometheus` parsed: ({series: value}, {name: type}), a series written as
+        Envoy prints it (`prewarm_filter_unrouted_total{reason="no_table"}`)."""
+        samples, types = {}, {}
+        for line in self.admin_get("/stats/prometheus").splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split(" ", 3)
+                types[name] = kind
+            elif line and not line.startswith("#"):
+                series, _, value = line.rpartition(" ")
+                samples[series] = float(value)
+        return samples, types
 
     def wasm_failures(self) -> dict:
         """Envoy's wasm failure/reload stats that are not zero (must stay `{}`)."""
@@ -262,10 +301,11 @@ class EnvoyFleet:
     @staticmethod
     def wait_table(envoy: Envoy, generation: int, adopted_before: int = 0, timeout: float = 15.0):
         """Waits until every VM of `envoy` (its workers and the main thread) routes with table
-        `generation`; `adopted_before` is `prewarm.table.adopted` before that table was served."""
-        wait_until(lambda: envoy.metric("prewarm.table.generation") == generation, timeout,
+        `generation`; `adopted_before` is `prewarm_filter_table_adopted_total` before that table
+        was served."""
+        wait_until(lambda: envoy.metric("prewarm_filter_table_generation") == generation, timeout,
                    what=f"table generation {generation}")
-        wait_until(lambda: envoy.metric("prewarm.table.adopted") >= adopted_before + envoy.concurrency + 1,
+        wait_until(lambda: envoy.metric("prewarm_filter_table_adopted_total") >= adopted_before + envoy.concurrency + 1,
                    timeout, what="every VM adopted the table")
 
     def close(self):

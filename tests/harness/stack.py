@@ -358,7 +358,7 @@ class Stack:
                            set(addresses) <= {p["address"] for p in t["pods"]} and t,
                            timeout, what=f"{addresses} in the routing table")
         generation = table["generation"]
-        wait_until(lambda: self.envoy.metric("prewarm.table.generation") >= generation, timeout,
+        wait_until(lambda: self.envoy.metric("prewarm_filter_table_generation") >= generation, timeout,
                    what=f"Envoy adopts table generation {generation}")
 
     def post(self, path: str, body: dict, user: Optional[str] = None, tenant: Optional[str] = None,
