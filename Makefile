@@ -42,6 +42,9 @@ setup: $(STAMP)
 	@test -x /usr/bin/chromium || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@# Node runs the core's tests on wasm32-unknown-unknown (wasm-bindgen-test; Debian's package).
 	@command -v node >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs; }
+	@# promtool checks and unit-tests the shipped alert rules (Debian's prometheus package; its
+	@# service is not started).
+	@command -v promtool >/dev/null || { S=$$([ "$$(id -u)" = 0 ] || echo sudo); $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
 $(STAMP): tools/requirements.txt tools/requirements-models.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
