@@ -14,6 +14,7 @@ import pytest
 from harness import REPO, wait_until
 from harness.envoy import WASM_FILTER, build_config, load_shipped_config, wasm_plugin
 from harness.fake_servers import receiver
+from harness.stack import TEMPLATE_BYTES, Stack, StackSpec, cached_tokens, template_text
 
 ENDPOINT_HEADER = "x-gateway-destination-endpoint"
 PICK = "x-test-pick"
@@ -119,3 +120,46 @@ def test_in_its_default_mode_the_filter_would_strip_the_pickers_header(envoys, p
         assert seen is None
     assert envoy.metric("prewarm_filter_requests_inspected_total") == len(pods)
     assert envoy.metric("prewarm_filter_external_recorded_total") == 0
+
+
+def test_beside_the_picker_prewarm_still_warms_a_joining_pod_for_what_it_will_be_sent(tmp_path):
+    """The coexistence install end to end: the shipped beside-the-picker Envoy (filter
+    `endpoint_header_owner: external`, the picker stand-in routing), the real gateway and podsim
+    pods. The picker sends each application's conversations where it likes; prewarm routes
+    nothing, yet learns the applications' system prompts from the traffic, warms a joining pod
+    with those its placement gives it before the pod is routable, and when the picker then sends
+    a new conversation of such an application to the new pod, it is served from cache."""
+    spec = StackSpec(pods=2, spare_pods=1, podsim_flags=["--time-scale", "50"],
+                     envoy_base=BESIDE, envoy_mutate=picker_stand_in,
+                     filter_config={"endpoint_header_owner": "external", "routing": False})
+    stack = Stack(tmp_path, spec).start()
+    try:
+        first = stack.pods[0]
+        apps = range(8)
+
+        def conversation(app: int, k: int) -> list:
+            return [{"role": "system", "content": template_text(app)},
+                    {"role": "user", "content": f"Question {k}: how do I reset item {k * 7 + app}?"}]
+
+        for app in apps:  # the picker keeps every application on pod-0; three users each
+            for k in range(3):
+                pod, _ = stack.chat(conversation(app, k), user=f"user-{app}", headers={PICK: first.address})
+                assert pod is first
+        wait_until(lambda: stack.gateway.get("/admin/prompts?k=100").json()["total"] >= len(apps), 30,
+                   what="every application's system prompt hot in the gateway")
+
+        new, status = stack.join_warmed(0)
+        plan = stack.gateway.get(f"/admin/pods/{new.id}/plan").json()
+        planned = set(plan["first_tier"])
+        assert planned and status["first_tier"]["done"] == len(planned), (status, plan)
+        warmed = []
+        for app in apps:
+            pod, reply = stack.chat(conversation(app, 99), user=f"fresh-{app}", headers={PICK: new.address})
+            assert pod is new, "the picker's choice, untouched"
+            if cached_tokens(reply) >= TEMPLATE_BYTES // 4 - 64:
+                warmed.append(app)
+        assert len(warmed) == len(planned), (warmed, plan)
+        assert stack.envoy.metric("prewarm_filter_routed_total") == 0
+        assert stack.envoy.metric("prewarm_filter_external_recorded_total") >= 3 * len(apps)
+    finally:
+        stack.close()

@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import requests
 
 from . import ManagedProcess, wait_until
-from .envoy import Envoy, build_config
+from .envoy import Envoy, build_config, load_shipped_config
 from .gateway import SIGNAL_TOKEN, Gateway, start_gateway
 from .podsim import make_adapter, start_podsim
 
@@ -67,6 +67,8 @@ class StackSpec:
     filter_config: dict = field(default_factory=dict)
     """Filter JSON configuration merged over the shipped one and the stack's defaults."""
     envoy_mutate: Optional[Callable[[dict], None]] = None
+    envoy_base: Optional[Path] = None
+    """A shipped Envoy configuration other than envoy/envoy.yaml (e.g. envoy/beside-endpoint-picker.yaml)."""
     max_loras: int = 2
     max_cpu_loras: int = 4
     preload_adapters: bool = True
@@ -236,6 +238,7 @@ class Stack:
             gateway=self.gateway.url.removeprefix("http://") if self.gateway else None,
             filter_config=self.filter_config(),
             mutate=mutate,
+            **({"base": load_shipped_config(self.spec.envoy_base)} if self.spec.envoy_base else {}),
         )
         self.envoy = Envoy(self.workdir / "envoy", config=config, concurrency=self.spec.envoy_concurrency,
                            log_level=self.spec.log_level)
