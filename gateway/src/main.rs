@@ -4,6 +4,8 @@
 //! Exit codes: 0 success; 64 invalid configuration (every problem printed); 1 runtime failure;
 //! 2 bad command-line usage.
 
+mod status;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,7 +63,7 @@ enum Command {
         pod: String,
     },
     /// Print a running gateway's pods, warm-up progress, adapters per pod and top prefixes.
-    Status(prewarm_gateway::status::StatusArgs),
+    Status(status::StatusArgs),
     /// Print (JSON) core's block hashes of the canonical text on stdin for `--model`: what a
     /// filter signals for it, what `/v1/signals` checks a prefix against.
     Fingerprint {
@@ -328,9 +330,9 @@ fn main() -> ExitCode {
         } => fingerprint(&model, block_tokens, jsonl),
         Command::Arm { experiment } => arm(&experiment),
         Command::Compare => compare(),
-        Command::Status(args) => runtime(false).map_or(ExitCode::FAILURE, |rt| {
-            rt.block_on(prewarm_gateway::status::run(args))
-        }),
+        Command::Status(args) => {
+            runtime(false).map_or(ExitCode::FAILURE, |rt| rt.block_on(status::run(args)))
+        }
         Command::Serve { config } => {
             let config = match load(&config) {
                 Ok(c) => c,

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::first_requests::PrefixHistory;
 use super::report::{first_requests_label, new_pods_label};
 use super::stats::{CoMoments, Moments};
+use crate::error_rate::is_error;
 
 /// Hours of buckets kept (older ones are dropped).
 pub const HOURS_KEPT: u64 = 48;
@@ -29,11 +30,6 @@ pub const MAX_LABELS: usize = 32;
 pub const SAMPLE_CAP: usize = 4096;
 /// One hour, ms.
 pub const HOUR_MS: u64 = 3_600_000;
-
-/// A status that counts as an error: the server's (5xx) and being throttled (429).
-pub fn is_error(status: u16) -> bool {
-    status >= 500 || status == 429
-}
 
 /// The outcomes of one label in one hour.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,3 +1,7 @@
+//! The grey release's check over the experiment's report: [`release_evidence`] reads what the
+//! decision needs from the report, [`crate::policy::release::decide`] decides (its rules are
+//! below, kept here because the figures are the report's).
+//!
 //! Grey release of an experiment's first arm (`prewarm_core::experiment::Release`): its weight
 //! climbs the release's steps while it is not significantly worse than the other arms, and goes
 //! back to 0 by itself when it is. One decision per check, from the report:
@@ -5,8 +9,8 @@
 //! - **roll back for time to first byte** when another arm is significantly better than the
 //!   first (both tests at p < 0.01, `report::Comparison::better`);
 //! - **roll back for errors** when the first arm's error rate (5xx and 429) over at least
-//!   `min_requests` requests exceeds [`ERROR_RATE_LIMIT`] — known as soon as its errors alone
-//!   exceed that share of `min_requests`, whatever the requests still to come;
+//!   `min_requests` requests exceeds [`crate::error_rate::ERROR_RATE_LIMIT`] — known as soon as
+//!   its errors alone exceed that share of `min_requests`, whatever the requests still to come;
 //! - **advance** to the next step once the current one has lasted `step_seconds` and the first
 //!   arm has `min_requests` outcomes in it; hold at the last step (making it the default is the
 //!   operator's call).
@@ -20,82 +24,37 @@
 //!   With warm-up on in another arm too, the criterion cannot tell the arms apart and is not
 //!   applied.
 
-use serde::{Deserialize, Serialize};
-
 use super::report::ExperimentReport;
-use super::warmup::WarmupP95;
+use crate::policy::release::{
+    self, Decision, FasterArm, ReleaseEvidence, ReleaseState, StepEvidence,
+};
 use prewarm_core::experiment::Release;
 
-/// The error rate above which the first arm (or an adapter's rollout) is rolled back.
-pub const ERROR_RATE_LIMIT: f64 = 0.005;
-
-/// Whether `errors` in `requests` exceed [`ERROR_RATE_LIMIT`] of at least `min_requests`: the
-/// rate once there are `min_requests`, and before that as soon as the errors alone exceed the
-/// limit's share of `min_requests` (no later success can bring the rate back under).
-pub fn errors_exceed(errors: u64, requests: u64, min_requests: u64) -> bool {
-    errors as f64 > ERROR_RATE_LIMIT * requests.max(min_requests) as f64
-}
-
-/// Why a release was rolled back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RollbackReason {
-    /// Another arm's time to first byte is significantly shorter.
-    Ttfb,
-    /// The first arm's error rate is above [`ERROR_RATE_LIMIT`].
-    Errors,
-    /// The warm-up the first arm alone brings is above its p95 per key.
-    Warmup,
-}
-
-impl RollbackReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Ttfb => "ttfb",
-            Self::Errors => "errors",
-            Self::Warmup => "warmup",
-        }
-    }
-}
-
-/// Where a release is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReleaseState {
-    /// Index of the current step in the release's steps.
-    pub step: usize,
-    pub step_started_ms: u64,
-    /// Set once it was rolled back (the first arm's weight is 0 from then on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rolled_back: Option<Rollback>,
-}
-
-/// A rollback: why, when, and the figures that decided it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Rollback {
-    pub reason: RollbackReason,
-    pub at_ms: u64,
-    pub detail: String,
-}
-
-/// What a check decides.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
-    Hold,
-    /// To this step.
-    Advance(usize),
-    RollBack(RollbackReason, String),
-}
-
-/// What a check reads besides the report (since the start): the first arm's outcomes in the
-/// current step, and the warm-up's p95 per key in it when the first arm alone brings warm-up.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepEvidence {
-    pub requests: u64,
-    pub warmup: Option<WarmupP95>,
+/// What the report says for the check: the first arm's outcomes since the start, and the first
+/// arm that is significantly faster than it. `None` while the report has no arm.
+pub fn release_evidence(report: &ExperimentReport) -> Option<ReleaseEvidence> {
+    let first = report.arms.first()?;
+    let p = |t: Option<super::report::TestResult>| t.map_or(f64::NAN, |t| t.p);
+    let faster = report
+        .comparisons
+        .iter()
+        .find(|c| c.reading.better)
+        .map(|c| FasterArm {
+            arm: c.arm.clone(),
+            faster_by_ms: -c.ttfb_mean_diff_ms.unwrap_or(f64::NAN),
+            welch_p: p(c.reading.welch),
+            mann_whitney_p: p(c.reading.mann_whitney),
+        });
+    Some(ReleaseEvidence {
+        requests: first.requests,
+        errors: first.errors,
+        faster,
+    })
 }
 
 /// The decision for `release` in `state`, from `report` and the current step's `step`, at
-/// `now_ms`.
+/// `now_ms` ([`crate::policy::release::decide`] over [`release_evidence`]; holds while the
+/// report has no arm).
 pub fn decide(
     release: &Release,
     state: &ReleaseState,
@@ -103,61 +62,17 @@ pub fn decide(
     step: StepEvidence,
     now_ms: u64,
 ) -> Decision {
-    if state.rolled_back.is_some() {
-        return Decision::Hold;
+    match release_evidence(report) {
+        Some(evidence) => release::decide(release, state, &evidence, step, now_ms),
+        None => Decision::Hold,
     }
-    let Some(first) = report.arms.first() else {
-        return Decision::Hold;
-    };
-    if errors_exceed(first.errors, first.requests, release.min_requests) {
-        return Decision::RollBack(
-            RollbackReason::Errors,
-            format!(
-                "{} errors in {} requests: above {} % of at least {}",
-                first.errors,
-                first.requests,
-                ERROR_RATE_LIMIT * 100.0,
-                release.min_requests
-            ),
-        );
-    }
-    if let Some(c) = report.comparisons.iter().find(|c| c.reading.better) {
-        let p = |t: Option<super::report::TestResult>| t.map_or(f64::NAN, |t| t.p);
-        return Decision::RollBack(
-            RollbackReason::Ttfb,
-            format!(
-                "arm {} is faster by {:.1} ms on the mean (welch p {:.2e}, mann-whitney p {:.2e})",
-                c.arm,
-                -c.ttfb_mean_diff_ms.unwrap_or(f64::NAN),
-                p(c.reading.welch),
-                p(c.reading.mann_whitney)
-            ),
-        );
-    }
-    if let Some(w) = step
-        .warmup
-        .filter(|w| w.p95_ms > release.warmup_p95_ms as f64)
-    {
-        return Decision::RollBack(
-            RollbackReason::Warmup,
-            format!(
-                "warm-up p95 {:.0} ms per key over {} keys in the step: above {} ms",
-                w.p95_ms, w.keys, release.warmup_p95_ms
-            ),
-        );
-    }
-    let lasted = now_ms.saturating_sub(state.step_started_ms) >= release.step_seconds * 1000;
-    let next = state.step + 1;
-    if lasted && step.requests >= release.min_requests && next < release.steps.len() {
-        return Decision::Advance(next);
-    }
-    Decision::Hold
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::attribution::report::{ArmSummary, Comparison, Reading, TestResult};
+    use crate::policy::release::{Rollback, RollbackReason, WarmupP95};
 
     fn arm(name: &str, requests: u64, errors: u64) -> ArmSummary {
         ArmSummary {

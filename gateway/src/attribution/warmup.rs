@@ -16,19 +16,13 @@
 use std::collections::VecDeque;
 
 use super::stats::quantile;
+pub use crate::policy::release::WarmupP95;
 
 /// Keys kept.
 pub const CAPACITY: usize = 4096;
 
 /// Fewest keys for a p95: with fewer, the nearest-rank 95th is the slowest key itself.
 pub const MIN_KEYS: usize = 20;
-
-/// The p95 of the keys that ended in a window, and how many there were.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WarmupP95 {
-    pub p95_ms: f64,
-    pub keys: usize,
-}
 
 /// The last [`CAPACITY`] warm-up keys' (end ms, latency ms), in the order they ended.
 #[derive(Debug, Default)]

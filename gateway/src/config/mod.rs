@@ -4,11 +4,17 @@
 //!
 //! The reference for every field is `docs/gateway-config.md`.
 
+pub mod embeddings;
 mod pods;
+pub mod traces;
 pub mod validate;
+pub mod warm_embeddings;
 
+pub use embeddings::EmbeddingsConfig;
 pub use pods::{DnsDiscovery, EngineKind, PodSpec, PodsConfig};
+pub use traces::TracesConfig;
 pub use validate::validate;
+pub use warm_embeddings::WarmEmbeddingsConfig;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,14 +47,14 @@ pub struct GatewayConfig {
     pub warmup: policy::WarmupConfig,
     pub routing: policy::RoutingConfig,
     /// `[embeddings]`: the local prompt embedder and index (off without `model_dir`).
-    pub embeddings: crate::embeddings::EmbeddingsConfig,
+    pub embeddings: EmbeddingsConfig,
     /// `[experiment]`: an experiment that runs from start (docs/experiments.md); it replaces one
     /// started through the admin API when the gateway restarts.
     pub experiment: Option<prewarm_core::experiment::Experiment>,
     /// `[traces]`: OpenTelemetry spans of warm-up over OTLP/HTTP (off without `otlp_endpoint`).
-    pub traces: crate::traces::TracesConfig,
+    pub traces: TracesConfig,
     /// `[warm_embeddings]`: warm-up of the filters' embedding cache (docs/embedding-warmup.md).
-    pub warm_embeddings: crate::warm_embeddings::WarmEmbeddingsConfig,
+    pub warm_embeddings: WarmEmbeddingsConfig,
 }
 
 /// `[server]`: listener, secrets, limits, shutdown.

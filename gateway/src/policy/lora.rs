@@ -35,6 +35,7 @@ pub use prewarm_core::residency::{ResidencyRule, KEEP_REUSE_MS};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::rules::Problems;
+pub use crate::tier::Tier;
 
 /// Who registers and unregisters LoRA adapters on the pods (`[lora] loads`).
 ///
@@ -66,18 +67,6 @@ impl<'de> Deserialize<'de> for AdapterLoads {
             ))),
         }
     }
-}
-
-/// A tenant tier. Ordered bronze < silver < gold.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    #[default]
-    Bronze,
-    Silver,
-    Gold,
 }
 
 /// Guarantees of one tier.

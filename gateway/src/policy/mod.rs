@@ -13,6 +13,7 @@
 //! - [`routing`]: the routing table built from pod states, versioned by content.
 //! - [`pools`]: which pods serve gold tenants' adapters and which the other tiers'.
 //! - [`replicas`]: how many pods each adapter is placed on, from its demand, and which.
+//! - [`release`]: where an experiment's grey release is (its step, its rollback).
 //! - [`fleet`]: the fleet core above them all: one owner of every fleet decision (which pod
 //!   warms what, when, the table), shared by the gateway's shell and the evaluator.
 //!
@@ -33,6 +34,7 @@ pub mod kv;
 pub mod lora;
 pub mod pools;
 mod prefix_key;
+pub mod release;
 pub mod replicas;
 pub mod routing;
 mod rules;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use manifest::{manifest_of, Manifest, ManifestMismatch};
 pub use watch::{RolloutWatch, Verdict, WatchOutcome};
 
-use crate::policy::Tier;
+use crate::tier::Tier;
 
 /// Versions kept per adapter besides the current one.
 pub const HISTORY: usize = 8;

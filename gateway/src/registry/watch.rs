@@ -3,7 +3,7 @@
 //! is the adapter's name (a LoRA request names its adapter as the model) are counted, and when
 //! their error rate (5xx and 429) over at least `registry.rollout_min_requests` exceeds 0.5 %
 //! the gateway rolls the adapter back by itself — the grey release's error rule
-//! ([`crate::attribution::release::errors_exceed`]), decided as soon as the errors alone pass
+//! ([`crate::error_rate::errors_exceed`]), decided as soon as the errors alone pass
 //! that share of the minimum. A watch that reaches its end without that passes, however few
 //! requests it saw (the count says how much evidence that was).
 //!
@@ -13,8 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::ledger::is_error;
-use crate::attribution::release::{errors_exceed, ERROR_RATE_LIMIT};
+use crate::error_rate::{errors_exceed, is_error, ERROR_RATE_LIMIT};
 
 /// How a watch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

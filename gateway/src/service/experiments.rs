@@ -5,9 +5,10 @@
 use prewarm_core::experiment::Experiment;
 
 use super::Gateway;
-use crate::attribution::release::{decide, Decision, Rollback, StepEvidence};
+use crate::attribution::release::decide;
 use crate::attribution::report::{label, report, ExperimentReport, TestResult, PROMPT_ADJUSTED};
 use crate::policy::fleet::{ExperimentError, RunningExperiment};
+use crate::policy::release::{Decision, Rollback, StepEvidence};
 use crate::telemetry::Telemetry;
 
 impl Gateway {

@@ -13,6 +13,7 @@
 //! - [`persist`]: snapshot load at start and writes (periodic, on demand, at shutdown);
 //! - [`signals`]: ingesting filter signals;
 //! - [`planning`]: the plan view the API and the `plan` command print;
+//! - [`refresh_embeddings`]: the loop that keeps the prompt index in step with the pool;
 //! - [`warm_embeddings`]: computing the filters' hot embedding inputs ahead of their expiry;
 //! - [`tasks`]: the background loops (health, the core's tick, DNS, snapshots).
 
@@ -22,6 +23,7 @@ pub mod experiments;
 pub mod persist;
 pub mod planning;
 pub mod pods;
+pub mod refresh_embeddings;
 pub mod rollouts;
 pub mod signals;
 pub mod table;

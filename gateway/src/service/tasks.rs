@@ -55,7 +55,7 @@ pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
         tasks.push(tokio::spawn(snapshot_loop(gateway.clone())));
     }
     if let Some(search) = gateway.embeddings.clone() {
-        tasks.push(tokio::spawn(crate::embeddings::refresh_loop(
+        tasks.push(tokio::spawn(super::refresh_embeddings::refresh_loop(
             gateway.clone(),
             search,
         )));

@@ -26,7 +26,7 @@ pub struct StatusArgs {
     pub top: u16,
     /// The gateway's read token (or its admin token), sent as a bearer header; defaults to the
     /// environment variable `PREWARM_READ_TOKEN` (prefer it: a flag shows in `ps`).
-    #[arg(long, env = crate::config::READ_TOKEN_ENV, hide_env_values = true, default_value = "")]
+    #[arg(long, env = prewarm_gateway::config::READ_TOKEN_ENV, hide_env_values = true, default_value = "")]
     pub token: String,
     /// Timeout of each HTTP call, in milliseconds.
     #[arg(long, default_value_t = 5000)]

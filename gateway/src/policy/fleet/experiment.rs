@@ -9,7 +9,7 @@ use prewarm_core::experiment::{Experiment, ResidencyRule, Unit};
 use serde::{Deserialize, Serialize};
 
 use super::Fleet;
-use crate::attribution::release::{ReleaseState, Rollback};
+use crate::policy::release::{ReleaseState, Rollback};
 use crate::registry::AdapterRecord;
 
 /// Events an experiment keeps (the oldest are dropped).

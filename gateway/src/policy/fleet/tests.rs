@@ -803,7 +803,7 @@ fn the_table_carries_the_experiment_and_its_cold_arm_sees_a_warming_pod() {
 
 #[test]
 fn a_release_starts_at_its_first_step_climbs_and_rolls_back_to_zero() {
-    use crate::attribution::release::{Rollback, RollbackReason};
+    use crate::policy::release::{Rollback, RollbackReason};
     let mut fleet = fleet_of(&gateway_config(), 1);
     let mut e = experiment("r", 0.5);
     e.release = Some(Default::default());

@@ -1,4 +1,5 @@
-//! `[embeddings]`: the local prompt embedder and the prompt index. Absent `model_dir` = off.
+//! `[embeddings]`: the local prompt embedder and the prompt index (`crate::embeddings` runs
+//! them). Absent `model_dir` = off.
 
 use std::path::PathBuf;
 

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::minilm::EmbedError;
-use super::search::{PoolPrompt, PromptSearch};
+use super::tasks::pause;
+use super::Gateway;
+use crate::embeddings::minilm::EmbedError;
+use crate::embeddings::search::{PoolPrompt, PromptSearch};
 use crate::policy::Sampling;
-use crate::service::tasks::pause;
-use crate::service::Gateway;
 
 /// The pool's prompts, hottest first (at most `limit`).
 fn pool_prompts(gateway: &Gateway, limit: usize) -> Vec<PoolPrompt> {
