@@ -21,26 +21,9 @@ import requests
 from harness import wait_until
 from harness.gateway import start_gateway
 from harness.podsim import make_adapter, start_podsim
+from test_gateway import BASE, cached_tokens, template_text  # the gateway tests' templates
 
-BASE = "meta-llama/Llama-3.1-8B-Instruct"
-SUFFIX = "\n>>>"  # the gateway's prefill suffix: one token
 EXTERNAL = {"ext-a", "ext-b"}
-
-
-def template_text(i: int) -> str:
-    # 6 blocks of 64 tokens (1,536 bytes) and a bit (tests/test_gateway.py's templates).
-    line = f"Template {i:03d}: you are a careful assistant for tenant number {i}. "
-    return (line * 40)[: 1536 + 10]
-
-
-def cached_tokens(pod_url: str, text: str) -> int:
-    r = requests.post(
-        f"{pod_url}/v1/completions",
-        json={"model": BASE, "prompt": text + SUFFIX, "max_tokens": 1},
-        timeout=30,
-    )
-    r.raise_for_status()
-    return r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
 def served_adapters(pod_url: str) -> set[str]:

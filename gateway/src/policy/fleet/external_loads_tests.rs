@@ -3,8 +3,7 @@
 //! signals, operator pins and removals, reconciliation, keep-warm, rollouts) — while it still
 //! observes what each pod holds, touches it, warms hot prefixes and lists served adapters.
 
-use prewarm_core::wire::{PatternState, PinSignal, PrefillSignal, Signal, SignalBatch};
-use prewarm_core::{BlockChain, Endpoint, FingerprintConfig};
+use prewarm_core::wire::{PinSignal, Signal, SignalBatch};
 
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
@@ -60,21 +59,7 @@ fn decisions(actions: &[Action]) -> Vec<(String, LoraDecision)> {
 }
 
 fn prefill_signal(model: &str, seed: usize) -> Signal {
-    let text: String = (0..600).map(|i| format!("w{seed}x{i} ")).collect();
-    let fp = FingerprintConfig::default();
-    let chain = BlockChain::of(model, text.as_bytes(), &fp);
-    Signal::Prefill(PrefillSignal {
-        model: model.into(),
-        tenant: None,
-        endpoint: Endpoint::Completions,
-        prefix_tokens: chain.blocks.len() * fp.block_tokens,
-        prefix: chain.blocks,
-        prefix_text: text,
-        state: PatternState::New,
-        priority: 50,
-        keep_warm: true,
-        shape: None,
-    })
+    super::tests::prefill_signal(model, &super::tests::text(seed))
 }
 
 fn pin_signal(adapter: &str) -> Signal {

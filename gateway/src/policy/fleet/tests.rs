@@ -48,13 +48,13 @@ fn register(fleet: &mut Fleet, name: &str, tier: Tier, pinned: bool) {
         .unwrap();
 }
 
-fn text(seed: usize) -> String {
+pub(super) fn text(seed: usize) -> String {
     (0..600)
         .map(|i| format!("w{seed}x{i} "))
         .collect::<String>()
 }
 
-fn prefill_signal(model: &str, text: &str) -> Signal {
+pub(super) fn prefill_signal(model: &str, text: &str) -> Signal {
     pattern_signal(model, text, PatternState::New)
 }
 
