@@ -6,7 +6,7 @@
 //! again and is re-loaded on every holder, the answer is a 409 naming the pods that failed, with
 //! both reports, and `prewarm_adapter_auto_rollbacks_total` counts it. An operator never has to
 //! notice a half-done rollout to undo it. A consistent rollout's requests are then watched for
-//! errors (`crate::service::rollouts`).
+//! errors. Both are decided by `crate::policy::rollout` and executed by `crate::service::rollouts`.
 
 use std::collections::BTreeMap;
 
@@ -80,14 +80,8 @@ pub async fn register(State(gateway): State<AppState>, body: Bytes) -> Result<Re
         None => None,
     };
     let auto_rollback = match (&rollout, &registered.previous_version) {
-        (Some(report), Some(previous)) if !report.consistent => Some(
-            gateway
-                .roll_back_inconsistent(&registered, previous, report)
-                .await,
-        ),
-        (Some(_), Some(previous)) => {
-            gateway.watch_rollout(&registered, previous);
-            None
+        (Some(report), Some(previous)) => {
+            gateway.settle_rollout(&registered, previous, report).await
         }
         _ => None,
     };

@@ -14,6 +14,8 @@
 //! - [`pools`]: which pods serve gold tenants' adapters and which the other tiers'.
 //! - [`replicas`]: how many pods each adapter is placed on, from its demand, and which.
 //! - [`release`]: where an experiment's grey release is (its step, its rollback).
+//! - [`rollout`]: what follows an adapter rollout and its error watch's verdict (watch it, or
+//!   which version to roll back to, on which pods, and why).
 //! - [`fleet`]: the fleet core above them all: one owner of every fleet decision (which pod
 //!   warms what, when, the table), shared by the gateway's shell and the evaluator.
 //!
@@ -36,6 +38,7 @@ pub mod pools;
 mod prefix_key;
 pub mod release;
 pub mod replicas;
+pub mod rollout;
 pub mod routing;
 mod rules;
 pub mod warmup;

@@ -8,9 +8,10 @@
 //!   ([`crate::registry::watch`]) and rolled back when more than 0.5 % of its requests err
 //!   (`reason` `errors`), checked every second.
 //!
-//! Either way the previous version's files are verified against its manifest, it becomes
-//! current again and is re-loaded on the holders; a warning is logged and
-//! `prewarm_adapter_auto_rollbacks_total{reason}` counted.
+//! What follows a rollout or a watch's verdict (which version, which pods, the reason) is
+//! decided by [`crate::policy::rollout`]; this file executes it: the previous version's files
+//! are verified against its manifest, it becomes current again and is re-loaded on the pods the
+//! plan names; a warning is logged and `prewarm_adapter_auto_rollbacks_total{reason}` counted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use serde::Serialize;
 
 use super::adapters::DecisionOutcome;
 use super::Gateway;
-use crate::registry::{verify_for_load, Registered, RolloutWatch, Verdict, WatchOutcome};
+use crate::policy::rollout::{self, AfterRollout, RollbackPlan};
+use crate::registry::{verify_for_load, Registered, RolloutWatch};
 use crate::telemetry::Telemetry;
 
 /// What a rollout (or rollback) found and did.
@@ -78,9 +80,7 @@ impl Gateway {
         let actions = self.fleet(|f| f.reload_adapter(&registered.name, &holders));
         let outcomes = self.execute_all(actions).await;
         let after = self.versions_on_pods(&registered.name);
-        let consistent = holders
-            .iter()
-            .all(|p| after.get(p) == Some(&registered.version));
+        let consistent = rollout::is_consistent(&holders, &after, &registered.version);
         if !consistent {
             tracing::error!(adapter = %registered.name, ?after, "rollout left pods inconsistent");
         }
@@ -92,42 +92,34 @@ impl Gateway {
         }
     }
 
-    /// Undoes a rollout of `registered` that `report` found inconsistent: `previous` becomes
-    /// current again and is re-loaded on every pod that held the adapter before the rollout,
-    /// including one the failed load left without it.
-    pub async fn roll_back_inconsistent(
+    /// Does what follows a rollout of `registered` from `previous` that `report` describes:
+    /// watches a consistent one; rolls an inconsistent one back at once, returning what that did.
+    pub async fn settle_rollout(
         self: &Arc<Self>,
         registered: &Registered,
         previous: &str,
         report: &RolloutReport,
-    ) -> AutoRollback {
-        let odd: Vec<String> = report
-            .after
-            .iter()
-            .filter(|(_, v)| **v != registered.version)
-            .map(|(p, v)| format!("{p}={v}"))
-            .chain(
-                report
-                    .before
-                    .keys()
-                    .filter(|p| !report.after.contains_key(*p))
-                    .map(|p| format!("{p}=none")),
-            )
-            .collect();
-        let reason = format!(
-            "rollout of {:?} version {:?} left pods inconsistent ({}): rolled back to {previous:?}",
-            registered.name,
-            registered.version,
-            odd.join(", ")
+    ) -> Option<AutoRollback> {
+        let next = rollout::after_rollout(
+            &registered.name,
+            &registered.version,
+            previous,
+            &report.before,
+            &report.after,
+            report.consistent,
         );
-        let holders = report.before.keys().cloned().collect();
-        self.roll_back_by_itself(&registered.name, previous, holders, "inconsistent", reason)
-            .await
+        match next {
+            AfterRollout::Watch { previous } => {
+                self.watch_rollout(registered, &previous);
+                None
+            }
+            AfterRollout::RollBack(plan) => Some(self.roll_back_by_itself(plan).await),
+        }
     }
 
     /// Starts the error watch of a consistent rollout of `registered` from `previous`
     /// (nothing when `registry.rollout_watch_seconds` is 0).
-    pub fn watch_rollout(&self, registered: &Registered, previous: &str) {
+    fn watch_rollout(&self, registered: &Registered, previous: &str) {
         let seconds = self.config.registry.rollout_watch_seconds;
         if seconds == 0 {
             return;
@@ -150,63 +142,56 @@ impl Gateway {
             .registry()
             .watch_verdicts(now, min_requests);
         for (name, previous, verdict) in verdicts {
-            match verdict {
-                Verdict::Watching => {}
-                Verdict::Passed(detail) => {
-                    tracing::info!(adapter = %name, %detail, "rollout watch passed");
-                    self.state().fleet.registry_mut().end_watch(
-                        &name,
-                        now,
-                        WatchOutcome::Passed,
-                        detail,
-                    );
-                }
-                Verdict::Failed(detail) => {
-                    // the watch ends with its whole detail before the rollback starts, so a
-                    // reader never sees an ended watch without what was done about it
-                    let reason =
-                        format!("rollout of {name:?}: {detail}: rolled back to {previous:?}");
-                    self.state().fleet.registry_mut().end_watch(
-                        &name,
-                        now,
-                        WatchOutcome::RolledBack,
-                        reason.clone(),
-                    );
-                    let holders = self.versions_on_pods(&name).into_keys().collect();
-                    let undone = self
-                        .roll_back_by_itself(&name, &previous, holders, "errors", reason.clone())
-                        .await;
-                    if undone.reason != reason {
-                        self.state()
-                            .fleet
-                            .registry_mut()
-                            .amend_ended_watch(&name, undone.reason);
-                    }
+            let holders = self.versions_on_pods(&name).into_keys().collect();
+            let Some(decision) = rollout::on_watch_verdict(&name, &previous, verdict, holders)
+            else {
+                continue;
+            };
+            if decision.rollback.is_none() {
+                tracing::info!(adapter = %name, detail = %decision.detail, "rollout watch passed");
+            }
+            // the watch ends with its whole detail before the rollback starts, so a reader never
+            // sees an ended watch without what was done about it
+            self.state().fleet.registry_mut().end_watch(
+                &name,
+                now,
+                decision.outcome,
+                decision.detail,
+            );
+            if let Some(plan) = decision.rollback {
+                let reason = plan.reason.clone();
+                let undone = self.roll_back_by_itself(plan).await;
+                if undone.reason != reason {
+                    self.state()
+                        .fleet
+                        .registry_mut()
+                        .amend_ended_watch(&name, undone.reason);
                 }
             }
         }
     }
 
-    /// Makes `previous` current again and re-loads it on `holders`, its files verified first.
-    async fn roll_back_by_itself(
-        self: &Arc<Self>,
-        name: &str,
-        previous: &str,
-        holders: Vec<String>,
-        reason_label: &'static str,
-        reason: String,
-    ) -> AutoRollback {
+    /// Executes `plan`: makes its version current again and re-loads it on its pods, the
+    /// version's files verified first.
+    async fn roll_back_by_itself(self: &Arc<Self>, plan: RollbackPlan) -> AutoRollback {
+        let RollbackPlan {
+            adapter: name,
+            to: previous,
+            reload_on: holders,
+            cause,
+            reason,
+        } = plan;
         tracing::warn!(adapter = %name, %reason, "automatic rollback");
-        Telemetry::count(&self.telemetry.auto_rollbacks, &[("reason", reason_label)]);
+        Telemetry::count(&self.telemetry.auto_rollbacks, &[("reason", cause.label())]);
         let target = self
             .state()
             .fleet
             .registry()
-            .get(name)
+            .get(&name)
             .and_then(|r| r.history.iter().find(|v| v.version == previous).cloned());
         if let Some(version) = target {
             let max_files = self.config.registry.max_manifest_files;
-            let n = name.to_string();
+            let n = name.clone();
             let verified =
                 tokio::task::spawn_blocking(move || verify_for_load(&n, &version, max_files))
                     .await
@@ -214,22 +199,22 @@ impl Gateway {
                     .and_then(|r| r.map_err(|e| e.to_string()));
             if let Err(e) = verified {
                 return AutoRollback {
-                    to: previous.to_string(),
-                    reason: format!("{reason}; not re-loaded: {e}"),
+                    reason: rollout::not_reloaded(&reason, &e),
+                    to: previous,
                     rollout: None,
                 };
             }
         }
-        let back = self.state().fleet.registry_mut().rollback(name, previous);
+        let back = self.state().fleet.registry_mut().rollback(&name, &previous);
         match back {
             Ok(back) => AutoRollback {
-                to: previous.to_string(),
-                reason,
                 rollout: Some(self.roll_out_on(&back, holders).await),
+                to: previous,
+                reason,
             },
             Err(e) => AutoRollback {
-                to: previous.to_string(),
-                reason: format!("{reason}; not re-loaded: {e}"),
+                reason: rollout::not_reloaded(&reason, &e.to_string()),
+                to: previous,
                 rollout: None,
             },
         }
