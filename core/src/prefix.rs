@@ -268,32 +268,54 @@ pub fn record<S: PrefixStore + ?Sized>(
     let last = written.len().saturating_sub(1);
     let mut refused = 0u64;
     for (i, hash) in written.into_iter().enumerate() {
-        let old = entry_of(store, hash).filter(|e| e.fresh(now_ms, horizon_ms));
-        let entry = PrefixEntry {
-            shard: hash,
-            pod,
-            at_ms: now_ms,
-            interior: i < last || old.is_some_and(|e| e.interior),
-            moves: old.map_or(0, |e| {
-                let moved = u8::from(e.pod != pod);
-                e.moves.saturating_add(moved).min(MAX_MOVES)
-            }),
-        };
-        let refresh = horizon_ms / REFRESH_FRACTION;
-        let same = old.is_some_and(|e| {
-            e.pod == pod
-                && e.interior == entry.interior
-                && e.moves == entry.moves
-                && now_ms.saturating_sub(e.at_ms) < refresh
-        });
-        if same {
+        let slot = slot_of(hash, store.slots());
+        let old = store.read(slot);
+        let Some(entry) = recorded_entry(old.as_deref(), hash, pod, i < last, now_ms, horizon_ms)
+        else {
             continue;
-        }
-        if !store.write(slot_of(hash, store.slots()), &entry.encode()) {
+        };
+        if !store.write(slot, &entry.encode()) {
             refused = refused.saturating_add(1);
         }
     }
     refused
+}
+
+/// What [`record`] writes for one key: `old` is its slot's bytes, `hash` the key, `pod` the
+/// [`pod_hash`] it was sent to, `interior` whether the prompt went on past it. `None` when the
+/// slot already says the same, written less than [`REFRESH_FRACTION`] of the horizon ago (no
+/// write). A host that applies a prompt's writes later (the filter batches them per tick)
+/// folds them through this, key by key in [`PromptKeys::written`] order, and stores what
+/// [`record`] would have stored.
+pub fn recorded_entry(
+    old: Option<&[u8]>,
+    hash: u64,
+    pod: u64,
+    interior: bool,
+    now_ms: u64,
+    horizon_ms: u64,
+) -> Option<PrefixEntry> {
+    let old = old
+        .and_then(PrefixEntry::decode)
+        .filter(|e| e.shard == hash && e.fresh(now_ms, horizon_ms));
+    let entry = PrefixEntry {
+        shard: hash,
+        pod,
+        at_ms: now_ms,
+        interior: interior || old.is_some_and(|e| e.interior),
+        moves: old.map_or(0, |e| {
+            let moved = u8::from(e.pod != pod);
+            e.moves.saturating_add(moved).min(MAX_MOVES)
+        }),
+    };
+    let refresh = horizon_ms / REFRESH_FRACTION;
+    let same = old.is_some_and(|e| {
+        e.pod == pod
+            && e.interior == entry.interior
+            && e.moves == entry.moves
+            && now_ms.saturating_sub(e.at_ms) < refresh
+    });
+    (!same).then_some(entry)
 }
 
 /// The deepest entry a prompt finds in the index.

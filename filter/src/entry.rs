@@ -60,6 +60,11 @@ impl RootContext for PrewarmRoot {
                 if !host.set_tick_period(tick) {
                     host.log(Level::Warn, "prewarm: could not set the tick period");
                 }
+                // the old configuration's pending index writes, before its worker goes
+                if let Some(old) = &self.worker {
+                    old.prefix_pending
+                        .flush(&host, &old.keys, old.config.prefix_horizon_ms);
+                }
                 self.worker = Some(Rc::new(Worker::new(config)));
                 true
             }

@@ -28,8 +28,28 @@ pub struct LocalReply {
     pub body: Vec<u8>,
 }
 
+/// Host calls the filter made, by kind (this double's, not its siblings').
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HostCalls {
+    pub shared_get: u64,
+    pub shared_set: u64,
+    /// Counter increments and gauge sets.
+    pub metric: u64,
+    /// Calls out (`dispatch`).
+    pub dispatch: u64,
+    /// Headers, body, properties, local replies, clock, logs.
+    pub other: u64,
+}
+
+impl HostCalls {
+    pub fn total(&self) -> u64 {
+        self.shared_get + self.shared_set + self.metric + self.dispatch + self.other
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct FakeHost {
+    host_calls: Cell<HostCalls>,
     shared: Rc<RefCell<SharedStore>>,
     headers: RefCell<Vec<(String, Vec<u8>)>>,
     /// Whether the request's headers went on (Envoy's wasm host then no longer gives them).
@@ -163,10 +183,22 @@ impl FakeHost {
     pub fn set_reply(&self, status: Option<u16>, body: &[u8]) {
         *self.reply.borrow_mut() = (status, body.to_vec());
     }
+
+    /// Host calls made through this double since the last [`FakeHost::take_host_calls`].
+    pub fn take_host_calls(&self) -> HostCalls {
+        self.host_calls.take()
+    }
+
+    fn called(&self, kind: impl FnOnce(&mut HostCalls) -> &mut u64) {
+        let mut calls = self.host_calls.get();
+        *kind(&mut calls) += 1;
+        self.host_calls.set(calls);
+    }
 }
 
 impl Host for FakeHost {
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         if self.headers_continued.get() {
             return None;
         }
@@ -174,20 +206,23 @@ impl Host for FakeHost {
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         self.properties.borrow().get(&path.join(".")).cloned()
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) {
+        self.called(|c| &mut c.other);
         if self.headers_continued.get() {
             return;
         }
-        self.remove_request_header(name);
+        self.headers.borrow_mut().retain(|(k, _)| k != name);
         self.headers
             .borrow_mut()
             .push((name.to_string(), value.to_vec()));
     }
 
     fn remove_request_header(&self, name: &str) {
+        self.called(|c| &mut c.other);
         if self.headers_continued.get() {
             return;
         }
@@ -195,12 +230,14 @@ impl Host for FakeHost {
     }
 
     fn request_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         self.body_reads.set(self.body_reads.get() + 1);
         let body = self.body.borrow();
         body.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
     }
 
     fn response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         self.response_headers
             .borrow()
             .iter()
@@ -209,6 +246,7 @@ impl Host for FakeHost {
     }
 
     fn response_body(&self, start: usize, len: usize) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         let chunk = self.response_chunk.borrow();
         chunk
             .get(start..start.checked_add(len)?)
@@ -216,6 +254,7 @@ impl Host for FakeHost {
     }
 
     fn send_response(&self, status: u32, headers: &[(&str, &[u8])], body: &[u8]) -> bool {
+        self.called(|c| &mut c.other);
         if self.refuse_local_replies.get() {
             return false;
         }
@@ -231,10 +270,12 @@ impl Host for FakeHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        self.called(|c| &mut c.shared_get);
         self.shared.borrow_mut().get(key)
     }
 
     fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), CasMismatch> {
+        self.called(|c| &mut c.shared_set);
         self.shared.borrow_mut().set(key, value, cas)
     }
 
@@ -245,6 +286,7 @@ impl Host for FakeHost {
         body: Option<&[u8]>,
         timeout: Duration,
     ) -> Option<u32> {
+        self.called(|c| &mut c.dispatch);
         if self.refuse_calls.get() {
             return None;
         }
@@ -264,27 +306,33 @@ impl Host for FakeHost {
     }
 
     fn call_response_status(&self) -> Option<u16> {
+        self.called(|c| &mut c.other);
         self.reply.borrow().0
     }
 
     fn call_response_body(&self, len: usize) -> Option<Vec<u8>> {
+        self.called(|c| &mut c.other);
         let reply = self.reply.borrow();
         reply.1.get(..len).map(<[u8]>::to_vec)
     }
 
     fn count(&self, metric: Metric, by: u64) {
+        self.called(|c| &mut c.metric);
         *self.metrics.borrow_mut().entry(metric).or_default() += by;
     }
 
     fn gauge(&self, metric: Metric, value: u64) {
+        self.called(|c| &mut c.metric);
         self.metrics.borrow_mut().insert(metric, value);
     }
 
     fn now_ms(&self) -> u64 {
+        self.called(|c| &mut c.other);
         self.now.get()
     }
 
     fn log(&self, level: Level, message: &str) {
+        self.called(|c| &mut c.other);
         self.logs.borrow_mut().push(format!("{level:?} {message}"));
     }
 }

@@ -30,6 +30,7 @@ pub mod memory_host;
 pub mod observe;
 pub mod outcome;
 pub mod prefix_index;
+pub mod prefix_pending;
 pub mod prompt_tally;
 pub mod request;
 pub mod response;
@@ -61,6 +62,8 @@ mod experiment_scenarios;
 mod external_scenarios;
 #[cfg(test)]
 mod fake_host;
+#[cfg(test)]
+mod host_call_scenarios;
 #[cfg(test)]
 mod outcome_scenarios;
 #[cfg(test)]

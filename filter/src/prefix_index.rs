@@ -5,11 +5,19 @@
 //! `prewarm_filter_prefix_write_failures_total`. Memory: `prefix_slots` × 26 bytes of values plus Envoy's
 //! per-key overhead, per proxy. A table the root adopts seeds the index with its placed
 //! prefixes ([`seed_from_table`], core's `prefix::seed`).
+//!
+//! A routed request's own writes do not go through here at once: they wait in the VM's
+//! [`PendingPrefixWrites`] for the root tick, and a store made [`SharedPrefixStore::with_pending`]
+//! reads them folded over shared data. A store also keeps what it read (a request's lookups
+//! probe some keys twice), so it lives for one request or one tick.
 
 use prewarm_core::prefix::{seed, PrefixStore, ENTRY_BYTES};
 use prewarm_core::wire::RoutingTable;
 
+use std::cell::RefCell;
+
 use crate::host::{Host, Metric};
+use crate::prefix_pending::PendingPrefixWrites;
 use crate::shared::Keys;
 use crate::worker::Worker;
 
@@ -36,6 +44,10 @@ pub struct SharedPrefixStore<'a, H: Host + ?Sized> {
     host: &'a H,
     keys: &'a Keys,
     slots: u32,
+    /// This VM's writes not yet in shared data, and the horizon they are folded with.
+    pending: Option<(&'a PendingPrefixWrites, u64)>,
+    /// Slots read (or written) through this store, as shared data gave them.
+    seen: RefCell<Vec<(u32, Option<Vec<u8>>)>>,
 }
 
 impl<'a, H: Host + ?Sized> SharedPrefixStore<'a, H> {
@@ -44,7 +56,25 @@ impl<'a, H: Host + ?Sized> SharedPrefixStore<'a, H> {
             host,
             keys,
             slots: slots.max(1),
+            pending: None,
+            seen: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Reads this VM's pending writes folded over shared data (with `horizon_ms`).
+    pub fn with_pending(mut self, pending: &'a PendingPrefixWrites, horizon_ms: u64) -> Self {
+        self.pending = Some((pending, horizon_ms));
+        self
+    }
+
+    /// `slot` as shared data holds it, read at most once through this store.
+    fn stored(&self, slot: u32) -> Option<Vec<u8>> {
+        if let Some((_, bytes)) = self.seen.borrow().iter().find(|(s, _)| *s == slot) {
+            return bytes.clone();
+        }
+        let bytes = self.host.shared_get(&self.keys.prefix_slot(slot)).0;
+        self.seen.borrow_mut().push((slot, bytes.clone()));
+        bytes
     }
 }
 
@@ -54,13 +84,24 @@ impl<H: Host + ?Sized> PrefixStore for SharedPrefixStore<'_, H> {
     }
 
     fn read(&self, slot: u32) -> Option<Vec<u8>> {
-        self.host.shared_get(&self.keys.prefix_slot(slot)).0
+        let stored = self.stored(slot);
+        match self.pending {
+            Some((pending, horizon_ms)) => pending.fold(slot, stored, horizon_ms),
+            None => stored,
+        }
     }
 
     fn write(&mut self, slot: u32, entry: &[u8; ENTRY_BYTES]) -> bool {
-        self.host
+        let ok = self
+            .host
             .shared_set(&self.keys.prefix_slot(slot), entry, None)
-            .is_ok()
+            .is_ok();
+        let mut seen = self.seen.borrow_mut();
+        seen.retain(|(s, _)| *s != slot);
+        if ok {
+            seen.push((slot, Some(entry.to_vec())));
+        }
+        ok
     }
 }
 

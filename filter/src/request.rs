@@ -360,7 +360,8 @@ impl RequestFlow {
         }
         let table = worker.table.view(settings.warmup);
         let keys = PromptKeys::of(&chain, &worker.fingerprint);
-        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
+        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
+            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms);
         let now = host.now_ms();
         let route = choose_pod(
             table.as_deref(),
@@ -417,7 +418,9 @@ impl RequestFlow {
             }
         };
         let keys = PromptKeys::of(chain, &worker.fingerprint);
-        let mut store = SharedPrefixStore::new(host, &worker.keys, worker.config.prefix_slots);
+        let config = &worker.config;
+        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
+            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms);
         self.record_served(
             host,
             worker,
@@ -446,15 +449,27 @@ impl RequestFlow {
         if let Some(watch) = self.outcome.as_mut() {
             watch.set_pod(served.pod);
         }
-        let refused = record(
-            store,
+        let config = &worker.config;
+        // the index's writes wait for the root tick (`prefix_pending`); when the VM's list is
+        // full, the request writes them itself
+        let queued = worker.prefix_pending.push(
             served.keys,
             served.pod,
             served.now_ms,
-            worker.config.prefix_horizon_ms,
+            config.prefix_slots.max(1),
+            config.prefix_horizon_ms,
         );
-        if refused > 0 {
-            host.count(Metric::PrefixWriteFailures, refused);
+        if !queued {
+            let refused = record(
+                store,
+                served.keys,
+                served.pod,
+                served.now_ms,
+                config.prefix_horizon_ms,
+            );
+            if refused > 0 {
+                host.count(Metric::PrefixWriteFailures, refused);
+            }
         }
         if let Some(record) = served_record(worker, served.pod, served.model, served.chain) {
             worker.served.enqueue(host, vec![record]);

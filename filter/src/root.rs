@@ -57,6 +57,10 @@ pub struct RootTasks {
 impl RootTasks {
     pub fn on_tick<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
         let now = host.now_ms();
+        // before a new table's seeds: the gateway's placement is newer than this VM's traffic
+        worker
+            .prefix_pending
+            .flush(host, &worker.keys, worker.config.prefix_horizon_ms);
         if let Some(stamp) = worker.table.refresh(host, &worker.keys) {
             host.gauge(Metric::TableGeneration, stamp.generation);
             // Whole seconds: the gauge is an integer and Prometheus' base unit is the second.

@@ -2,7 +2,8 @@
 //! configuration, its shared-data keys, its signal and served-record queues, its copy of the
 //! routing table (in standalone mode, the one built from `direct_pods`), its tallies (adapters
 //! and hot prefixes' uses; shared prompts), the key of credential identities and its embedding
-//! cache. Its queues: signals, served records and outcome records.
+//! cache. Its queues: signals, served records, outcome records and the prefix index's pending
+//! writes.
 
 use std::cell::RefCell;
 
@@ -13,6 +14,7 @@ use crate::credential::IdentityKey;
 use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
 use crate::embed_reports::EmbeddingReports;
+use crate::prefix_pending::PendingPrefixWrites;
 use crate::prompt_tally::PromptTally;
 use crate::routing::TableCache;
 use crate::shared::Keys;
@@ -37,6 +39,8 @@ pub struct Worker {
     pub embeddings: RefCell<EmbeddingCache>,
     /// What this VM tells the gateway of its embedding cache since its last batch.
     pub embed_reports: EmbeddingReports,
+    /// This VM's routed requests' prefix-index writes, applied on the root tick.
+    pub prefix_pending: PendingPrefixWrites,
 }
 
 impl Worker {
@@ -62,6 +66,7 @@ impl Worker {
                 config.embedding_cache.ttl_ms,
             )),
             embed_reports: EmbeddingReports::default(),
+            prefix_pending: PendingPrefixWrites::default(),
             config,
         }
     }

@@ -1,0 +1,128 @@
+//! Host calls a routed chat request makes (headers, body, the pod's answer, its end), by kind
+//! and body size: printed (run with
+//! `--nocapture`) and bounded. Each host call takes Envoy's shared-data lock or crosses the
+//! VM boundary, so the request path's count must not grow with the prompt.
+
+use crate::config::FilterConfig;
+use crate::fake_host::{FakeHost, HostCalls};
+use crate::host::Metric;
+use crate::scenarios::{chat_body, send_flow, with_one_pod_table};
+use crate::worker::Worker;
+
+/// A system prompt of about `bytes` bytes, distinct per `tag`.
+fn system_prompt(tag: &str, bytes: usize) -> String {
+    let mut out = String::new();
+    let mut i = 0u64;
+    while out.len() < bytes {
+        out.push_str(&format!(
+            "{tag} rule {i} of the handbook says answer politely. "
+        ));
+        i += 1;
+    }
+    out
+}
+
+/// The next turn of the conversation whose first question is `first question?`: the same
+/// prompt, gone on.
+fn next_turn() -> String {
+    format!("first question?{}", " and then?".repeat(80))
+}
+
+fn routed_request(host: &FakeHost, worker: &Worker, system: &str, question: &str) -> HostCalls {
+    host.take_host_calls();
+    let routed = host.metric(Metric::Routed);
+    let (_, mut flow) = send_flow(
+        host,
+        worker,
+        "/v1/chat/completions",
+        &[("x-prewarm-user", b"alice")],
+        &chat_body("m", system, question),
+    );
+    // the pod's answer and the request's end (its outcome record)
+    host.set_response_headers(&[(":status", b"200")]);
+    flow.on_response_headers(host);
+    let answer = br#"{"choices":[{"finish_reason":"stop","message":{"content":"ok"}}]}"#;
+    host.set_response_chunk(answer);
+    flow.on_response_body(host, worker, answer.len(), true);
+    flow.on_log(host, worker);
+    let calls = host.take_host_calls();
+    assert_eq!(
+        host.metric(Metric::Routed),
+        routed + 1,
+        "the request was routed"
+    );
+    calls
+}
+
+fn line(label: &str, c: &HostCalls) -> String {
+    format!(
+        "{label:<24} total {:>4}  shared get {:>3}  shared set {:>3}  metric {:>3}  dispatch {:>2}  other {:>3}",
+        c.total(),
+        c.shared_get,
+        c.shared_set,
+        c.metric,
+        c.dispatch,
+        c.other
+    )
+}
+
+#[test]
+fn a_routed_requests_host_calls_stay_bounded_whatever_the_prompts_length() {
+    let mut report = Vec::new();
+    let mut all = Vec::new();
+    for kb in [2usize, 16, 64] {
+        let host = FakeHost::new();
+        let worker = Worker::new(FilterConfig::default());
+        with_one_pod_table(&host, &worker);
+        let system = system_prompt(&format!("s{kb}"), kb * 1024);
+        let first = routed_request(&host, &worker, &system, "first question?");
+        let repeat = routed_request(&host, &worker, &system, &next_turn());
+        report.push(line(&format!("{kb} KB, first"), &first));
+        report.push(line(&format!("{kb} KB, next turn"), &repeat));
+        all.extend([first, repeat]);
+    }
+    println!(
+        "host calls of a routed chat request:\n{}",
+        report.join("\n")
+    );
+    // The prefix index's writes wait for the tick; its lookups are core's binary searches: at
+    // most 7 + 4 reads for the longest match and 7 for the common shards, whatever the length.
+    // The rest is constant: the table's generation, the user's pattern (a read and a
+    // compare-and-swap write) and the served and outcome records (a read and two writes each
+    // into their rings).
+    for c in all {
+        assert!(c.shared_set <= 5, "{c:?}");
+        assert!(c.shared_get <= 4 + 7 + 4 + 7, "{c:?}");
+        assert!(c.metric <= 6, "{c:?}");
+    }
+}
+
+/// The writes a request left for the tick reach shared data there: another worker routes the
+/// prefix's next turn to the same pod after the first worker's tick.
+#[test]
+fn a_requests_index_writes_reach_other_workers_on_the_tick() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut root = with_one_pod_table(&host, &worker);
+    let system = system_prompt("t", 16 * 1024);
+    routed_request(&host, &worker, &system, "first question?");
+    assert!(!worker.prefix_pending.is_empty());
+    let before = host
+        .shared_keys()
+        .iter()
+        .filter(|k| k.contains("/px/"))
+        .count();
+    host.take_host_calls();
+    root.on_tick(&host, &worker);
+    assert!(worker.prefix_pending.is_empty());
+    let after = host
+        .shared_keys()
+        .iter()
+        .filter(|k| k.contains("/px/"))
+        .count();
+    assert!(after > before, "{before} -> {after}");
+    let other_host = host.sibling();
+    let other = Worker::new(FilterConfig::default());
+    routed_request(&other_host, &other, &system, &next_turn());
+    assert_eq!(other_host.metric(Metric::RoutedByPrefix), 1);
+}
