@@ -2,7 +2,7 @@
 //! prompt pool, one core), the routing table build for 100 pods × 500 adapters (and at 1,000
 //! pods × 5,000 adapters with placed prefixes), the
 //! warm-up plan of a pod joining 100 pods with 100k hot prefixes, and the adapters' replica sets
-//! for 1,000 pods × 5,000 adapters.
+//! for 100 pods × 500 adapters and 1,000 × 5,000 (the lazy ranking and the full one it replaced).
 //! `cargo bench -p prewarm-gateway --bench policy`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -18,8 +18,9 @@ use prewarm_core::wire::{
     SignalBatch,
 };
 use prewarm_gateway::policy::{
-    plan_warmup, replica_sets, AdapterDemand, HotPrefix, HotnessConfig, PodRoute, PrefixKey,
-    PromptPool, RoutingConfig, RoutingTableBuilder, SlotCandidate, Tier, TierPools, WarmupConfig,
+    plan_warmup, replica_sets, replicas::replica_sets_by_full_ranking, AdapterDemand, HotPrefix,
+    HotnessConfig, PodRoute, PrefixKey, PromptPool, RoutingConfig, RoutingTableBuilder,
+    SlotCandidate, Tier, TierPools, WarmupConfig,
 };
 
 /// Signals per batch (a filter flushes its queue in batches of this order).
@@ -241,44 +242,76 @@ fn warmup_plan(c: &mut Criterion) {
     group.finish();
 }
 
-/// The fleet core recomputes every adapter's replica set once a keep-warm period (1 s): 5,000
-/// adapters with Zipf(1.0) demand over 1,000 pods of 4 GPU slots, from scratch and with the
-/// previous sets kept.
+/// The fleet core recomputes every adapter's replica set once a keep-warm period (1 s): adapters
+/// with Zipf(1.0) demand (every tenth gold) over pods of 4 GPU slots, at 100 pods × 500 adapters
+/// and 1,000 × 5,000; from scratch, with nothing changed (the previous sets kept), after a pod
+/// joins, after one leaves, and after demand shifts (the hottest fifth's rates rotate by one);
+/// each by the lazy ranking (`lazy`) and, side by side in the same run, by the full ranking it
+/// replaced (`full_ranking`).
 fn adapter_replica_sets(c: &mut Criterion) {
-    let names: Vec<String> = (0..5_000).map(|i| format!("tenant-{i}")).collect();
-    let demands: Vec<AdapterDemand<'_>> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| AdapterDemand {
-            name: n,
-            tier: if i % 10 == 0 {
-                Tier::Gold
-            } else {
-                Tier::Bronze
-            },
-            rate: 1_000.0 / (i + 1) as f64,
-        })
-        .collect();
-    let ids: Vec<String> = (0..1_000).map(|i| format!("pod-{i:04}")).collect();
-    let pods: Vec<SlotCandidate<'_>> = ids
-        .iter()
-        .map(|id| SlotCandidate {
-            candidate: PlacementCandidate::new(id, 1.0),
-            slots: 4,
-        })
-        .collect();
-    let pools = TierPools::default();
-    let none = Default::default();
-    let previous = replica_sets(&demands, &pods, &pools, 1, &none);
-    let mut group = c.benchmark_group("replica_sets");
-    group.sample_size(10);
-    group.bench_function("1000_pods_5000_adapters/from_scratch", |b| {
-        b.iter(|| black_box(replica_sets(&demands, &pods, &pools, 1, &none).len()))
-    });
-    group.bench_function("1000_pods_5000_adapters/sticky", |b| {
-        b.iter(|| black_box(replica_sets(&demands, &pods, &pools, 1, &previous).len()))
-    });
-    group.finish();
+    type Sets = std::collections::BTreeMap<String, Vec<String>>;
+    type Compute = fn(&[AdapterDemand<'_>], &[SlotCandidate<'_>], &TierPools, usize, &Sets) -> Sets;
+    for (pods_n, adapters_n) in [(100, 500), (1_000, 5_000)] {
+        let names: Vec<String> = (0..adapters_n).map(|i| format!("tenant-{i}")).collect();
+        let demands = |shift: bool| -> Vec<AdapterDemand<'_>> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let hot = adapters_n / 5;
+                    let rank = if shift && i < hot { (i + 1) % hot } else { i };
+                    AdapterDemand {
+                        name: n,
+                        tier: if i % 10 == 0 {
+                            Tier::Gold
+                        } else {
+                            Tier::Bronze
+                        },
+                        rate: 1_000.0 / (rank + 1) as f64,
+                    }
+                })
+                .collect()
+        };
+        let (steady, shifted) = (demands(false), demands(true));
+        let ids: Vec<String> = (0..=pods_n).map(|i| format!("pod-{i:04}")).collect();
+        let fleet = |range: std::ops::Range<usize>| -> Vec<SlotCandidate<'_>> {
+            ids[range]
+                .iter()
+                .map(|id| SlotCandidate {
+                    candidate: PlacementCandidate::new(id, 1.0),
+                    slots: 4,
+                })
+                .collect()
+        };
+        // `joined` has one pod more than `pods`, `left` one fewer (its first is gone).
+        let (pods, joined, left) = (fleet(0..pods_n), fleet(0..pods_n + 1), fleet(1..pods_n));
+        let pools = TierPools::default();
+        let none = Sets::new();
+        let previous = replica_sets(&steady, &pods, &pools, 1, &none);
+        let mut group = c.benchmark_group(format!(
+            "replica_sets_{pods_n}_pods_x_{adapters_n}_adapters"
+        ));
+        group.sample_size(10);
+        let computations: [(&str, Compute); 2] = [
+            ("lazy", replica_sets),
+            ("full_ranking", replica_sets_by_full_ranking),
+        ];
+        for (name, compute) in computations {
+            let cases: [(&str, &[AdapterDemand<'_>], &[SlotCandidate<'_>], &Sets); 5] = [
+                ("from_scratch", &steady, &pods, &none),
+                ("unchanged", &steady, &pods, &previous),
+                ("one_pod_joins", &steady, &joined, &previous),
+                ("one_pod_leaves", &steady, &left, &previous),
+                ("demand_shifts", &shifted, &pods, &previous),
+            ];
+            for (case, demands, pods, previous) in cases {
+                group.bench_function(format!("{name}/{case}"), |b| {
+                    b.iter(|| black_box(compute(demands, pods, &pools, 1, previous).len()))
+                });
+            }
+        }
+        group.finish();
+    }
 }
 
 /// The table at the scale: 1,000 pods, 5,000 adapters on their replica sets (5 a pod)

@@ -36,13 +36,41 @@
 //! (up to its new count) and only gains or drops members when its count changes or a member
 //! leaves, because a member moving moves the adapter's cached prefixes with it. Same inputs, same
 //! sets.
+//!
+//! Cost. Each adapter scores every member of its pool once (core's rendezvous [`score`]: O(n))
+//! and puts in order only the prefix of its ranking its passes read: the next best of the
+//! unsorted rest by partial selection (`select_nth_unstable`), then those alone sorted, the
+//! prefix doubling when a pass reads past it. A pass that needs a free slot first lists the
+//! pods with one that it finds eligible (slot and load look-ups, no scoring) and, when there
+//! are at most 64 (`FEW`), sorts only those: the pods left with free slots are mostly the ones
+//! over the bound, and walking the ranking to find that none fits would sort all of it. The
+//! passes over the previous set sort only its members, and the pass within the bound does the
+//! same with the pool's pods within it. So a call is O(adapters × n), the sorting
+//! O(adapters × (n + k log k)) for the k ranks the passes read. Sorting every ranking whole, and walking it whole
+//! once the free slots were all over the bound, took about a second a call at 1,000 pods ×
+//! 5,000 adapters (`docs/benchmarks.md`); scoring every pool member is now most of the cost.
+//!
+//! The sets are the full ranking's, bit for bit ([`replica_sets_by_full_ranking`] keeps it, the
+//! property tests' oracle): (1) core's `rank` orders by score descending, then id, then position
+//! (its sort is stable): a strict total order, so the prefix that selection then sorting yields
+//! is the full ranking's prefix; (2) a pass takes, in ranking order, the pods it finds eligible,
+//! and eligibility does not change during one adapter's passes (slots and load are charged once
+//! its set is chosen), so walking a prefix lazily takes the same pods in the same order, and
+//! when every eligible pod is in a set `S` (a kept pod is in the previous set; a pod with room
+//! has a free slot) sorting `S`'s eligible members by the same order lists the same pods.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use prewarm_core::fingerprint::chain_seed;
-use prewarm_core::{rank, PlacementCandidate};
+use prewarm_core::placement::score;
+use prewarm_core::PlacementCandidate;
 
 use super::{Tier, TierPools};
+
+mod full_ranking;
+
+pub use full_ranking::replica_sets_by_full_ranking;
 
 /// A pod's assigned adapter demand stays within this factor of its pool's mean where it can:
 /// consistent hashing with bounded loads' usual `c = 1.25` (Mirrokni, Thorup, Zadimoghaddam),
@@ -77,10 +105,11 @@ pub fn replica_count(share: f64, tier: Tier, pool_size: usize, min_replicas: usi
     wanted.max(floor).min(pool_size)
 }
 
-/// Every adapter's replicas (pod ids) among `pods`, at least `min_replicas` each; an adapter
-/// keeps the members of its `previous` set that are still in its pool and still have a free slot
-/// and room under the bound, up to its new count. Cost: every adapter ranks its pool, so
-/// O(adapters × pods × log pods) a call — the fleet calls it once a keep-warm period.
+/// Every adapter's replicas (pod ids) among `pods` (ids unique, as the fleet's are), at least
+/// `min_replicas` each; an adapter keeps the members of its `previous` set that are still in its
+/// pool and still have a free slot and room under the bound, up to its new count. Cost (module
+/// doc, "Cost"): every adapter scores its pool once and sorts only the ranks its passes read,
+/// O(adapters × pods) a call — the fleet calls it once a keep-warm period.
 pub fn replica_sets(
     demands: &[AdapterDemand<'_>],
     pods: &[SlotCandidate<'_>],
@@ -88,8 +117,7 @@ pub fn replica_sets(
     min_replicas: usize,
     previous: &BTreeMap<String, Vec<String>>,
 ) -> BTreeMap<String, Vec<String>> {
-    let candidates: Vec<PlacementCandidate<'_>> = pods.iter().map(|p| p.candidate).collect();
-    let pool_of = |tier: Tier| pools.candidates(tier, &candidates);
+    let fleet = PodIndex::new(pods, pools);
     // Each pool's total demand: adapters of tiers sharing a pool share its denominator.
     let in_gold_pool = |tier: Tier| !pools.is_one_pool() && tier == Tier::Gold;
     let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
@@ -109,8 +137,6 @@ pub fn replica_sets(
             .then(b.rate.total_cmp(&a.rate))
             .then(a.name.cmp(b.name))
     });
-    let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
-    let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
     let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gold_side in [true, false] {
@@ -122,31 +148,30 @@ pub fn replica_sets(
         let Some(first) = members.first() else {
             continue;
         };
-        let pool = pool_of(first.tier);
-        let slots: usize = pods
-            .iter()
-            .filter(|p| pool.iter().any(|c| c.id == p.candidate.id))
-            .map(|p| p.slots)
-            .sum();
+        let pool = fleet.pool(first.tier);
+        let slots: usize = pool.members.iter().map(|&p| fleet.slots(p)).sum();
         let total = if gold_side { gold_total } else { other_total };
-        counts.extend(fit_slots(&members, total, pool.len(), slots, min_replicas));
+        counts.extend(fit_slots(
+            &members,
+            total,
+            pool.members.len(),
+            slots,
+            min_replicas,
+        ));
     }
+    let mut load = SlotLoad::new(&fleet);
+    let mut picked = vec![false; pods.len()];
     let mut sets = BTreeMap::new();
     for d in order {
-        let pool = pool_of(d.tier);
+        let pool = fleet.pool(d.tier);
         // The other tiers may take the gold pool's free slots (never beyond them).
-        let spill: Vec<PlacementCandidate<'_>> = if pools.is_one_pool() || d.tier == Tier::Gold {
-            Vec::new()
-        } else {
-            pools.candidates(Tier::Gold, &candidates)
-        };
+        let spill = (!pools.is_one_pool() && d.tier != Tier::Gold).then_some(&fleet.gold);
         let total = if in_gold_pool(d.tier) {
             gold_total
         } else {
             other_total
         };
         let count = counts.get(d.name).copied().unwrap_or(1);
-        let (ranked, spill) = (ranked_ids(d.name, &pool), ranked_ids(d.name, &spill));
         // Each replica takes an equal part of the adapter's demand; a pod stays within
         // `LOAD_BOUND` × its pool's mean (a gold pod taking a spilled adapter: the fleet's).
         let part = if count > 0 {
@@ -154,41 +179,48 @@ pub fn replica_sets(
         } else {
             0.0
         };
-        let bound = LOAD_BOUND * total / pool.len().max(1) as f64;
-        let has_slot = |id: &str| free.get(id).is_some_and(|&f| f > 0);
-        let load = |id: &str| assigned.get(id).copied().unwrap_or(0.0) + part;
-        let within = |id: &str| load(id) <= bound;
-        let spill_fits = |id: &str| has_slot(id) && load(id) <= fleet_bound;
-        let kept = previous.get(d.name).map(Vec::as_slice).unwrap_or_default();
-        let was_kept = |id: &str| kept.iter().any(|k| k == id);
-        let mut chosen: Vec<&str> = Vec::with_capacity(count);
-        let preferences: [Preference<'_, '_, '_>; 6] = [
-            (&ranked, &|id| was_kept(id) && has_slot(id) && within(id)),
-            (&spill, &|id| was_kept(id) && spill_fits(id)),
-            (&ranked, &|id| has_slot(id) && within(id)),
-            (&spill, &spill_fits),
-            (&ranked, &within),
-            (&ranked, &|_| true),
-        ];
-        for (among, eligible) in preferences {
-            for id in among {
-                if chosen.len() >= count {
-                    break;
-                }
-                if !chosen.contains(id) && eligible(id) {
-                    chosen.push(id);
-                }
-            }
+        let bound = LOAD_BOUND * total / pool.members.len().max(1) as f64;
+        let seed = chain_seed(d.name);
+        let has_slot = |p: usize| load.has_slot(p);
+        let within = |p: usize| load.assigned(p) + part <= bound;
+        let spill_fits = |p: usize| has_slot(p) && load.assigned(p) + part <= fleet_bound;
+        let kept: Vec<usize> = previous
+            .get(d.name)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|id| fleet.index(id))
+            .collect();
+        let mut chosen = Chosen {
+            pods: Vec::with_capacity(count),
+            picked: &mut picked,
+            count,
+        };
+        let mut ranked = Ranking::new(seed, pool, &fleet);
+        let mut spilled = spill.map(|gold| Ranking::new(seed, gold, &fleet));
+        // The preferences, best first (module doc); each walks a ranking in order.
+        ranked.take_among(&kept, &|p| has_slot(p) && within(p), &mut chosen);
+        if let Some(spilled) = spilled.as_mut() {
+            spilled.take_among(&kept, &spill_fits, &mut chosen);
         }
-        for id in &chosen {
-            if let Some(f) = free.get_mut(id) {
-                *f = f.saturating_sub(1);
-            }
-            *assigned.entry(id).or_default() += part;
+        let pool_free = load.free_pods(pool);
+        ranked.take_among_or_walk(&pool_free, &|p| has_slot(p) && within(p), &mut chosen);
+        if let (Some(spilled), Some(gold)) = (spilled.as_mut(), spill) {
+            spilled.take_among_or_walk(&load.free_pods(gold), &spill_fits, &mut chosen);
+        }
+        // When few pods are within the bound, walking to them would sort most of the ranking.
+        ranked.take_among_or_walk(&pool.members, &within, &mut chosen);
+        ranked.walk(&|_| true, &mut chosen);
+        let chosen = chosen.into_pods();
+        for &p in &chosen {
+            load.assign(p, part);
         }
         sets.insert(
             d.name.to_string(),
-            chosen.into_iter().map(str::to_string).collect(),
+            chosen
+                .into_iter()
+                .map(|p| fleet.id(p).to_string())
+                .collect(),
         );
     }
     sets
@@ -224,16 +256,311 @@ fn fit_slots<'a>(
     counts.into_iter().map(|(n, c, _)| (n, c)).collect()
 }
 
-/// Candidates in rank order, and which of them a pass of the assignment may take.
-type Preference<'s, 'id, 'f> = (&'s [&'id str], &'f dyn Fn(&str) -> bool);
-
-/// The ids of `among` in `adapter`'s rendezvous order.
-fn ranked_ids<'a>(adapter: &str, among: &[PlacementCandidate<'a>]) -> Vec<&'a str> {
-    rank(chain_seed(adapter), among)
-        .into_iter()
-        .filter_map(|i| among.get(i).map(|c| c.id))
-        .collect()
+/// The pods by index: ids, slots, and each tier pool's members in the pods' order.
+struct PodIndex<'p, 'a> {
+    pods: &'p [SlotCandidate<'a>],
+    by_id: HashMap<&'a str, usize>,
+    gold: Pool,
+    other: Pool,
 }
+
+/// A tier pool: its members (pod indices, in the pods' order) and each pod's position in it.
+struct Pool {
+    members: Vec<usize>,
+    position: Vec<Option<usize>>,
+}
+
+impl Pool {
+    fn new(pods: &[SlotCandidate<'_>], admits: impl Fn(&str) -> bool) -> Self {
+        let mut position = vec![None; pods.len()];
+        let mut members = Vec::new();
+        for (p, pod) in pods.iter().enumerate() {
+            if admits(pod.candidate.id) {
+                if let Some(at) = position.get_mut(p) {
+                    *at = Some(members.len());
+                }
+                members.push(p);
+            }
+        }
+        Self { members, position }
+    }
+
+    fn position(&self, pod: usize) -> Option<usize> {
+        self.position.get(pod).copied().flatten()
+    }
+}
+
+impl<'p, 'a> PodIndex<'p, 'a> {
+    fn new(pods: &'p [SlotCandidate<'a>], pools: &TierPools) -> Self {
+        Self {
+            pods,
+            by_id: pods
+                .iter()
+                .enumerate()
+                .map(|(p, c)| (c.candidate.id, p))
+                .collect(),
+            gold: Pool::new(pods, |id| pools.admits(Tier::Gold, id)),
+            other: Pool::new(pods, |id| pools.admits(Tier::Bronze, id)),
+        }
+    }
+
+    /// `tier`'s pool (every non-gold tier shares one).
+    fn pool(&self, tier: Tier) -> &Pool {
+        if tier == Tier::Gold {
+            &self.gold
+        } else {
+            &self.other
+        }
+    }
+
+    fn index(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
+    }
+
+    fn id(&self, pod: usize) -> &'a str {
+        self.pods.get(pod).map_or("", |c| c.candidate.id)
+    }
+
+    fn slots(&self, pod: usize) -> usize {
+        self.pods.get(pod).map_or(0, |c| c.slots)
+    }
+
+    fn candidate(&self, pod: usize) -> Option<&PlacementCandidate<'a>> {
+        self.pods.get(pod).map(|c| &c.candidate)
+    }
+}
+
+/// Each pod's free GPU slots and assigned demand as the assignment goes, and the pods with a
+/// free slot (so a pass that needs one reads only them once they are few).
+struct SlotLoad {
+    free: Vec<usize>,
+    assigned: Vec<f64>,
+    with_free: BTreeSet<usize>,
+}
+
+impl SlotLoad {
+    fn new(fleet: &PodIndex<'_, '_>) -> Self {
+        let free: Vec<usize> = (0..fleet.pods.len()).map(|p| fleet.slots(p)).collect();
+        let with_free = (0..free.len())
+            .filter(|&p| free.get(p).is_some_and(|&f| f > 0))
+            .collect();
+        Self {
+            assigned: vec![0.0; free.len()],
+            free,
+            with_free,
+        }
+    }
+
+    fn has_slot(&self, pod: usize) -> bool {
+        self.free.get(pod).is_some_and(|&f| f > 0)
+    }
+
+    fn assigned(&self, pod: usize) -> f64 {
+        self.assigned.get(pod).copied().unwrap_or(0.0)
+    }
+
+    /// The members of `pool` with a free slot (in the pods' order).
+    fn free_pods(&self, pool: &Pool) -> Vec<usize> {
+        self.with_free
+            .iter()
+            .copied()
+            .filter(|&p| pool.position(p).is_some())
+            .collect()
+    }
+
+    fn assign(&mut self, pod: usize, part: f64) {
+        if let Some(f) = self.free.get_mut(pod) {
+            *f = f.saturating_sub(1);
+            if *f == 0 {
+                self.with_free.remove(&pod);
+            }
+        }
+        if let Some(a) = self.assigned.get_mut(pod) {
+            *a += part;
+        }
+    }
+}
+
+/// When at most this many pods with a free slot are eligible, a pass that needs one sorts them
+/// alone instead of walking the ranking to find them.
+const FEW: usize = 64;
+
+/// An adapter's replicas as the passes choose them, and which pods are taken.
+struct Chosen<'m> {
+    pods: Vec<usize>,
+    picked: &'m mut Vec<bool>,
+    count: usize,
+}
+
+impl Chosen<'_> {
+    fn full(&self) -> bool {
+        self.pods.len() >= self.count
+    }
+
+    /// Takes `pod` if it is not taken yet and the set is not full.
+    fn take(&mut self, pod: usize) {
+        if self.full() {
+            return;
+        }
+        if let Some(seen) = self.picked.get_mut(pod) {
+            if !*seen {
+                *seen = true;
+                self.pods.push(pod);
+            }
+        }
+    }
+
+    /// The chosen pods, best first; clears the marks for the next adapter.
+    fn into_pods(self) -> Vec<usize> {
+        for &p in &self.pods {
+            if let Some(seen) = self.picked.get_mut(p) {
+                *seen = false;
+            }
+        }
+        self.pods
+    }
+}
+
+/// First pods a ranking sorts; it doubles what it has sorted when a pass reads past it.
+const FIRST_SORTED: usize = 16;
+
+/// One adapter's rendezvous ranking of one pool, sorted lazily: every member is scored (core's
+/// [`score`] over the adapter's chain seed) when it is made, and only the prefix a pass reads is
+/// in order, the rest unordered behind it (module doc, "Cost").
+struct Ranking<'f, 'p, 'a> {
+    fleet: &'f PodIndex<'p, 'a>,
+    pool: &'f Pool,
+    /// Each pool member's score, by position in the pool.
+    scores: Vec<f64>,
+    /// Pool positions of the members that can win: `order[..sorted]` best first, then the rest.
+    order: Vec<usize>,
+    sorted: usize,
+}
+
+impl<'f, 'p, 'a> Ranking<'f, 'p, 'a> {
+    fn new(seed: u64, pool: &'f Pool, fleet: &'f PodIndex<'p, 'a>) -> Self {
+        let scores: Vec<f64> = pool
+            .members
+            .iter()
+            .map(|&p| {
+                fleet
+                    .candidate(p)
+                    .map_or(f64::NEG_INFINITY, |c| score(seed, c))
+            })
+            .collect();
+        // `rank` leaves out the candidates that can never win.
+        let order = (0..scores.len())
+            .filter(|&i| scores.get(i).is_some_and(|&s| s > f64::NEG_INFINITY))
+            .collect();
+        Self {
+            fleet,
+            pool,
+            scores,
+            order,
+            sorted: 0,
+        }
+    }
+
+    /// `rank`'s order: higher score first, then the id, then the position in the pool (its sort
+    /// is stable) — a total order, so any sort of any subset agrees with it.
+    fn better(&self, a: usize, b: usize) -> Ordering {
+        let score = |i: usize| self.scores.get(i).copied().unwrap_or(f64::NEG_INFINITY);
+        let id = |i: usize| self.pool.members.get(i).map_or("", |&p| self.fleet.id(p));
+        score(b)
+            .total_cmp(&score(a))
+            .then_with(|| id(a).cmp(id(b)))
+            .then(a.cmp(&b))
+    }
+
+    /// The pod at `rank` in the ranking, sorting more of it first if needed: the next best of
+    /// the unsorted rest by partial selection, then those alone sorted.
+    fn at(&mut self, rank: usize) -> Option<usize> {
+        if rank >= self.order.len() {
+            return None;
+        }
+        if rank >= self.sorted {
+            let want = (rank + 1)
+                .max(self.sorted * 2)
+                .max(FIRST_SORTED)
+                .min(self.order.len());
+            let mut rest = std::mem::take(&mut self.order);
+            if let Some(unsorted) = rest.get_mut(self.sorted..) {
+                let next = want - self.sorted;
+                if next < unsorted.len() {
+                    unsorted.select_nth_unstable_by(next - 1, |&a, &b| self.better(a, b));
+                }
+                if let Some(head) = unsorted.get_mut(..next) {
+                    head.sort_unstable_by(|&a, &b| self.better(a, b));
+                }
+            }
+            self.order = rest;
+            self.sorted = want;
+        }
+        self.order
+            .get(rank)
+            .and_then(|&i| self.pool.members.get(i))
+            .copied()
+    }
+
+    /// Takes, in ranking order, the `eligible` pods of the ranking that `among` lists: the same
+    /// pods, in the same order, as walking the whole ranking and testing each.
+    fn take_among(&self, among: &[usize], eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen) {
+        if chosen.full() {
+            return;
+        }
+        let mut positions: Vec<usize> = among
+            .iter()
+            .filter(|&&p| eligible(p))
+            .filter_map(|&p| self.pool.position(p))
+            .filter(|&i| self.scores.get(i).is_some_and(|&s| s > f64::NEG_INFINITY))
+            .collect();
+        positions.sort_unstable_by(|&a, &b| self.better(a, b));
+        positions.dedup();
+        for i in positions {
+            if let Some(&p) = self.pool.members.get(i) {
+                chosen.take(p);
+            }
+        }
+    }
+
+    /// A pass whose eligible pods are all in `among` (the pool's pods with a free slot, or the
+    /// pool): when few of them are eligible, among those alone; else along the ranking. Pods
+    /// left with free slots are often the ones over the bound, so walking to find that none is
+    /// eligible would sort the whole ranking.
+    fn take_among_or_walk(
+        &mut self,
+        among: &[usize],
+        eligible: &dyn Fn(usize) -> bool,
+        chosen: &mut Chosen,
+    ) {
+        if chosen.full() {
+            return;
+        }
+        let fits: Vec<usize> = among.iter().copied().filter(|&p| eligible(p)).collect();
+        if fits.len() <= FEW {
+            self.take_among(&fits, eligible, chosen);
+        } else {
+            self.walk(eligible, chosen);
+        }
+    }
+
+    /// Takes the `eligible` pods along the ranking, best first, until the set is full.
+    fn walk(&mut self, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen) {
+        let mut rank = 0;
+        while !chosen.full() {
+            let Some(p) = self.at(rank) else {
+                break;
+            };
+            if eligible(p) {
+                chosen.take(p);
+            }
+            rank += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod equivalence;
 
 #[cfg(test)]
 mod tests {
