@@ -105,6 +105,48 @@ pub fn replica_count(share: f64, tier: Tier, pool_size: usize, min_replicas: usi
     wanted.max(floor).min(pool_size)
 }
 
+/// Whether `tier`'s adapters have a pool of their own (gold, when the pools are split).
+fn in_gold_pool(pools: &TierPools, tier: Tier) -> bool {
+    !pools.is_one_pool() && tier == Tier::Gold
+}
+
+/// The adapters in assignment order and each pool's total demand.
+struct DemandOrder<'a, 'b> {
+    order: Vec<&'a AdapterDemand<'b>>,
+    gold_total: f64,
+    other_total: f64,
+}
+
+/// Each pool's total demand (adapters of tiers sharing a pool share its denominator), and the
+/// adapters gold first when they have a pool (its slots are theirs before anyone's), then by
+/// demand, then by name.
+fn demand_order<'a, 'b>(
+    demands: &'a [AdapterDemand<'b>],
+    pools: &TierPools,
+) -> DemandOrder<'a, 'b> {
+    let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
+    for d in demands {
+        let total = if in_gold_pool(pools, d.tier) {
+            &mut gold_total
+        } else {
+            &mut other_total
+        };
+        *total += d.rate.max(0.0);
+    }
+    let mut order: Vec<&AdapterDemand<'_>> = demands.iter().collect();
+    order.sort_by(|a, b| {
+        in_gold_pool(pools, b.tier)
+            .cmp(&in_gold_pool(pools, a.tier))
+            .then(b.rate.total_cmp(&a.rate))
+            .then(a.name.cmp(b.name))
+    });
+    DemandOrder {
+        order,
+        gold_total,
+        other_total,
+    }
+}
+
 /// Every adapter's replicas (pod ids) among `pods` (ids unique, as the fleet's are), at least
 /// `min_replicas` each; an adapter keeps the members of its `previous` set that are still in its
 /// pool and still have a free slot and room under the bound, up to its new count. Cost (module
@@ -118,25 +160,12 @@ pub fn replica_sets(
     previous: &BTreeMap<String, Vec<String>>,
 ) -> BTreeMap<String, Vec<String>> {
     let fleet = PodIndex::new(pods, pools);
-    // Each pool's total demand: adapters of tiers sharing a pool share its denominator.
-    let in_gold_pool = |tier: Tier| !pools.is_one_pool() && tier == Tier::Gold;
-    let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
-    for d in demands {
-        let total = if in_gold_pool(d.tier) {
-            &mut gold_total
-        } else {
-            &mut other_total
-        };
-        *total += d.rate.max(0.0);
-    }
-    // Gold adapters first when they have a pool: its slots are theirs before anyone's.
-    let mut order: Vec<&AdapterDemand<'_>> = demands.iter().collect();
-    order.sort_by(|a, b| {
-        in_gold_pool(b.tier)
-            .cmp(&in_gold_pool(a.tier))
-            .then(b.rate.total_cmp(&a.rate))
-            .then(a.name.cmp(b.name))
-    });
+    let in_gold_pool = |tier: Tier| in_gold_pool(pools, tier);
+    let DemandOrder {
+        order,
+        gold_total,
+        other_total,
+    } = demand_order(demands, pools);
     let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gold_side in [true, false] {

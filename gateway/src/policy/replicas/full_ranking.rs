@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use prewarm_core::fingerprint::chain_seed;
 use prewarm_core::{rank, PlacementCandidate};
 
-use super::{fit_slots, AdapterDemand, SlotCandidate, LOAD_BOUND};
+use super::{
+    demand_order, fit_slots, in_gold_pool, AdapterDemand, DemandOrder, SlotCandidate, LOAD_BOUND,
+};
 use crate::policy::{Tier, TierPools};
 
 /// [`super::replica_sets`] as it was before the ranking became lazy: the same sets.
@@ -21,25 +23,12 @@ pub fn replica_sets_by_full_ranking(
 ) -> BTreeMap<String, Vec<String>> {
     let candidates: Vec<PlacementCandidate<'_>> = pods.iter().map(|p| p.candidate).collect();
     let pool_of = |tier: Tier| pools.candidates(tier, &candidates);
-    // Each pool's total demand: adapters of tiers sharing a pool share its denominator.
-    let in_gold_pool = |tier: Tier| !pools.is_one_pool() && tier == Tier::Gold;
-    let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
-    for d in demands {
-        let total = if in_gold_pool(d.tier) {
-            &mut gold_total
-        } else {
-            &mut other_total
-        };
-        *total += d.rate.max(0.0);
-    }
-    // Gold adapters first when they have a pool: its slots are theirs before anyone's.
-    let mut order: Vec<&AdapterDemand<'_>> = demands.iter().collect();
-    order.sort_by(|a, b| {
-        in_gold_pool(b.tier)
-            .cmp(&in_gold_pool(a.tier))
-            .then(b.rate.total_cmp(&a.rate))
-            .then(a.name.cmp(b.name))
-    });
+    let in_gold_pool = |tier: Tier| in_gold_pool(pools, tier);
+    let DemandOrder {
+        order,
+        gold_total,
+        other_total,
+    } = demand_order(demands, pools);
     let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
     let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
     let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
