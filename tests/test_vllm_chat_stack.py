@@ -54,7 +54,10 @@ def test_a_joining_vllm_pod_warmed_for_chat_traffic_finds_its_first_chat_request
             if pod is new:
                 usage = reply["usage"]
                 firsts.append((app, cached_tokens(reply), usage["prompt_tokens"]))
-        assert firsts, "no application moved to the new pod: choose more applications"
+        table = stack.routing()
+        assert firsts, ("no application moved to the new pod; the table's pods (id, load, wait_ms), "
+                        f"load factor and placed prefixes: {[(p['id'], p.get('load'), p.get('wait_ms')) for p in table['pods']]}, "
+                        f"{table.get('load_factor')}, {[(p['pod'], len(p['keys'])) for p in table.get('prefixes', [])]}")
         print(f"\n{who}: new pod's first chat requests (app, cached, prompt tokens): {firsts}")
         with_cache = [f for f in firsts if f[1] > 0]
         assert len(with_cache) == len(firsts), firsts

@@ -42,6 +42,8 @@ mod steps;
 #[cfg(test)]
 mod tests;
 mod wait;
+#[cfg(test)]
+mod warm_load_tests;
 
 use std::collections::BTreeMap;
 
@@ -336,8 +338,14 @@ impl Fleet {
             if let (Some(b), Some(n)) = (l.block_size, l.num_gpu_blocks) {
                 pod.kv.set_geometry(b, n as u64);
             }
-            pod.busy.observe(l.requests(), now_ms);
-            pod.wait.observe(l.waiting, l.request_successes, now_ms);
+            // The load and wait the table publishes count the checks made while the pod takes
+            // traffic: before, its requests were the gateway's own first-tier warm calls, over
+            // when it enters the table, and a minute of them would push the traffic it was
+            // warmed for elsewhere.
+            if pod.routable(now_ms) {
+                pod.busy.observe(l.requests(), now_ms);
+                pod.wait.observe(l.waiting, l.request_successes, now_ms);
+            }
             pod.load = l;
         }
         let change = if ok {
