@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Parser;
 
 use crate::chat::{ChatTemplate, ContentFormatArg};
-use crate::config::{Engine, PodConfig};
+use crate::config::{Engine, PodConfig, PrefillCompute};
 use crate::profile::LatencyProfile;
 use crate::server::errors::ErrorFormat;
 use crate::server::ServerConfig;
@@ -108,6 +108,10 @@ pub struct Args {
     /// Model seconds per real second: waits are divided by it, reported figures are not.
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// How concurrent prefills share the pod's compute: unshared (each at the full rate) or
+    /// shared (one after another at the profile's rate: a piled pod queues).
+    #[arg(long, value_enum, default_value = "unshared")]
+    pub prefill_compute: PrefillCompute,
     /// Relative noise on prefill and decode times, in [0, 1).
     #[arg(long, default_value_t = 0.0)]
     pub noise: f64,
@@ -248,6 +252,7 @@ impl Args {
             max_lora_rank: self.max_lora_rank,
             max_loaded_loras: self.max_loaded_loras,
             latency,
+            prefill_compute: self.prefill_compute,
             noise: self.noise,
             seed: self.seed,
         };

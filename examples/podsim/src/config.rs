@@ -15,6 +15,27 @@ pub enum Engine {
     Sglang,
 }
 
+/// How the prompts being prefilled share the pod's compute.
+///
+/// `Shared` is the physical one: a GPU prefills so many tokens a second whatever the batch, so
+/// the uncached tokens of requests admitted together are computed one request after another
+/// (in admission order; a request waits in the queue, as vLLM's V1 scheduler keeps a request
+/// waiting while the step's token budget is spent on earlier prefills), and a pod that
+/// receives more prompt tokens than it can prefill queues them. The fixed first-token cost
+/// (`prefill_overhead`) is per batch step, not per request, so it is not serialised.
+/// `Unshared` is podsim's older model: every request prefills at the full rate beside any
+/// number of others, limited only by `max_num_seqs` and LoRA slots; piling requests onto one
+/// pod then costs nothing, which flatters routers that pile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefillCompute {
+    /// Every request prefills at the profile's full rate (default, podsim's older model).
+    #[default]
+    Unshared,
+    /// One prefill at a time at the profile's rate: contention queues.
+    Shared,
+}
+
 /// Everything that shapes a pod's behaviour. Times are model time in seconds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PodConfig {
@@ -47,6 +68,8 @@ pub struct PodConfig {
     /// Most registered adapters (SGLang's `--max-loaded-loras`); `None` = unbounded (vLLM).
     pub max_loaded_loras: Option<usize>,
     pub latency: LatencyProfile,
+    /// How concurrent prefills share the pod's compute (default `Unshared`).
+    pub prefill_compute: PrefillCompute,
     /// Relative noise on prefill and decode times: each figure is multiplied by a factor drawn
     /// uniformly from [1 − noise, 1 + noise] (default 0 = deterministic).
     pub noise: f64,
@@ -72,6 +95,7 @@ impl Default for PodConfig {
             max_lora_rank: 16,
             max_loaded_loras: None,
             latency: LatencyProfile::default(),
+            prefill_compute: PrefillCompute::Unshared,
             noise: 0.0,
             seed: 0,
         }

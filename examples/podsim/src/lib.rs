@@ -47,7 +47,7 @@ pub mod server;
 
 pub use adapters::AdapterSpec;
 pub use chat::ChatTemplate;
-pub use config::{Engine, PodConfig};
+pub use config::{Engine, PodConfig, PrefillCompute};
 pub use pod::{AdapterError, Admission, FinishedReason, Pod, PodMetrics, RequestError, RequestId};
 pub use profile::LatencyProfile;
 pub use request::{PrepareError, PreparedRequest, RequestSpec};

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::adapters::{AdapterSets, AdapterSpec};
-use crate::config::{Engine, PodConfig};
+use crate::config::{Engine, PodConfig, PrefillCompute};
 use crate::prefix_cache::{prompt_block_hashes, salted_prompt_block_hashes, BlockId, BlockPool};
 use crate::request::RequestSpec;
 use crate::schedule::{adapters_at, earliest_start, micros, BatchLimits, Interval};
@@ -169,6 +169,8 @@ pub struct Pod {
     next_id: RequestId,
     noise_state: u64,
     now: f64,
+    /// With shared prefill compute, when the last admitted prefill's tokens are computed.
+    prefill_free_at: f64,
 }
 
 impl Pod {
@@ -190,6 +192,7 @@ impl Pod {
             next_id: 1,
             noise_state: config.seed ^ 0x9e37_79b9_7f4a_7c15,
             now: 0.0,
+            prefill_free_at: 0.0,
             config,
         })
     }
@@ -300,7 +303,15 @@ impl Pod {
             };
             (load, activation)
         });
-        let prefill = latency.prefill(prompt_tokens - cached_tokens) * self.noise_factor();
+        let uncached = prompt_tokens - cached_tokens;
+        let noise = self.noise_factor();
+        let prefill = latency.prefill(uncached) * noise;
+        // With shared compute the request is not started before the tokens of every prefill
+        // admitted before it are computed (its own load and activation may overlap them).
+        let ready = match self.config.prefill_compute {
+            PrefillCompute::Unshared => now,
+            PrefillCompute::Shared => now.max(self.prefill_free_at - load - activation),
+        };
         let inter_token = latency.inter_token * self.noise_factor();
         let duration = load + activation + prefill + inter_token * (output_tokens - 1) as f64;
         let pinned: Vec<&str> = self.adapters.pinned().collect();
@@ -311,7 +322,7 @@ impl Pod {
         };
         let start = earliest_start(
             self.admitted(),
-            now,
+            ready,
             duration,
             adapter_name.as_deref(),
             limits,
@@ -321,6 +332,11 @@ impl Pod {
             self.adapters.place(&a.name, &busy);
         }
         let first_token_at = start + load + activation + prefill;
+        if self.config.prefill_compute == PrefillCompute::Shared {
+            let computed =
+                start + load + activation + latency.per_uncached_token * uncached as f64 * noise;
+            self.prefill_free_at = self.prefill_free_at.max(computed);
+        }
         let finish_at = start + duration;
 
         let id = self.next_id;

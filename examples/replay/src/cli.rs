@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use podsim::PrefillCompute;
 
 use crate::assign::{assign, read_servegen, zipf, AdapterSource, Assignment};
 use crate::offline::run::{evaluate, summaries, Setup, POLICIES};
@@ -111,6 +112,11 @@ pub struct OfflineArgs {
     /// (26,624 for `llama-8b-h100`; podsim's `profile.rs` derives it).
     #[arg(long)]
     pub kv_blocks: Option<usize>,
+    /// How each pod's concurrent prefills share its compute: `shared` (one after another at the
+    /// profile's rate, so a pod that receives more prompt tokens than it can prefill queues
+    /// them) or `unshared` (each at the full rate beside any number of others).
+    #[arg(long, value_enum, default_value = "unshared")]
+    pub prefill_compute: PrefillCompute,
     /// GPU adapter slots per pod (vLLM `--max-loras`).
     #[arg(long, default_value_t = 4)]
     pub max_loras: usize,
@@ -289,6 +295,7 @@ pub fn run_offline(args: &OfflineArgs) -> Result<(), String> {
         tier_pools: !args.no_tier_pools,
         gold_pool_share: args.gold_pool_share,
         load_factor: (args.load_factor > 0.0).then_some(args.load_factor),
+        prefill_compute: args.prefill_compute,
     };
     let setup = Setup {
         trace: &trace,

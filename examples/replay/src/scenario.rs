@@ -1,6 +1,7 @@
 //! The scenario a run replays: the fleet (pods, latency profile, KV blocks, LoRA slots) and its
 //! events (`--add-pods 2@600s`, `--restart-pod 1@900s`), serialised into the JSON report.
 
+use podsim::PrefillCompute;
 use serde::Serialize;
 
 /// Seconds after a pod joins (or restarts) during which its requests count as "new pod" ones,
@@ -28,6 +29,8 @@ pub struct FleetSpec {
     pub gold_pool_share: f64,
     /// The prewarm policy's bounded-load factor (the gateway's `routing.load_factor`).
     pub load_factor: Option<f64>,
+    /// How each pod's concurrent prefills share its compute (podsim's `PrefillCompute`).
+    pub prefill_compute: PrefillCompute,
 }
 
 /// Something that happens to the fleet.

@@ -27,6 +27,7 @@ fn spec(pods: usize) -> FleetSpec {
         tier_pools: true,
         gold_pool_share: 0.0,
         load_factor: Some(1.25),
+        prefill_compute: podsim::PrefillCompute::Unshared,
     }
 }
 

@@ -20,6 +20,7 @@ fn fleet(pods: usize, kv_blocks: usize) -> FleetSpec {
         tier_pools: true,
         gold_pool_share: 0.0,
         load_factor: Some(1.25),
+        prefill_compute: podsim::PrefillCompute::Unshared,
     }
 }
 
@@ -242,4 +243,50 @@ fn a_gold_pool_keeps_gold_adapters_resident_that_the_long_tail_evicts() {
             );
         }
     }
+}
+
+/// With shared prefill compute a pod sent prompts faster than it prefills them queues them:
+/// `first_shard_affinity` piles one prefix's requests onto one pod, whose TTFTs then grow
+/// request after request, while with unshared compute each costs its own prefill only. The
+/// requests' cache hits do not depend on the model of compute.
+#[test]
+fn shared_prefill_compute_queues_a_piled_pod() {
+    // 20 prompts on one first block, 1,024 new tokens each (256 ms at 250 µs a token),
+    // 100 ms apart: the pod's queue grows 156 ms a request.
+    let trace: Vec<TraceRequest> = (0..20)
+        .map(|i| request(i * 100, &[1, 1_000 + i, 2_000 + i], 8_192))
+        .collect();
+    let assignment = assign(&trace, None, 1, 0.1, 0.2);
+    let outcomes = |compute| {
+        let mut spec = fleet(4, 26_624);
+        spec.prefill_compute = compute;
+        let setup = Setup {
+            trace: &trace,
+            assignment: &assignment,
+            fleet: &spec,
+            events: &[],
+        };
+        let runs = evaluate(&setup, &["first_shard_affinity".to_string()], |_, _| {}).unwrap();
+        runs.into_iter().next().unwrap().outcomes
+    };
+    let (unshared, shared) = (
+        outcomes(podsim::PrefillCompute::Unshared),
+        outcomes(podsim::PrefillCompute::Shared),
+    );
+    let cached =
+        |o: &[prewarm_replay::outcome::Outcome]| o.iter().map(|r| r.cached_tokens).sum::<u64>();
+    assert_eq!(cached(&unshared), cached(&shared));
+    let ttft =
+        |o: &[prewarm_replay::outcome::Outcome]| o.iter().map(|r| r.ttft_s).collect::<Vec<_>>();
+    let (first, last) = (ttft(&unshared)[0], ttft(&unshared)[19]);
+    assert!(
+        (last - first).abs() < 0.5,
+        "unshared: each costs its own prefill: {first} {last}"
+    );
+    assert!(ttft(&shared)[19] > 5.0 * last, "{:?}", ttft(&shared));
+    assert!(
+        ttft(&shared).windows(2).all(|w| w[1] >= w[0]),
+        "{:?}",
+        ttft(&shared)
+    );
 }

@@ -39,6 +39,7 @@ impl Fleet {
             max_cpu_loras: spec.max_cpu_loras,
             max_lora_rank: spec.adapter_rank.max(16),
             latency,
+            prefill_compute: spec.prefill_compute,
             ..PodConfig::default()
         };
         let problems = config.validate();
