@@ -209,12 +209,22 @@ fn holder_keeps(
     holder_wait: u64,
     others_wait: u64,
 ) -> bool {
+    holder_keeps_against(first, next, (load, holder_wait), (0.2, others_wait))
+}
+
+/// [`holder_keeps`] with the other pods' load too.
+fn holder_keeps_against(
+    first: &PromptKeys,
+    next: &PromptKeys,
+    (load, holder_wait): (f64, u64),
+    (others_load, others_wait): (f64, u64),
+) -> bool {
     let mut t = table(4, Some(1.25));
     t.prefill_us_per_token = Some(250.0);
     let (_, holder) = rendezvous_and_other(&t, next);
     for p in &mut t.pods {
         let is_holder = p.id == holder;
-        p.load = Some(if is_holder { load } else { 0.2 });
+        p.load = Some(if is_holder { load } else { others_load });
         p.wait_ms = Some(if is_holder { holder_wait } else { others_wait });
     }
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
@@ -239,6 +249,20 @@ fn a_busy_holder_keeps_the_request_while_its_wait_costs_less_than_the_move() {
         holder_keeps(&first, &next, 0.9, 1_000, 900),
         "moving waits 900 ms as well: 1,076 ms in all"
     );
+}
+
+/// A move's prefill delays the requests queued behind it on a busy pod: priced at
+/// `1 ÷ (1 − ρ)` times the request's own (move_cost's module doc).
+#[test]
+fn a_move_onto_a_busy_pod_costs_the_requests_queued_there_too() {
+    // 704 tokens matched: 176 ms to prefill on an idle pod, 880 ms on one busy 80 % of the
+    // minute, 3.5 s (the cap, 20 ×) on one busy all of it.
+    let (first, next) = (prompt(0, 1, 3_000), prompt(0, 1, 3_900));
+    assert!(!holder_keeps_against(&first, &next, (0.9, 800), (0.0, 0)));
+    assert!(holder_keeps_against(&first, &next, (0.9, 800), (0.8, 0)));
+    assert!(!holder_keeps_against(&first, &next, (0.9, 1_000), (0.8, 0)));
+    assert!(holder_keeps_against(&first, &next, (1.0, 3_500), (1.0, 0)));
+    assert!(!holder_keeps_against(&first, &next, (1.0, 3_600), (1.0, 0)));
 }
 
 #[test]
