@@ -38,13 +38,23 @@ fn run(
     spec: &FleetSpec,
     events: &[FleetEvent],
 ) -> Vec<PolicyRun> {
+    run_policies(trace, assignment, spec, events, &all_policies())
+}
+
+fn run_policies(
+    trace: &[TraceRequest],
+    assignment: &Assignment,
+    spec: &FleetSpec,
+    events: &[FleetEvent],
+    policies: &[String],
+) -> Vec<PolicyRun> {
     let setup = Setup {
         trace,
         assignment,
         fleet: spec,
         events,
     };
-    evaluate(&setup, &all_policies(), |_, _| {}).unwrap()
+    evaluate(&setup, policies, |_, _| {}).unwrap()
 }
 
 #[test]
@@ -223,13 +233,7 @@ fn a_gold_pool_keeps_gold_adapters_resident_that_the_long_tail_evicts() {
                 gold_pool_share,
                 ..fleet(6, 4096)
             };
-            let setup = Setup {
-                trace: &trace,
-                assignment: &assignment,
-                fleet: &spec,
-                events: &[],
-            };
-            let runs = evaluate(&setup, &["prewarm".to_string()], |_, _| {}).unwrap();
+            let runs = run_policies(&trace, &assignment, &spec, &[], &["prewarm".to_string()]);
             let report = summaries(&runs, &spec, &[]).remove(0);
             assert_eq!(report.requests, 600);
             report.gold_adapter_hit_ratio.unwrap()
@@ -260,13 +264,8 @@ fn shared_prefill_compute_queues_a_piled_pod() {
     let outcomes = |compute| {
         let mut spec = fleet(4, 26_624);
         spec.prefill_compute = compute;
-        let setup = Setup {
-            trace: &trace,
-            assignment: &assignment,
-            fleet: &spec,
-            events: &[],
-        };
-        let runs = evaluate(&setup, &["first_shard_affinity".to_string()], |_, _| {}).unwrap();
+        let affinity = ["first_shard_affinity".to_string()];
+        let runs = run_policies(&trace, &assignment, &spec, &[], &affinity);
         runs.into_iter().next().unwrap().outcomes
     };
     let (unshared, shared) = (
