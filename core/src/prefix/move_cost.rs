@@ -15,9 +15,9 @@
 //! is busy a share ρ of the time, work `S` added to it costs `S ÷ (1 − ρ)` in all — its own
 //! `S` and `S × ρ ÷ (1 − ρ)` of delay imposed on the requests after it (the M/M/1 scaling of
 //! response time) — while staying adds only the request's uncached tail. Hence the division,
-//! with ρ the table's load of that pod (its busy
-//! share of the last minute) capped at [`MAX_BUSY`]: an idle pod (a joining one) takes a move
-//! at its own price, a pod busy all minute at twenty times it. Measured in the offline
+//! with ρ the table's load of that pod (its busy share of the last minute) capped at
+//! [`MAX_BUSY`]: an idle pod (a joining one) takes a move at its own price, a pod busy all
+//! minute at twenty times it. Measured in the offline
 //! evaluator on agentic sessions with shared prefill compute (`--prefill-compute shared`:
 //! ≈ 100 k-token contexts whose move re-prefills 25 s): without the factor prewarm moved
 //! sessions off busy holders onto pods as busy, each move queued the next, and token hit fell
