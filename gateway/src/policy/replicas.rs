@@ -115,6 +115,9 @@ struct DemandOrder<'a, 'b> {
     order: Vec<&'a AdapterDemand<'b>>,
     gold_total: f64,
     other_total: f64,
+    /// The most demand a pod may take of adapters spilled out of their pool: [`LOAD_BOUND`] ×
+    /// the whole fleet's mean.
+    fleet_bound: f64,
 }
 
 /// Each pool's total demand (adapters of tiers sharing a pool share its denominator), and the
@@ -123,6 +126,7 @@ struct DemandOrder<'a, 'b> {
 fn demand_order<'a, 'b>(
     demands: &'a [AdapterDemand<'b>],
     pools: &TierPools,
+    pods: usize,
 ) -> DemandOrder<'a, 'b> {
     let (mut gold_total, mut other_total) = (0.0f64, 0.0f64);
     for d in demands {
@@ -144,6 +148,7 @@ fn demand_order<'a, 'b>(
         order,
         gold_total,
         other_total,
+        fleet_bound: LOAD_BOUND * (gold_total + other_total) / pods.max(1) as f64,
     }
 }
 
@@ -165,8 +170,8 @@ pub fn replica_sets(
         order,
         gold_total,
         other_total,
-    } = demand_order(demands, pools);
-    let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
+        fleet_bound,
+    } = demand_order(demands, pools, pods.len());
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gold_side in [true, false] {
         let members: Vec<&AdapterDemand<'_>> = order

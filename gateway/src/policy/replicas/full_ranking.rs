@@ -28,10 +28,10 @@ pub fn replica_sets_by_full_ranking(
         order,
         gold_total,
         other_total,
-    } = demand_order(demands, pools);
+        fleet_bound,
+    } = demand_order(demands, pools, pods.len());
     let mut free: BTreeMap<&str, usize> = pods.iter().map(|p| (p.candidate.id, p.slots)).collect();
     let mut assigned: BTreeMap<&str, f64> = BTreeMap::new();
-    let fleet_bound = LOAD_BOUND * (gold_total + other_total) / pods.len().max(1) as f64;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gold_side in [true, false] {
         let members: Vec<&AdapterDemand<'_>> = order
