@@ -39,11 +39,14 @@
 mod config;
 pub mod screen;
 pub mod shape;
+mod signals;
 mod snapshot;
+mod templates;
 
 pub use config::{HotnessConfig, MAX_TAG_BYTES};
 pub use shape::{ShapeSummary, SharedShape};
 pub use snapshot::{PromptRecord, SharedRecord};
+pub use templates::Template;
 
 use std::collections::BTreeSet;
 
@@ -51,15 +54,11 @@ use std::collections::BTreeSet;
 use ahash::AHashMap as HashMap;
 use std::sync::Arc;
 
-use prewarm_core::fingerprint::{
-    blocks_to_tokens, routing_key, BlockChain, BlockHash, FingerprintConfig,
-};
+use prewarm_core::fingerprint::{blocks_to_tokens, routing_key, BlockHash, FingerprintConfig};
 use prewarm_core::request::Endpoint;
 use prewarm_core::tokens::BYTES_PER_TOKEN;
-use prewarm_core::warm_shape::{ShapeError, WarmShape};
-use prewarm_core::wire::{
-    FeedbackOutcome, FeedbackSignal, PinSignal, PrefillSignal, Signal, SignalBatch,
-};
+use prewarm_core::warm_shape::ShapeError;
+use prewarm_core::wire::PinSignal;
 use serde::{Deserialize, Serialize};
 
 use super::interner::{Interner, NameId};
@@ -102,45 +101,6 @@ pub enum Origin {
     Static,
     /// From the filter's signals.
     Dynamic,
-}
-
-/// An operator template, as the admin API takes it. `Debug` shows its shape's summary, never a
-/// salt.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Template {
-    /// Base model or adapter name: the chain's seed.
-    pub model: String,
-    /// Canonical prompt text (core's `canonical_prompt` rendering).
-    pub text: String,
-    #[serde(default)]
-    pub tenant: Option<String>,
-    #[serde(default = "default_endpoint")]
-    pub endpoint: Endpoint,
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// How the template's traffic reaches the engine (chat message spans over `text`, tools,
-    /// kwargs, salt), as a filter's signal carries it; absent: warmed as a completion of `text`
-    /// (chat: counted as unshaped) until a signal brings the traffic's shape.
-    #[serde(default)]
-    pub shape: Option<WarmShape>,
-}
-
-impl std::fmt::Debug for Template {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Template")
-            .field("model", &self.model)
-            .field("text_bytes", &self.text.len())
-            .field("tenant", &self.tenant)
-            .field("endpoint", &self.endpoint)
-            .field("tags", &self.tags)
-            .field("shape", &self.shape.as_ref().map(ShapeSummary::of))
-            .finish()
-    }
-}
-
-fn default_endpoint() -> Endpoint {
-    Endpoint::ChatCompletions
 }
 
 /// Why an entry is not warmed now (a prefill of it is not sent).
@@ -266,24 +226,6 @@ impl PromptView<'_> {
 }
 
 const NO_NAME: NameId = NameId::MAX;
-
-/// A signal's `prefix_tokens` is `blocks × block_tokens` and its text covers them, less at most
-/// one partial character (the filter cuts the text back to a character boundary).
-fn check_signal_lengths(signal: &PrefillSignal) -> Result<(), PoolError> {
-    let blocks = signal.prefix.len().max(1);
-    let tokens = signal.prefix_tokens;
-    let covered = tokens.saturating_mul(BYTES_PER_TOKEN);
-    if tokens == 0
-        || !tokens.is_multiple_of(blocks)
-        || signal.prefix_text.len().saturating_add(3) < covered
-    {
-        return Err(PoolError::InconsistentLength {
-            tokens,
-            text_bytes: signal.prefix_text.len(),
-        });
-    }
-    Ok(())
-}
 
 /// A name's length limit ([`MAX_NAME_BYTES`]).
 fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
@@ -612,74 +554,6 @@ impl PromptPool {
         Ok(())
     }
 
-    /// Applies a prefill signal: a new dynamic entry (evicting the coldest at `max_entries`),
-    /// or more hotness for a known one, whose shape the signal's replaces (the traffic's
-    /// current shape wins; a salt a snapshot dropped is back). A shape that does not lie on the
-    /// signal's text refuses the signal. Returns the entry's key.
-    pub fn apply_prefill(
-        &mut self,
-        signal: PrefillSignal,
-        now_ms: u64,
-    ) -> Result<PrefixKey, PoolError> {
-        self.tick(now_ms);
-        let last = *signal.prefix.last().ok_or(PoolError::EmptyPrefix)?;
-        let key = PrefixKey::new(&signal.model, last);
-        if let Some(shape) = &signal.shape {
-            shape.check(&signal.prefix_text)?;
-        }
-        let boost = self.config.signal_boost * (1.0 + f64::from(signal.priority.min(99)) / 100.0);
-        if let Some(e) = self.entries.get(&key) {
-            // The same chain; the text may differ by a character the filter cut.
-            if let (Some(shape), false) = (&signal.shape, *e.text == *signal.prefix_text) {
-                shape.check(&e.text)?;
-            }
-            self.replace_shape(&key, signal.shape.map(SharedShape::new))?;
-            if let Some(e) = self.entries.get_mut(&key) {
-                e.last_signal_ms = self.last_now_ms;
-                // one arm that keeps it warm is enough
-                e.keep_warm |= signal.keep_warm;
-            }
-            self.boost(&key, boost);
-            return Ok(key);
-        }
-        self.check_prefix(&signal.prefix_text, signal.prefix.len())?;
-        check_signal_lengths(&signal)?;
-        check_name("model", &signal.model)?;
-        if let Some(t) = &signal.tenant {
-            check_name("tenant", t)?;
-        }
-        let shape = signal.shape.map(SharedShape::new);
-        self.make_room(
-            entry_bytes(signal.prefix_text.len(), signal.prefix.len())
-                .saturating_add(shape_bytes(shape.as_ref())),
-            true,
-        )?;
-        let (model, tenant) = self.acquire_names(&signal.model, signal.tenant.as_deref())?;
-        let score = boost * self.factor;
-        self.insert_entry(
-            key,
-            Entry {
-                text: Arc::from(signal.prefix_text),
-                blocks: Arc::from(signal.prefix),
-                score,
-                last_signal_ms: self.last_now_ms,
-                model,
-                tenant,
-                adoptions: 0,
-                successes: 0,
-                endpoint: signal.endpoint,
-                origin: Origin::Dynamic,
-                keep_warm: signal.keep_warm,
-                shape,
-                salt_dropped: false,
-                rejections: 0,
-                backoff_until_ms: 0,
-            },
-        );
-        self.order.insert((score.to_bits(), key));
-        Ok(key)
-    }
-
     /// Gives `key`'s entry `shape` (and takes back a dropped salt's flag), evicting colder
     /// entries when it grows past `max_pool_bytes`; refused (the entry as it was) when it
     /// cannot fit.
@@ -704,192 +578,6 @@ impl PromptPool {
         self.account_bytes(old, templates, false);
         self.account_bytes(new, templates, true);
         Ok(())
-    }
-
-    /// An engine rejected a warm call of `key` (a 4xx: the request itself is refused, so
-    /// sending it again would be refused again): the entry backs off, one decay period after
-    /// the first rejection in a row, doubling with each up to [`MAX_BACKOFF_PERIODS`]. A call
-    /// already in flight when a back-off started does not extend it. Returns the back-off's
-    /// end, or `None` when it was already backing off or is gone.
-    pub fn prefill_rejected(&mut self, key: &PrefixKey, now_ms: u64) -> Option<u64> {
-        let period = self.config.decay_period_ms.max(1);
-        let e = self.entries.get_mut(key)?;
-        if now_ms < e.backoff_until_ms {
-            return None;
-        }
-        let doublings = e.rejections.min(MAX_BACKOFF_PERIODS.trailing_zeros());
-        let periods = (1u64 << doublings).min(MAX_BACKOFF_PERIODS);
-        e.rejections = e.rejections.saturating_add(1);
-        e.backoff_until_ms = now_ms.saturating_add(period.saturating_mul(periods));
-        Some(e.backoff_until_ms)
-    }
-
-    /// An engine accepted a warm call of `key`: a series of rejections is over.
-    pub fn prefill_accepted(&mut self, key: &PrefixKey) {
-        if let Some(e) = self.entries.get_mut(key) {
-            e.rejections = 0;
-        }
-    }
-
-    /// Applies feedback: `adoption_boost` or `success_boost` per request it stands for, at
-    /// most `max_feedback_count` requests. Returns whether the prefix was in the pool.
-    pub fn apply_feedback(&mut self, signal: &FeedbackSignal, now_ms: u64) -> bool {
-        let cap = self.config.max_feedback_count.max(1);
-        self.apply_feedback_capped(signal, signal.count.clamp(1, cap), now_ms)
-    }
-
-    fn apply_feedback_capped(&mut self, signal: &FeedbackSignal, count: u32, now_ms: u64) -> bool {
-        self.tick(now_ms);
-        let key = PrefixKey::new(&signal.model, signal.prefix);
-        let Some(e) = self.entries.get_mut(&key) else {
-            return false;
-        };
-        let per = match signal.outcome {
-            FeedbackOutcome::Adopted => {
-                e.adoptions = e.adoptions.saturating_add(count);
-                self.config.adoption_boost
-            }
-            FeedbackOutcome::Succeeded => {
-                e.successes = e.successes.saturating_add(count);
-                self.config.success_boost
-            }
-        };
-        self.boost(&key, per * f64::from(count));
-        true
-    }
-
-    /// Applies every prefill and feedback signal of a decoded batch; pins are handed back. The
-    /// feedback for one prefix counts at most `max_feedback_count` requests per batch, however
-    /// many signals carry it.
-    pub fn ingest(&mut self, batch: SignalBatch, now_ms: u64) -> IngestReport {
-        let mut report = IngestReport::default();
-        let cap = self.config.max_feedback_count.max(1);
-        let mut counted: HashMap<PrefixKey, u32> = HashMap::new();
-        for signal in batch.signals {
-            match signal {
-                Signal::Prefill(p) => match self.apply_prefill(p, now_ms) {
-                    Ok(_) => report.prefills += 1,
-                    Err(e) => {
-                        report.rejected += 1;
-                        if report.reasons.len() < 8 {
-                            report.reasons.push(e);
-                        }
-                    }
-                },
-                Signal::Feedback(f) => {
-                    let used = counted
-                        .entry(PrefixKey::new(&f.model, f.prefix))
-                        .or_insert(0);
-                    let count = f.count.max(1).min(cap.saturating_sub(*used));
-                    *used = used.saturating_add(count);
-                    if count == 0 {
-                        report.feedback_capped += 1;
-                    } else if self.apply_feedback_capped(&f, count, now_ms) {
-                        report.feedback += 1;
-                    } else {
-                        report.feedback_unknown += 1;
-                    }
-                }
-                Signal::Pin(p) => report.pins.push(p),
-            }
-        }
-        report
-    }
-
-    /// Registers an operator template (or re-registers it with new tags, and its shape when it
-    /// carries one). Its chain is `BlockChain::of(model, text, fingerprint)`; a dynamic entry
-    /// with the same key becomes static and keeps its hotness (and its traffic's shape, unless
-    /// the template carries one).
-    pub fn add_template(
-        &mut self,
-        template: Template,
-        fingerprint: &FingerprintConfig,
-        now_ms: u64,
-    ) -> Result<PrefixKey, PoolError> {
-        self.tick(now_ms);
-        if template.model.is_empty() {
-            return Err(PoolError::EmptyModel);
-        }
-        let max_tags = self.config.max_tags;
-        if template.tags.len() > max_tags || template.tags.iter().any(|t| t.len() > MAX_TAG_BYTES) {
-            return Err(PoolError::BadTags(template.tags.len(), max_tags));
-        }
-        let chain = BlockChain::of(&template.model, template.text.as_bytes(), fingerprint);
-        let last = chain
-            .prefix_fingerprint()
-            .ok_or(PoolError::ShorterThanABlock(template.text.len()))?;
-        self.check_prefix(&template.text, chain.blocks.len())?;
-        if let Some(shape) = &template.shape {
-            shape.check(&template.text)?;
-        }
-        let shape = template.shape.map(SharedShape::new);
-        let key = PrefixKey::new(&template.model, last);
-        let existing = self.entries.get(&key).map(|e| e.origin);
-        if existing != Some(Origin::Static) && self.templates >= self.config.max_templates {
-            return Err(PoolError::TooManyTemplates(self.config.max_templates));
-        }
-        let floor = self.config.template_hotness * self.factor;
-        match existing {
-            Some(Origin::Static) => {
-                if shape.is_some() {
-                    self.replace_shape(&key, shape)?;
-                }
-            }
-            Some(Origin::Dynamic) => {
-                if shape.is_some() {
-                    self.replace_shape(&key, shape)?;
-                }
-                if let Some(e) = self.entries.get_mut(&key) {
-                    self.order.remove(&(e.score.to_bits(), key));
-                    e.origin = Origin::Static;
-                    e.keep_warm = true;
-                    e.score = e.score.max(floor);
-                    self.templates += 1;
-                    let n = e.bytes();
-                    self.template_bytes = self.template_bytes.saturating_add(n);
-                }
-            }
-            None => {
-                self.make_room(
-                    entry_bytes(template.text.len(), chain.blocks.len())
-                        .saturating_add(shape_bytes(shape.as_ref())),
-                    false,
-                )?;
-                let (model, tenant) =
-                    self.acquire_names(&template.model, template.tenant.as_deref())?;
-                self.insert_entry(
-                    key,
-                    Entry {
-                        text: Arc::from(template.text),
-                        blocks: Arc::from(chain.blocks),
-                        score: floor,
-                        last_signal_ms: self.last_now_ms,
-                        model,
-                        tenant,
-                        adoptions: 0,
-                        successes: 0,
-                        endpoint: template.endpoint,
-                        origin: Origin::Static,
-                        keep_warm: true,
-                        shape,
-                        salt_dropped: false,
-                        rejections: 0,
-                        backoff_until_ms: 0,
-                    },
-                );
-                self.templates += 1;
-            }
-        }
-        self.tags.insert(key, template.tags.into_boxed_slice());
-        Ok(key)
-    }
-
-    /// Removes a template; returns whether `key` was one. Dynamic entries are not removed.
-    pub fn remove_template(&mut self, key: &PrefixKey) -> bool {
-        if self.entries.get(key).map(|e| e.origin) != Some(Origin::Static) {
-            return false;
-        }
-        self.remove_entry(key).is_some()
     }
 
     fn view<'a>(&'a self, key: &PrefixKey, e: &'a Entry) -> PromptView<'a> {

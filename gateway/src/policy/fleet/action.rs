@@ -137,3 +137,56 @@ pub enum Note {
         lazy: usize,
     },
 }
+
+/// What the fleet returns besides its answers: the notes for metrics and logs and, when kept,
+/// the journal of actions (to compare two drivers' decisions). Every action the fleet returns
+/// goes through [`Outputs::emit`], so the journal holds exactly the actions returned, in order,
+/// each with the time of the input that returned it.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    notes: Vec<Note>,
+    journal: Option<Vec<(u64, Action)>>,
+}
+
+impl Outputs {
+    pub fn note(&mut self, note: Note) {
+        self.notes.push(note);
+    }
+
+    /// Notes `count` decisions of `policy` (none when 0).
+    pub fn decision(&mut self, policy: &'static str, decision: &'static str, count: u64) {
+        if count > 0 {
+            self.notes.push(Note::Decision {
+                policy,
+                decision,
+                count,
+            });
+        }
+    }
+
+    /// The notes since the last call.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Starts keeping every action emitted.
+    pub fn keep_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The actions emitted since the last call (none when journaling is off).
+    pub fn take_journal(&mut self) -> Vec<(u64, Action)> {
+        self.journal
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Returns `actions`, journaled at `at_ms` when journaling is on.
+    pub fn emit(&mut self, at_ms: u64, actions: Vec<Action>) -> Vec<Action> {
+        if let Some(j) = self.journal.as_mut() {
+            j.extend(actions.iter().map(|a| (at_ms, a.clone())));
+        }
+        actions
+    }
+}

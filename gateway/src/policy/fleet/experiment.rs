@@ -1,7 +1,17 @@
-//! The running experiment: its definition (`prewarm_core::experiment`), which the routing table
-//! carries to the filters, when it started, and where its grey release is
-//! (`attribution::release`). One at a time: arms of two experiments on the same traffic would
-//! confound each other's outcomes.
+//! The fleet's experiment part ([`Experiments`]): the running experiment — its definition
+//! (`prewarm_core::experiment`), which the routing table carries to the filters, when it
+//! started, where its grey release is (`policy::release`) — and the residency rules its arms
+//! give their tenants' adapters.
+//!
+//! Invariants it keeps:
+//! - at most one experiment runs: arms of two experiments on the same traffic would confound
+//!   each other's outcomes; a definition with the running one's id re-weights it and keeps its
+//!   start, events and joined pods;
+//! - an experiment's events are at most [`MAX_EVENTS`] (the oldest dropped) and its joined pods
+//!   at most [`MAX_JOINED_PODS`], each once, and only pods that joined after the fleet
+//!   [settled](Experiments::settle) (the pods found up when the gateway starts are not new);
+//! - the arms' residency rules ([`ArmRules`]) change generation exactly when the set of rules
+//!   changes, so pods copy them only then.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Fleet;
 use crate::policy::release::{ReleaseState, Rollback};
-use crate::registry::AdapterRecord;
+use crate::registry::{AdapterRecord, AdapterRegistry};
 
 /// Events an experiment keeps (the oldest are dropped).
 pub const MAX_EVENTS: usize = 64;
@@ -77,10 +87,25 @@ pub struct ArmRules {
     generation: u64,
 }
 
-impl Fleet {
+/// The experiment part of the fleet (module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Experiments {
+    running: Option<RunningExperiment>,
+    /// The residency rules the running tenant experiment's arms give their tenants' adapters.
+    arm_rules: ArmRules,
+    /// The gateway's first health round is done ([`Experiments::settle`]).
+    settled: bool,
+}
+
+impl Experiments {
+    /// The running experiment.
+    pub fn running(&self) -> Option<&RunningExperiment> {
+        self.running.as_ref()
+    }
+
     /// The tenant experiment running, if one is.
     fn tenant_experiment(&self) -> Option<&Experiment> {
-        self.experiment
+        self.running
             .as_ref()
             .map(|r| &r.definition)
             .filter(|e| e.unit == Unit::Tenant)
@@ -93,15 +118,16 @@ impl Fleet {
         arm.settings.residency_rule
     }
 
-    /// Brings every pod's LoRA model to the arms' residency rules (a grey release's step or a
-    /// registration changes them; checked each tick, without allocating while they stand).
-    pub(super) fn apply_arm_rules(&mut self) {
+    /// The arms' residency rules for the adapters of `registry`, recomputed (with a new
+    /// generation) only when they changed: a grey release's step or a registration changes
+    /// them; checked each tick, without allocating while they stand.
+    fn arm_rules(&mut self, registry: &AdapterRegistry) -> &ArmRules {
         let current = &self.arm_rules.rules;
         let changed = match self.tenant_experiment() {
             None => !current.is_empty(),
             Some(e) => {
                 let mut ruled = 0;
-                let differs = self.registry.iter().any(|a| {
+                let differs = registry.iter().any(|a| {
                     let rule = Self::arm_rule_of(e, a);
                     ruled += usize::from(rule.is_some());
                     rule != current.get(&a.name).copied()
@@ -112,8 +138,7 @@ impl Fleet {
         if changed {
             let rules = match self.tenant_experiment() {
                 None => BTreeMap::new(),
-                Some(e) => self
-                    .registry
+                Some(e) => registry
                     .iter()
                     .filter_map(|a| Some((a.name.clone(), Self::arm_rule_of(e, a)?)))
                     .collect(),
@@ -121,22 +146,13 @@ impl Fleet {
             self.arm_rules.rules = rules;
             self.arm_rules.generation += 1;
         }
-        let ArmRules { rules, generation } = &self.arm_rules;
-        for pod in self.pods.values_mut() {
-            pod.lora.set_rules(*generation, rules);
-        }
-    }
-
-    /// The running experiment.
-    pub fn experiment(&self) -> Option<&RunningExperiment> {
-        self.experiment.as_ref()
+        &self.arm_rules
     }
 
     /// Starts `definition` at `now_ms`, or changes the running one's arms when it has the same
     /// id (its start is kept). With a release, the first arm starts at the release's first step
-    /// (a re-post restarts the release). Returns the running experiment and whether it is new;
-    /// the next table carries it.
-    pub fn start_experiment(
+    /// (a re-post restarts the release). Returns the running experiment and whether it is new.
+    pub fn start(
         &mut self,
         definition: Experiment,
         now_ms: u64,
@@ -144,7 +160,7 @@ impl Fleet {
         if let Some(problem) = definition.problem() {
             return Err(ExperimentError::Invalid(problem));
         }
-        let started_ms = match &self.experiment {
+        let started_ms = match &self.running {
             Some(r) if r.definition.id == definition.id => Some(r.started_ms),
             Some(r) => {
                 return Err(ExperimentError::AnotherRunning {
@@ -154,7 +170,7 @@ impl Fleet {
             }
             None => None,
         };
-        let (events, joined_pods, significant) = match &self.experiment {
+        let (events, joined_pods, significant) = match &self.running {
             Some(r) if started_ms.is_some() => (
                 r.events.clone(),
                 r.joined_pods.clone(),
@@ -187,16 +203,16 @@ impl Fleet {
             "started"
         };
         running.note(now_ms, format!("{what}: weights {weights:?}"));
-        self.experiment = Some(running.clone());
+        self.running = Some(running.clone());
         Ok((running, started_ms.is_none()))
     }
 
-    /// Ends the experiment `id`; the next table carries none.
-    pub fn end_experiment(&mut self, id: &str) -> Result<RunningExperiment, ExperimentError> {
-        match self.experiment.take() {
+    /// Ends the experiment `id`.
+    pub fn end(&mut self, id: &str) -> Result<RunningExperiment, ExperimentError> {
+        match self.running.take() {
             Some(r) if r.definition.id == id => Ok(r),
             other => {
-                self.experiment = other;
+                self.running = other;
                 Err(ExperimentError::NotRunning(id.to_string()))
             }
         }
@@ -204,7 +220,7 @@ impl Fleet {
 
     /// Moves the running release to `step` (its first arm's weight with it).
     pub fn advance_release(&mut self, step: usize, now_ms: u64) -> Option<f64> {
-        let running = self.experiment.as_mut()?;
+        let running = self.running.as_mut()?;
         let release = running.definition.release.clone()?;
         let weight = *release.steps.get(step)?;
         let state = running.release.as_mut()?;
@@ -220,7 +236,7 @@ impl Fleet {
 
     /// Notes, once each, the comparisons that became significant: (`key`, event) pairs.
     pub fn note_significant(&mut self, found: Vec<(String, String)>, now_ms: u64) {
-        let Some(running) = self.experiment.as_mut() else {
+        let Some(running) = self.running.as_mut() else {
             return;
         };
         for (key, event) in found {
@@ -233,7 +249,7 @@ impl Fleet {
 
     /// Rolls the running release back: its first arm's weight goes to 0.
     pub fn roll_back_release(&mut self, rollback: Rollback) -> Option<String> {
-        let running = self.experiment.as_mut()?;
+        let running = self.running.as_mut()?;
         let state = running.release.as_mut()?;
         let arm = running.definition.arms.first()?.name.clone();
         let event = format!(
@@ -248,13 +264,12 @@ impl Fleet {
         Some(arm)
     }
 
-    /// Notes that pod `id` (re)joined, for the report's new pods: only once the fleet settled
-    /// (the pods found up when the gateway starts are not new).
-    pub(super) fn note_joined(&mut self, id: &str) {
+    /// Notes that pod `id` (re)joined, for the report's new pods: only once the fleet settled.
+    fn note_joined(&mut self, id: &str) {
         if !self.settled {
             return;
         }
-        if let Some(r) = self.experiment.as_mut() {
+        if let Some(r) = self.running.as_mut() {
             if !r.joined_pods.iter().any(|p| p == id) && r.joined_pods.len() < MAX_JOINED_PODS {
                 r.joined_pods.push(id.to_string());
             }
@@ -267,7 +282,67 @@ impl Fleet {
     }
 
     /// Puts back an experiment from a snapshot or the configuration, as it was.
+    pub fn restore(&mut self, running: Option<RunningExperiment>) {
+        self.running = running;
+    }
+}
+
+/// The fleet's inputs to its experiment part (what the gateway's shell and the API call).
+impl Fleet {
+    /// Brings every pod's LoRA model to the arms' residency rules.
+    pub(super) fn apply_arm_rules(&mut self) {
+        let ArmRules { rules, generation } = self.experiments.arm_rules(&self.registry);
+        for pod in self.pods.values_mut() {
+            pod.lora.set_rules(*generation, rules);
+        }
+    }
+
+    /// The running experiment.
+    pub fn experiment(&self) -> Option<&RunningExperiment> {
+        self.experiments.running()
+    }
+
+    /// [`Experiments::start`]; the next table carries it.
+    pub fn start_experiment(
+        &mut self,
+        definition: Experiment,
+        now_ms: u64,
+    ) -> Result<(RunningExperiment, bool), ExperimentError> {
+        self.experiments.start(definition, now_ms)
+    }
+
+    /// Ends the experiment `id`; the next table carries none.
+    pub fn end_experiment(&mut self, id: &str) -> Result<RunningExperiment, ExperimentError> {
+        self.experiments.end(id)
+    }
+
+    /// [`Experiments::advance_release`].
+    pub fn advance_release(&mut self, step: usize, now_ms: u64) -> Option<f64> {
+        self.experiments.advance_release(step, now_ms)
+    }
+
+    /// [`Experiments::note_significant`].
+    pub fn note_significant(&mut self, found: Vec<(String, String)>, now_ms: u64) {
+        self.experiments.note_significant(found, now_ms)
+    }
+
+    /// [`Experiments::roll_back_release`].
+    pub fn roll_back_release(&mut self, rollback: Rollback) -> Option<String> {
+        self.experiments.roll_back_release(rollback)
+    }
+
+    /// Notes that pod `id` (re)joined ([`Experiments`]' joined pods).
+    pub(super) fn note_joined(&mut self, id: &str) {
+        self.experiments.note_joined(id);
+    }
+
+    /// [`Experiments::settle`].
+    pub fn settle(&mut self) {
+        self.experiments.settle();
+    }
+
+    /// [`Experiments::restore`].
     pub fn restore_experiment(&mut self, running: Option<RunningExperiment>) {
-        self.experiment = running;
+        self.experiments.restore(running);
     }
 }

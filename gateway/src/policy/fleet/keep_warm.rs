@@ -59,7 +59,7 @@ impl Fleet {
                 actions.extend(adapter_calls(pod, touches, Cause::KeepWarm));
             }
         }
-        self.decision("kv", "keep_warm", prefills);
+        self.outputs.decision("kv", "keep_warm", prefills);
         actions
     }
 

@@ -19,6 +19,17 @@
 //!   failed), [`Fleet::adapters_done`];
 //! - outputs: the actions, [`Fleet::table`], and [`Note`]s for metrics and logs
 //!   ([`Fleet::take_notes`]).
+//!
+//! ## Parts
+//!
+//! The fleet composes parts that own their state and keep its invariants (each states them in
+//! its doc): each pod's model ([`FleetPod`]: health and epoch, load, its KV model
+//! (`policy::kv`), its LoRA residency (`policy::lora`), its warm-up progress ([`PodWarmup`],
+//! `policy::warmup`)); the prompt pool (`policy::hotness`); the adapter registry; adapter
+//! placement ([`Placement`]: demand and replica sets); the experiment ([`Experiments`]); the
+//! routing table (`policy::routing`); and the outputs ([`Outputs`]: notes and the journal).
+//! The `impl Fleet` blocks, one file per job (`docs/architecture.md` maps them), are the
+//! decisions that read several parts.
 
 mod action;
 mod busy;
@@ -47,12 +58,11 @@ mod warm_load_tests;
 
 use std::collections::BTreeMap;
 
-use prewarm_core::rate::RateWindow;
 use prewarm_core::wire::{RoutingTable, ServedRecord};
 use prewarm_core::FingerprintConfig;
 
-pub use action::{Action, AdapterCalls, Cause, Note, Prefill, PrefillOutcome};
-pub use experiment::{ExperimentError, RunningExperiment};
+pub use action::{Action, AdapterCalls, Cause, Note, Outputs, Prefill, PrefillOutcome};
+pub use experiment::{ExperimentError, Experiments, RunningExperiment};
 pub use placement::{
     listed_adapters, placed_pods_among, registry_tier, Placement, DEMAND_WINDOW_MS,
 };
@@ -140,25 +150,17 @@ pub struct Fleet {
     registry: AdapterRegistry,
     pods: BTreeMap<String, FleetPod>,
     routing: RoutingTableBuilder,
-    /// Adapters' replica sets (see [`placement`]).
+    /// Adapters' demand and replica sets (see [`placement`]).
     placement: Placement,
-    /// Requests served per registered adapter, over [`placement::DEMAND_WINDOW_MS`].
-    demand: BTreeMap<String, RateWindow>,
     next_keep_warm_ms: u64,
     /// The hot prefixes the table places (see [`prefix_placement`]), as of the last keep-warm.
     placed_prefixes: Vec<prewarm_core::wire::PlacedPrefix>,
-    notes: Vec<Note>,
-    /// Every action returned with the time of the input that returned it, when journaling is
-    /// on (to compare two drivers' decisions).
-    journal: Option<Vec<(u64, Action)>>,
-    /// The running experiment, which the table carries to the filters.
-    experiment: Option<RunningExperiment>,
-    /// The residency rules a tenant experiment's arms give their tenants' adapters.
-    arm_rules: experiment::ArmRules,
+    /// The notes and the journal of actions.
+    outputs: Outputs,
+    /// The running experiment, which the table carries to the filters, and its arms' rules.
+    experiments: Experiments,
     /// The pool's semantic groups, from the prompt index ([`Fleet::set_semantic_groups`]).
     semantic_groups: SemanticGroups,
-    /// The gateway's first health round is done ([`Fleet::settle`]).
-    settled: bool,
     /// The latest `now` an input brought.
     now_ms: u64,
 }
@@ -177,15 +179,11 @@ impl Fleet {
                 table_generation,
             ),
             placement: Placement::default(),
-            demand: BTreeMap::new(),
             next_keep_warm_ms: 0,
             placed_prefixes: Vec::new(),
-            notes: Vec::new(),
-            journal: None,
-            experiment: None,
-            arm_rules: experiment::ArmRules::default(),
+            outputs: Outputs::default(),
+            experiments: Experiments::default(),
             semantic_groups: SemanticGroups::new(),
-            settled: false,
             now_ms,
             config,
         }
@@ -226,21 +224,18 @@ impl Fleet {
 
     /// What the core decided since the last call, for metrics and logs.
     pub fn take_notes(&mut self) -> Vec<Note> {
-        std::mem::take(&mut self.notes)
+        self.outputs.take_notes()
     }
 
     /// Starts keeping every action the core returns, for [`take_journal`](Self::take_journal).
     pub fn keep_journal(&mut self) {
-        self.journal.get_or_insert_with(Vec::new);
+        self.outputs.keep_journal();
     }
 
     /// The actions returned since the last call, each with the time of the input that
     /// returned it (none when journaling is off).
     pub fn take_journal(&mut self) -> Vec<(u64, Action)> {
-        self.journal
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+        self.outputs.take_journal()
     }
 
     /// Notes the time an input brought.
@@ -250,20 +245,7 @@ impl Fleet {
 
     /// Returns `actions`, journaled when journaling is on.
     fn emit(&mut self, actions: Vec<Action>) -> Vec<Action> {
-        if let Some(j) = self.journal.as_mut() {
-            j.extend(actions.iter().map(|a| (self.now_ms, a.clone())));
-        }
-        actions
-    }
-
-    fn decision(&mut self, policy: &'static str, decision: &'static str, count: u64) {
-        if count > 0 {
-            self.notes.push(Note::Decision {
-                policy,
-                decision,
-                count,
-            });
-        }
+        self.outputs.emit(self.now_ms, actions)
     }
 
     /// Adds a pod (health unknown until its first check).
@@ -369,7 +351,7 @@ impl Fleet {
             }
         };
         if let (Some(evidence), HealthChange::Joined(epoch)) = (restarted, change) {
-            self.notes.push(Note::Restarted {
+            self.outputs.note(Note::Restarted {
                 pod: id.to_string(),
                 epoch,
                 evidence,
@@ -461,7 +443,7 @@ impl Fleet {
         let first = self.routing.table().generated_at_ms == 0;
         let experiment_changed = self
             .routing
-            .set_experiment(self.experiment.as_ref().map(|r| &r.definition), now_ms);
+            .set_experiment(self.experiments.running().map(|r| &r.definition), now_ms);
         let pods_changed = self.routing.build(&routes, now_ms);
         let placed = std::mem::take(&mut self.placed_prefixes);
         let placed_changed = self.routing.place_prefixes(&placed, now_ms);

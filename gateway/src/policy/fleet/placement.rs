@@ -84,9 +84,14 @@ pub fn listed_adapters<'p>(
         .collect()
 }
 
-/// Replica sets and the adapters none of whose replicas serves them.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The fleet's adapter-placement part: the demand it places by, the replica sets, and the
+/// adapters none of whose replicas serves them. Invariants: only registered adapters have a
+/// demand window (the windows are bounded by the registry); the sets are those computed for
+/// the pods in `up`, and [`Fleet::placed_pods`] uses them only while the pods up are the same.
+#[derive(Debug, Clone, Default)]
 pub struct Placement {
+    /// Requests served per registered adapter, over [`DEMAND_WINDOW_MS`].
+    demand: BTreeMap<String, RateWindow>,
     sets: BTreeMap<String, Vec<String>>,
     uncovered: BTreeSet<String>,
     /// The pods that were up when the sets were computed.
@@ -102,6 +107,13 @@ impl Placement {
             .get(adapter)
             .map(Vec::as_slice)
             .unwrap_or_default()
+    }
+
+    /// Requests a minute for `adapter` over the demand window.
+    fn demand_per_minute(&self, adapter: &str, now_ms: u64) -> f64 {
+        self.demand
+            .get(adapter)
+            .map_or(0.0, |w| w.per_minute(now_ms))
     }
 
     /// Whether the table lists `adapter` on `pod` when the pod serves it.
@@ -141,10 +153,7 @@ impl Fleet {
         let mut demand = TierDemand::default();
         let (mut gold, mut total) = (0.0f64, 0.0f64);
         for r in self.registry.iter() {
-            let rate = self
-                .demand
-                .get(&r.name)
-                .map_or(0.0, |w| w.per_minute(now_ms));
+            let rate = self.placement.demand_per_minute(&r.name, now_ms);
             if rate <= 0.0 {
                 continue;
             }
@@ -224,10 +233,7 @@ impl Fleet {
             .map(|r| AdapterDemand {
                 name: &r.name,
                 tier: r.tier,
-                rate: self
-                    .demand
-                    .get(&r.name)
-                    .map_or(0.0, |w| w.per_minute(now_ms)),
+                rate: self.placement.demand_per_minute(&r.name, now_ms),
             })
             .collect();
         let pods: Vec<SlotCandidate<'_>> = candidates
@@ -289,12 +295,9 @@ impl Fleet {
             })
             .map(|(name, _)| name.clone())
             .collect();
-        self.placement = Placement {
-            sets,
-            uncovered,
-            up,
-            gold_pool: self.placement.gold_pool,
-        };
+        self.placement.sets = sets;
+        self.placement.uncovered = uncovered;
+        self.placement.up = up;
     }
 
     /// A request for `adapter` was served: counts towards its demand (registered adapters only,
@@ -303,7 +306,8 @@ impl Fleet {
         if self.registry.get(adapter).is_none() {
             return;
         }
-        self.demand
+        self.placement
+            .demand
             .entry(adapter.to_string())
             .or_insert_with(|| RateWindow::new(DEMAND_WINDOW_MS))
             .record(now_ms, 1);

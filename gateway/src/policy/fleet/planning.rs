@@ -87,14 +87,14 @@ impl Fleet {
         let Some(plan) = self.plan_for(pod_id, Candidates::Live, now_ms) else {
             return false;
         };
-        self.notes.push(Note::Planned {
+        self.outputs.note(Note::Planned {
             pod: pod_id.to_string(),
             adapters: plan.adapters.len(),
             first_tier: plan.first_tier.len(),
             second_tier: plan.second_tier.len(),
             lazy: plan.lazy.len(),
         });
-        self.decision("warmup", "plan", 1);
+        self.outputs.decision("warmup", "plan", 1);
         let config = self.config.warmup.clone();
         let Some(pod) = self.pods.get_mut(pod_id) else {
             return false;
@@ -111,7 +111,7 @@ impl Fleet {
         pod.warmup.progress = Some(progress);
         if at_once {
             // Nothing to warm before traffic: routable at once, a zero-length warm-up.
-            self.notes.push(Note::FirstTierDone {
+            self.outputs.note(Note::FirstTierDone {
                 pod: pod_id.to_string(),
                 seconds: 0.0,
             });

@@ -52,14 +52,14 @@ impl Fleet {
             actions.extend(self.apply_pin_signal(pin, now_ms));
         }
         let placed = self.keep_warm_where_routed(&hot, &mut actions, now_ms);
-        self.decision("kv", "warm_signalled", placed);
+        self.outputs.decision("kv", "warm_signalled", placed);
         (report, self.emit(actions))
     }
 
     fn apply_pin_signal(&mut self, pin: &PinSignal, now_ms: u64) -> Vec<Action> {
         if self.registry.get(&pin.adapter).is_none() {
             // The gateway has no path to load it from.
-            self.decision("lora", "unregistered", 1);
+            self.outputs.decision("lora", "unregistered", 1);
             return Vec::new();
         }
         let tier = self.tier_of(&pin.adapter);
@@ -74,11 +74,11 @@ impl Fleet {
             {
                 Ok(ds) => actions.extend(adapter_calls(pod, ds, Cause::Pin)),
                 Err(refusal) => {
-                    self.notes.push(Note::PodError {
+                    self.outputs.note(Note::PodError {
                         pod: pod_id,
                         message: refusal.to_string(),
                     });
-                    self.decision("lora", "refused", 1);
+                    self.outputs.decision("lora", "refused", 1);
                 }
             }
         }
@@ -155,7 +155,7 @@ impl Fleet {
             };
             match pod.lora.pin(name, tier, now_ms) {
                 Ok(ds) => actions.extend(adapter_calls(pod, ds, Cause::Operator)),
-                Err(refusal) => self.notes.push(Note::PodError {
+                Err(refusal) => self.outputs.note(Note::PodError {
                     pod: pod_id,
                     message: refusal.to_string(),
                 }),

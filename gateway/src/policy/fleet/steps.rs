@@ -83,7 +83,7 @@ impl Fleet {
                     }
                     Err(refusal) => {
                         let message = refusal.to_string();
-                        self.notes.push(Note::PodError {
+                        self.outputs.note(Note::PodError {
                             pod: pod_id.to_string(),
                             message,
                         });
@@ -106,7 +106,7 @@ impl Fleet {
     /// Counts a prefill the pool does not warm now.
     pub(super) fn count_not_sent(&mut self, not_sent: NotSent) {
         if let NotSent::Unwarmed(why) = not_sent {
-            self.decision("pool", why.label(), 1);
+            self.outputs.decision("pool", why.label(), 1);
         }
     }
 
@@ -152,7 +152,7 @@ impl Fleet {
             PrefillOutcome::Ok => self.pool.prefill_accepted(&prefill.key),
             PrefillOutcome::Rejected => {
                 if self.pool.prefill_rejected(&prefill.key, now_ms).is_some() {
-                    self.decision("pool", "back_off", 1);
+                    self.outputs.decision("pool", "back_off", 1);
                 }
             }
             PrefillOutcome::Failed => {}
@@ -224,12 +224,12 @@ impl Fleet {
         }
         let status = progress.status(now_ms);
         if spent {
-            self.notes.push(Note::WarmupKeyError {
+            self.outputs.note(Note::WarmupKeyError {
                 pod: pod_id.to_string(),
             });
         }
         if let (None, Some(done)) = (before, status.first_tier_done_ms) {
-            self.notes.push(Note::FirstTierDone {
+            self.outputs.note(Note::FirstTierDone {
                 pod: pod_id.to_string(),
                 seconds: done.saturating_sub(status.started_ms) as f64 / 1000.0,
             });

@@ -3,8 +3,10 @@
 //! back-off of an entry whose warm call an engine rejects.
 
 use super::*;
+use prewarm_core::fingerprint::BlockChain;
 use prewarm_core::warm_shape::MessageSpan;
-use prewarm_core::wire::PatternState;
+use prewarm_core::warm_shape::WarmShape;
+use prewarm_core::wire::{PatternState, PrefillSignal};
 use prewarm_core::{canonical_prompt, parse_request};
 
 const MIN: u64 = 60_000;

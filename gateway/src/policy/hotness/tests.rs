@@ -1,7 +1,10 @@
 //! Scenario and property tests of the prompt pool, in virtual time.
 
 use super::*;
-use prewarm_core::wire::PatternState;
+use prewarm_core::fingerprint::BlockChain;
+use prewarm_core::wire::{
+    FeedbackOutcome, FeedbackSignal, PatternState, PrefillSignal, Signal, SignalBatch,
+};
 use proptest::prelude::*;
 
 const MIN: u64 = 60_000;
