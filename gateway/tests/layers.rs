@@ -396,6 +396,35 @@ fn the_gateway_keeps_its_layers() {
     );
 }
 
+/// Lines a production file may have: past this a file holds more than one job
+/// (docs/architecture.md).
+const MAX_FILE_LINES: usize = 800;
+
+/// The files outside test code longer than `max` lines, with their lengths.
+fn long_files(files: &[(String, String)], max: usize) -> Vec<String> {
+    let tests = test_only_files(files);
+    files
+        .iter()
+        .filter(|(rel, _)| !tests.contains(rel))
+        .map(|(rel, text)| (rel, text.lines().count()))
+        .filter(|(_, n)| *n > max)
+        .map(|(rel, n)| format!("{rel}: {n} lines"))
+        .collect()
+}
+
+#[test]
+fn no_production_file_is_longer_than_its_limit() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    read_tree(&src, &src, &mut files);
+    let long = long_files(&files, MAX_FILE_LINES);
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines outside tests (split them by job):\n{}",
+        long.join("\n")
+    );
+}
+
 fn set(files: &[(&str, &str)]) -> Vec<(String, String)> {
     files
         .iter()
@@ -451,5 +480,20 @@ fn the_check_skips_comments_and_test_code_but_not_unknown_modules() {
         found,
         ["module `d` is in no layer: add it to LAYERS"],
         "{found:#?}"
+    );
+}
+
+#[test]
+fn the_length_check_counts_production_files_only() {
+    let long = "fn f() {}\n".repeat(MAX_FILE_LINES + 1);
+    let files = set(&[
+        ("policy.rs", "#[cfg(test)]\nmod tests;\n"),
+        ("policy/tests.rs", &long),
+        ("engine.rs", &long),
+        ("api.rs", "fn g() {}\n"),
+    ]);
+    assert_eq!(
+        long_files(&files, MAX_FILE_LINES),
+        vec![format!("engine.rs: {} lines", MAX_FILE_LINES + 1)]
     );
 }
