@@ -5,9 +5,11 @@ pod), and three proxies built from the shipped envoy/envoy.yaml by tests/harness
 without the filter, with the filter, and with the filter loaded but inspecting nothing (the
 floor any proxy-wasm filter costs) — all in front of that upstream (the filter's routing table, served
 by a fake gateway, names it, so the filtered requests are inspected, observed and routed). wrk
-POSTs 2 KB and 16 KB chat bodies through each; runs alternate with/without so drift hits both.
+POSTs chat bodies of 2, 16, 64 and 128 KB (`BENCH_SIZES_KB=2,16` picks fewer) through each; runs
+alternate with/without so drift hits both.
 Prints requests/s and p50/p99 latency for both and their ratio, the floor (loaded no-op minus no
-filter) and the filter's own work (with minus the floor) separately, and rewrites the filter
+filter) and the filter's own work (with minus the floor) separately, the own work's growth per KB
+from the smallest body to the largest, and rewrites the filter
 section of docs/benchmarks.md. `BENCH_BASELINE_WASM=/path/old.wasm` adds a fourth proxy running
 that build with the same configuration, so before/after sit side by side in one run
 (`BENCH_BASELINE_LABEL` names it in the table). Each wrk
@@ -36,6 +38,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 BASELINE_WASM = os.environ.get("BENCH_BASELINE_WASM", "")
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline build")
+SIZES = [int(kb) * 1024 for kb in os.environ.get("BENCH_SIZES_KB", "2,16,64,128").split(",")]
 DOC = REPO / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench-filter:begin -->", "<!-- bench-filter:end -->"
 
@@ -149,7 +152,7 @@ def main() -> int:
         fleet.wait_table(with_filter, 1)
         lua = work / "post.lua"
         lua.write_text(LUA)
-        for size in (2048, 16384):
+        for size in SIZES:
             body_file = work / f"body-{size}.json"
             body_file.write_bytes(chat_body(size))
             runs = {name: [] for name in sides}
@@ -174,6 +177,8 @@ def main() -> int:
                 print(f"{size // 1024:>3} KB  {name}: ratio {w['rps'] / wo['rps']:.3f}  own work (- floor):"
                       f" p50 {w['p50'] - fl['p50']:+.0f} us  CPU {w['cpu_us'] - fl['cpu_us']:+.1f} us/req"
                       f"  errors {w['errors']}")
+        for line in growth_lines(results):
+            print(line)
         inspected = with_filter.metric("prewarm_filter_requests_inspected_total")
         routed = with_filter.metric("prewarm_filter_routed_total")
         print(f"filter: {inspected} requests inspected, {routed} routed")
@@ -183,6 +188,23 @@ def main() -> int:
         gateway.stop()
     write_doc(results, inspected, routed)
     return 0
+
+
+def own_cpu(r: dict, name: str) -> float:
+    """The filter's own CPU µs a request at one body size: its proxy's minus the floor's."""
+    return r[name]["cpu_us"] - r["floor"]["cpu_us"]
+
+
+def growth_lines(results: list[dict]) -> list[str]:
+    """The own work's growth per KB of body, from the smallest body measured to the largest
+    (goal ≤ 0.5 µs a KB from 2 to 128 KB)."""
+    if len(results) < 2:
+        return []
+    first, last = results[0], results[-1]
+    kb = (last["size"] - first["size"]) / 1024
+    return [f"own work growth {first['size'] // 1024} → {last['size'] // 1024} KB, {name}: "
+            f"{(own_cpu(last, name) - own_cpu(first, name)) / kb:+.2f} µs CPU a KB"
+            for name in ("with", "baseline") if name in first and name in last]
 
 
 def write_doc(results: list[dict], inspected: int, routed: int):
@@ -219,6 +241,7 @@ def write_doc(results: list[dict], inspected: int, routed: int):
                 f"| {r['size'] // 1024} KB | {label} | {x['rps']:.0f} | {x['p50']:.0f} | {x['p99']:.0f} | {x['cpu_us']:.0f} | "
                 f"{x['rps'] / wo['rps']:.3f} | {x['p50'] - wo['p50']:+.0f} | {x['cpu_us'] - wo['cpu_us']:+.0f} | {own} |"
             )
+    lines += [""] + [f"- {line}" for line in growth_lines(results)]
     lines += [
         "",
         "\"Filter loaded, inspecting nothing\" is the floor any proxy-wasm filter pays here (a VM context per",
