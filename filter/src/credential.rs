@@ -108,7 +108,7 @@ fn random_key() -> [u8; KEY_BYTES] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
 
     #[test]
     fn workers_of_one_proxy_share_the_key_and_proxies_do_not() {

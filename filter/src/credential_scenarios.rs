@@ -4,7 +4,7 @@
 use prewarm_core::wire::Signal;
 
 use crate::config::FilterConfig;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::Metric;
 use crate::root::RootTasks;
 use crate::scenarios::{chat_body, queued, send, template};

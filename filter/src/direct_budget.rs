@@ -141,7 +141,7 @@ pub fn release_pod<H: Host + ?Sized>(host: &H, keys: &Keys, retries: u32, pod: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
 
     const LIMITS: Limits = Limits {
         calls_per_min: 3,

@@ -4,7 +4,7 @@
 use prewarm_core::wire::{PinSignal, Signal};
 
 use crate::config::{DirectMode, DirectPod, FilterConfig};
-use crate::fake_host::{FakeHost, RecordedCall};
+use crate::host::fake::{FakeHost, RecordedCall};
 use crate::host::Metric;
 use crate::request::RequestFlow;
 use crate::root::RootTasks;

@@ -3,7 +3,7 @@
 //! alone.
 
 use crate::config::{EmbeddingCacheConfig, FilterConfig};
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::Metric;
 use crate::request::{RequestFlow, Verdict};
 use crate::worker::Worker;
@@ -295,14 +295,14 @@ fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
 }
 
 /// The first call taken from `host` whose path starts with `prefix`.
-fn take_call(host: &FakeHost, prefix: &str) -> crate::fake_host::RecordedCall {
+fn take_call(host: &FakeHost, prefix: &str) -> crate::host::fake::RecordedCall {
     host.take_calls()
         .into_iter()
         .find(|c| path_of(c).starts_with(prefix))
         .unwrap_or_else(|| panic!("a call to {prefix}"))
 }
 
-fn path_of(call: &crate::fake_host::RecordedCall) -> String {
+fn path_of(call: &crate::host::fake::RecordedCall) -> String {
     call.headers
         .iter()
         .find(|(k, _)| k == ":path")

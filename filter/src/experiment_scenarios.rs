@@ -4,7 +4,7 @@ use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{RoutingTable, Signal};
 
 use crate::config::FilterConfig;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::Metric;
 use crate::scenarios::{chat_body, send, table, template};
 use crate::worker::Worker;

@@ -8,7 +8,7 @@ use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::config::{EndpointHeaderOwner, FilterConfig};
 use crate::external_route::MAX_EXTERNAL_ENDPOINT_BYTES;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::{Host, Metric};
 use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;

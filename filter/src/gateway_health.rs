@@ -41,7 +41,7 @@ pub fn is_down<H: Host + ?Sized>(host: &H, keys: &Keys, after_ms: u64, now: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
 
     #[test]
     fn down_after_a_failure_streak_of_the_takeover_time_and_up_at_the_first_success() {

@@ -4,7 +4,7 @@
 //! VM boundary, so the request path's count must not grow with the prompt.
 
 use crate::config::FilterConfig;
-use crate::fake_host::{FakeHost, HostCalls};
+use crate::host::fake::{FakeHost, HostCalls};
 use crate::host::Metric;
 use crate::scenarios::{chat_body, send_flow, with_one_pod_table};
 use crate::worker::Worker;

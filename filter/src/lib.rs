@@ -5,8 +5,8 @@
 //!
 //! Glue only: every decision (parsing, canonical prompt, fingerprints, similarity, triggers,
 //! rates, placement, wire format) is `prewarm-core`'s. The modules map host hooks to core
-//! calls through the [`host::Host`] trait; `wasm_host` implements it with
-//! `proxy_wasm::hostcalls` and `entry` registers the contexts (both only in the wasm build),
+//! calls through the [`host::Host`] trait; `host::wasm` implements it with
+//! `proxy_wasm::hostcalls` and `host::entry` registers the contexts (both only in the wasm build),
 //! while native tests drive the same code through a double.
 
 pub mod config;
@@ -25,8 +25,6 @@ pub mod external_route;
 pub mod gateway_health;
 pub mod host;
 pub mod json_scan;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod memory_host;
 pub mod observe;
 pub mod outcome;
 pub mod prefix_index;
@@ -43,13 +41,6 @@ pub mod success;
 pub mod tally;
 pub mod worker;
 
-#[cfg(target_arch = "wasm32")]
-mod abi;
-#[cfg(target_arch = "wasm32")]
-mod entry;
-#[cfg(target_arch = "wasm32")]
-mod wasm_host;
-
 #[cfg(test)]
 mod credential_scenarios;
 #[cfg(test)]
@@ -60,8 +51,6 @@ mod embed_scenarios;
 mod experiment_scenarios;
 #[cfg(test)]
 mod external_scenarios;
-#[cfg(test)]
-mod fake_host;
 #[cfg(test)]
 mod host_call_scenarios;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use prewarm_core::wire::{OutcomeRecord, SignalBatch};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::FilterConfig;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::{Host, Metric};
 use crate::scenarios::{chat_body, send_flow, table, template, with_one_pod_table};
 use crate::worker::Worker;

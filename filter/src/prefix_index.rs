@@ -108,7 +108,7 @@ impl<H: Host + ?Sized> PrefixStore for SharedPrefixStore<'_, H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
     use prewarm_core::prefix::{record, PromptKeys};
     use prewarm_core::{BlockChain, FingerprintConfig};
 

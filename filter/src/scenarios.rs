@@ -6,7 +6,7 @@ use prewarm_core::wire::{
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::config::FilterConfig;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::Metric;
 use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;

@@ -225,7 +225,7 @@ impl SharedPromptSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
 
     #[test]
     fn shared_prompt_slot_round_trips_and_resets_for_another_key() {

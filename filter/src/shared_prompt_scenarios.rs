@@ -6,7 +6,7 @@ use prewarm_core::wire::{PatternState, PrefillSignal, Signal};
 use prewarm_core::{BlockChain, FingerprintConfig};
 
 use crate::config::FilterConfig;
-use crate::fake_host::FakeHost;
+use crate::host::fake::FakeHost;
 use crate::host::Metric;
 use crate::prompt_tally::MAX_GROUPS;
 use crate::root::RootTasks;

@@ -135,7 +135,7 @@ impl SharedRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
 
     fn ring() -> SharedRing {
         SharedRing::new("q", 4)

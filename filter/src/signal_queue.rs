@@ -162,7 +162,7 @@ impl<T: Serialize + DeserializeOwned> RecordQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_host::FakeHost;
+    use crate::host::fake::FakeHost;
     use prewarm_core::wire::{PatternState, PinSignal, PrefillSignal, MAX_SIGNAL_BATCH_BYTES};
     use prewarm_core::{BlockHash, Endpoint};
 

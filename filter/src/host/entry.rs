@@ -12,10 +12,10 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
 use crate::config::{FilterConfig, Refusal};
+use crate::host::wasm::WasmHost;
 use crate::host::{Host, Level, Metric};
 use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;
-use crate::wasm_host::WasmHost;
 use crate::worker::Worker;
 
 proxy_wasm::main! {{

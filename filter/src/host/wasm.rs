@@ -1,4 +1,4 @@
-//! [`Host`] on Envoy: the raw host functions of `abi` (every status returned as a value, so
+//! [`Host`] on Envoy: the raw host functions of `host::abi` (every status returned as a value, so
 //! nothing the host says can trap the VM; a failure is counted in `prewarm_filter_host_errors_total` and the
 //! request goes on untouched), byte values throughout (a non-UTF-8 header is just bytes), and
 //! metric ids defined once per VM. Calls out go through the SDK's `dispatch_http_call`, which
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 
-use crate::abi;
+use crate::host::abi;
 use crate::host::{CasMismatch, Host, Level, Metric};
 
 /// The host of one VM; cheap to clone into every context.

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::host::memory::SharedStore;
 use crate::host::{CasMismatch, Host, Level, Metric};
-use crate::memory_host::SharedStore;
 
 /// A call the filter made.
 #[derive(Debug, Clone)]

@@ -1,7 +1,30 @@
-//! The one seam between the filter's glue and its host: the [`Host`] trait (headers, body,
-//! shared data with compare-and-swap, calls out, metrics, time, logging) and the names of the
-//! filter's metrics. The wasm build implements it with `proxy_wasm::hostcalls` (see
-//! `wasm_host`); native scenario tests implement it with a double.
+//! The host boundary: the one seam between the filter's glue and Envoy. Everything the filter
+//! asks of its host goes through the [`Host`] trait defined here (headers, body, shared data with
+//! compare-and-swap, calls out, metrics, time, logging), with the names of the filter's metrics
+//! ([`Metric`]); no other module sees proxy-wasm.
+//!
+//! - `abi` (wasm only): the raw proxy-wasm host functions, every status returned as a value.
+//! - `wasm` (wasm only): [`Host`] on Envoy, over `abi`.
+//! - `entry` (wasm only): the proxy-wasm entry point, the root and HTTP contexts that hand every
+//!   hook to `root` and `request`.
+//! - [`memory`] (native only): [`Host`] in memory, for the offline evaluator.
+//! - `fake` (tests only): the scenario tests' double, sharing `memory`'s shared-data store.
+//!
+//! The invariant it keeps: every [`Host`] method is infallible from the caller's side (host
+//! errors become `None`, `Err(CasMismatch)` or a no-op), because a panic traps the VM and costs
+//! the request a 503 (`docs/proxy-wasm-facts.md`). So the wasm implementation calls the host
+//! functions of `abi`, never the SDK's convenience methods that unwrap internally.
+
+#[cfg(target_arch = "wasm32")]
+mod abi;
+#[cfg(target_arch = "wasm32")]
+mod entry;
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod memory;
+#[cfg(target_arch = "wasm32")]
+mod wasm;
 
 use std::time::Duration;
 

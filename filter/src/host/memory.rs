@@ -4,7 +4,7 @@
 //! headers or body, makes no calls and answers nothing itself: the offline evaluator drives the
 //! observation code (`observe`, `fold_tally`, the success watch) through it, so the evaluator
 //! decides as the filter does without a copy of its glue. The scenario tests' double
-//! (`fake_host`) keeps its shared data in the same [`SharedStore`].
+//! (`host::fake`) keeps its shared data in the same [`SharedStore`].
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
