@@ -25,20 +25,16 @@ pub mod external_route;
 pub mod gateway_health;
 pub mod host;
 pub mod json_scan;
-pub mod observe;
 pub mod outcome;
 pub mod prefix_index;
 pub mod prefix_pending;
-pub mod prompt_tally;
 pub mod request;
 pub mod response;
 pub mod root;
 pub mod routing;
 pub mod shared;
-pub mod shared_ring;
-pub mod signal_queue;
+pub mod signals;
 pub mod success;
-pub mod tally;
 pub mod worker;
 
 #[cfg(test)]

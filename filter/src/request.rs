@@ -25,10 +25,10 @@ use crate::embed_flow::{self, Capture, Lookup};
 use crate::experiment;
 use crate::external_route;
 use crate::host::{Host, Metric};
-use crate::observe::{observe, Observation};
 use crate::outcome::OutcomeWatch;
 use crate::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
+use crate::signals::observe::{observe, Observation};
 use crate::success::SuccessWatch;
 use crate::worker::Worker;
 

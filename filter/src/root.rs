@@ -22,10 +22,10 @@ use crate::direct;
 use crate::embed_warm;
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
-use crate::observe::fold_tally;
 use crate::prefix_index::seed_from_table;
 use crate::routing::TableStamp;
 use crate::shared::{read_u64, update};
+use crate::signals::observe::fold_tally;
 use crate::worker::Worker;
 
 /// A call in flight and what it was for.

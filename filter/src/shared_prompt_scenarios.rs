@@ -8,9 +8,9 @@ use prewarm_core::{BlockChain, FingerprintConfig};
 use crate::config::FilterConfig;
 use crate::host::fake::FakeHost;
 use crate::host::Metric;
-use crate::prompt_tally::MAX_GROUPS;
 use crate::root::RootTasks;
 use crate::scenarios::{queued, send, table};
+use crate::signals::prompt_tally::MAX_GROUPS;
 use crate::worker::Worker;
 
 const TEMPLATES: usize = 4;

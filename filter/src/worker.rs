@@ -15,11 +15,11 @@ use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
 use crate::embed_reports::EmbeddingReports;
 use crate::prefix_pending::PendingPrefixWrites;
-use crate::prompt_tally::PromptTally;
 use crate::routing::TableCache;
 use crate::shared::Keys;
-use crate::signal_queue::{OutcomeQueue, ServedQueue, SignalQueue};
-use crate::tally::Tally;
+use crate::signals::prompt_tally::PromptTally;
+use crate::signals::queue::{OutcomeQueue, ServedQueue, SignalQueue};
+use crate::signals::tally::Tally;
 
 #[derive(Debug)]
 pub struct Worker {

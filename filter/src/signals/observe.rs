@@ -19,9 +19,9 @@ use prewarm_core::{BlockChain, BlockHash, Endpoint, InferenceRequest, Sketch};
 
 use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
-use crate::prompt_tally::PromptTally;
 use crate::shared::{read_u64, update, Keys, RateSlot, SharedPromptSlot};
-use crate::tally::{AdapterTally, Tallied, Tally};
+use crate::signals::prompt_tally::PromptTally;
+use crate::signals::tally::{AdapterTally, Tallied, Tally};
 
 /// One inspected request, as the observers need it.
 pub struct Observation<'a> {

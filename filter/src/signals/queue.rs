@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::config::FilterConfig;
 use crate::host::{Host, Metric};
 use crate::shared::Keys;
-use crate::shared_ring::SharedRing;
+use crate::signals::ring::SharedRing;
 
 /// Records taken for one batch.
 #[derive(Debug, Clone, PartialEq)]
