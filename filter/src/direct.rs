@@ -27,7 +27,7 @@ use crate::config::DirectMode;
 use crate::direct_budget::{back_off_pod, claim_pod, release_pod, spend, Limits, Refused};
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
-use crate::prefix_index::SharedPrefixStore;
+use crate::routing::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
 use crate::worker::Worker;
 

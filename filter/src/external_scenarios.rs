@@ -7,11 +7,11 @@ use prewarm_core::wire::{RoutedPod, ServedRecord, Signal, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
 use crate::config::{EndpointHeaderOwner, FilterConfig};
-use crate::external_route::MAX_EXTERNAL_ENDPOINT_BYTES;
 use crate::host::fake::FakeHost;
 use crate::host::{Host, Metric};
 use crate::request::{RequestFlow, Verdict};
 use crate::root::RootTasks;
+use crate::routing::external_route::MAX_EXTERNAL_ENDPOINT_BYTES;
 use crate::scenarios::{chat_body, queued, send, send_flow, table, template};
 use crate::worker::Worker;
 

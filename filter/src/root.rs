@@ -22,7 +22,7 @@ use crate::direct;
 use crate::embed_warm;
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
-use crate::prefix_index::seed_from_table;
+use crate::routing::prefix_index::seed_from_table;
 use crate::routing::TableStamp;
 use crate::shared::{read_u64, update};
 use crate::signals::observe::fold_tally;

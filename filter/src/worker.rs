@@ -14,7 +14,7 @@ use crate::credential::IdentityKey;
 use crate::direct_config::static_table;
 use crate::embed_cache::EmbeddingCache;
 use crate::embed_reports::EmbeddingReports;
-use crate::prefix_pending::PendingPrefixWrites;
+use crate::routing::prefix_pending::PendingPrefixWrites;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signals::prompt_tally::PromptTally;

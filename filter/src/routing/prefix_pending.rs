@@ -159,7 +159,7 @@ fn apply(writes: &[PendingWrite], stored: Option<Vec<u8>>, horizon_ms: u64) -> O
 mod tests {
     use super::*;
     use crate::host::fake::FakeHost;
-    use crate::prefix_index::SharedPrefixStore;
+    use crate::routing::prefix_index::SharedPrefixStore;
     use prewarm_core::prefix::{record, MemoryStore, PrefixStore, DEFAULT_HORIZON_MS};
     use prewarm_core::{BlockChain, FingerprintConfig};
 

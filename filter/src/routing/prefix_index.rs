@@ -17,7 +17,7 @@ use prewarm_core::wire::RoutingTable;
 use std::cell::RefCell;
 
 use crate::host::{Host, Metric};
-use crate::prefix_pending::PendingPrefixWrites;
+use crate::routing::prefix_pending::PendingPrefixWrites;
 use crate::shared::Keys;
 use crate::worker::Worker;
 

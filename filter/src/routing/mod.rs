@@ -1,8 +1,23 @@
-//! Choosing the pod for a request from the routing table with core's longest-prefix rule
-//! (`prewarm_core::prefix`): the pods holding the requested adapter first (all pods when none
-//! does), the pod holding the longest run of the prompt's shards by the prefix index unless it
-//! is over the load bound, else bounded-load rendezvous on the prompt's chain. Also the worker's
-//! copy of the table, refreshed from shared data only when its generation changed.
+//! Routing: which pod a request goes to. This module chooses the pod from the routing table
+//! with core's longest-prefix rule (`prewarm_core::prefix`): the pods holding the requested
+//! adapter first (all pods when none does), the pod holding the longest run of the prompt's
+//! shards by the prefix index unless it is over the load bound, else bounded-load rendezvous on
+//! the prompt's chain. It also keeps the worker's copy of the table ([`TableCache`]), refreshed
+//! from shared data only when its generation changed.
+//!
+//! - [`prefix_index`]: the prefix index in shared data, one index for every worker of a proxy.
+//! - [`prefix_pending`]: a VM's routed requests' index writes, held for the root tick.
+//! - [`external_route`]: the pod another router chose (`endpoint_header_owner: external`),
+//!   recorded as served like a pod this filter chose.
+//!
+//! Invariants: routing never fails a request (no table, no pod: the request goes on without an
+//! endpoint header, counted by [`Unrouted`], and Envoy's load balancer picks); a request's routing
+//! writes no shared data (its index writes wait for the tick, so its host calls do not grow with
+//! the prompt); an endpoint header another router owns is never removed or set.
+
+pub mod external_route;
+pub mod prefix_index;
+pub mod prefix_pending;
 
 use std::cell::RefCell;
 use std::rc::Rc;
