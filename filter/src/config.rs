@@ -10,7 +10,7 @@ use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
 
 pub use crate::direct_config::{DirectMode, DirectPod};
-pub use crate::embed_config::EmbeddingCacheConfig;
+pub use crate::embeddings::config::EmbeddingCacheConfig;
 
 /// Most signals in one batch (the gateway refuses more).
 pub const MAX_BATCH_SIGNALS: usize = 10_000;

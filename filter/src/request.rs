@@ -9,8 +9,8 @@
 //! streak of its credential's identity, `credential`), enqueue the signals, assign the request
 //! its experiment arm when the table runs one (`experiment`), route, and continue —
 //! unless an embeddings request for a cached model is answered from the embedding cache
-//! (`embed_flow`), the one case the filter ends a request itself. Responses are watched, never
-//! held or changed: for the embedding cache to store, and for success feedback (`success`).
+//! (`embeddings::flow`), the one case the filter ends a request itself. Responses are watched,
+//! never held or changed: for the embedding cache to store, and for success feedback (`success`).
 //! With `routing` off (and no embedding cache) the headers are not held (only the body is
 //! buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it
 //! and let the request through untouched.
@@ -21,7 +21,8 @@ use prewarm_core::wire::{ServedRecord, Signal, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
 use crate::config::{DirectMode, EndpointHeaderOwner};
-use crate::embed_flow::{self, Capture, Lookup};
+use crate::embeddings;
+use crate::embeddings::flow::{Capture, Lookup};
 use crate::experiment;
 use crate::host::{Host, Metric};
 use crate::outcome::OutcomeWatch;
@@ -240,7 +241,7 @@ impl RequestFlow {
         };
         host.count(Metric::RequestsInspected, 1);
         if request.endpoint == Endpoint::Embeddings {
-            match embed_flow::on_request(host, worker, &request.model, &body) {
+            match embeddings::flow::on_request(host, worker, &request.model, &body) {
                 Lookup::Answered => return Verdict::Pause,
                 Lookup::Forward(capture) => self.capture = Some(capture),
                 Lookup::Pass => {}

@@ -9,7 +9,7 @@
 //! Each gateway reply (or failure to dispatch) feeds `gateway_health`; while `direct::active`
 //! says so, the taken prefill and pin signals also become direct calls to the pods (`direct`).
 //! With the embedding cache warmed by the gateway, the poll also asks for the warm entries the
-//! proxy lacks (`embed_warm`). In standalone mode (`direct_calls: always`) nothing is sent to
+//! proxy lacks (`embeddings::warm`). In standalone mode (`direct_calls: always`) nothing is sent to
 //! the gateway.
 
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ use prewarm_core::wire::{RoutingTable, Signal, SignalBatch};
 
 use crate::config::DirectMode;
 use crate::direct;
-use crate::embed_warm;
+use crate::embeddings;
 use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
 use crate::routing::prefix_index::seed_from_table;
@@ -38,7 +38,7 @@ enum Call {
         embeddings: u64,
     },
     Table,
-    /// `GET /v1/embeddings/warm` (`embed_warm`).
+    /// `GET /v1/embeddings/warm` (`embeddings::warm`).
     Warm,
     /// A direct call to a pod.
     Direct {
@@ -246,13 +246,13 @@ impl RootTasks {
         self.poll_warm(host, worker);
     }
 
-    /// Asks the gateway for the warm embedding entries this proxy lacks (`embed_warm`).
+    /// Asks the gateway for the warm embedding entries this proxy lacks (`embeddings::warm`).
     fn poll_warm<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
         let warmed = worker.config.embedding_cache.warmed_by_gateway();
         if !warmed || self.in_flight(|c| *c == Call::Warm) {
             return;
         }
-        let path = embed_warm::path(host, worker);
+        let path = embeddings::warm::path(host, worker);
         let headers = Self::gateway_headers(worker, "GET", &path);
         self.call(host, worker, &headers, None, Call::Warm);
     }
@@ -277,7 +277,7 @@ impl RootTasks {
         // the warm entries are extra: their poll's failure (an older gateway's 404) says
         // nothing of whether the gateway answers the table and the signals
         if call == Call::Warm {
-            if embed_warm::on_reply(host, worker, status, body_size) {
+            if embeddings::warm::on_reply(host, worker, status, body_size) {
                 self.poll_warm(host, worker);
             }
             return;

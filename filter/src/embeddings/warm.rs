@@ -1,7 +1,7 @@
 //! The gateway's warm embedding entries into this proxy's shared level of the cache: with the
 //! routing table's poll (one worker a tick), `GET /v1/embeddings/warm?after=<generation>` asks
 //! for the entries the gateway computed since this proxy's last reply; each is written to its
-//! slot with the gateway's expiry (`embed_shared::put`), and the reply's generation is kept in
+//! slot with the gateway's expiry (`shared_level::put`), and the reply's generation is kept in
 //! shared data, so every worker and a reloaded VM continue from it. A reply cut at the
 //! gateway's byte bound (`more`) is followed by the next poll at once. A reply that is not a
 //! 200 with a valid document, or is larger than [`MAX_WARM_BYTES`], is counted and dropped (and
@@ -11,7 +11,7 @@
 use prewarm_core::embed_cache::{key_from_hex, CachedEmbedding};
 use prewarm_core::wire::WarmEmbeddings;
 
-use crate::embed_shared;
+use crate::embeddings::shared_level;
 use crate::host::{Host, Metric};
 use crate::shared::read_u64;
 use crate::worker::Worker;
@@ -61,7 +61,7 @@ pub fn on_reply<H: Host + ?Sized>(
             embedding: e.embedding.as_str().into(),
             prompt_tokens: e.prompt_tokens,
         };
-        if embed_shared::put(host, &worker.keys, shared, &key, &entry, e.expires_ms) {
+        if shared_level::put(host, &worker.keys, shared, &key, &entry, e.expires_ms) {
             written += 1;
         }
     }

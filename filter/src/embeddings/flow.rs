@@ -1,6 +1,6 @@
 //! The embedding cache on a request's path. At the end of an opted-in model's `/v1/embeddings`
 //! body, the filter keys each input (core's `embed_cache`); when this VM's cache — or, for the
-//! inputs it lacks, the proxy's shared level (`embed_shared`) — holds every one, it answers the
+//! inputs it lacks, the proxy's shared level (`shared_level`) — holds every one, it answers the
 //! request itself (`x-prewarm-cache: hit`) and the pod is never called.
 //! Otherwise the request goes on unchanged and its response is *watched*, not held: each chunk
 //! is copied as it passes (up to `max_response_bytes`), and only after the last one reached the
@@ -8,13 +8,13 @@
 //! level. A request the rule cannot key, a refused local reply, a non-200, an encoded,
 //! oversized or unparsable response: counted, the request and its response untouched.
 //! With `warm_from_gateway`, each stored input and each hit is reported to the gateway
-//! (`embed_reports`), which keeps the hot ones warm (`embed_warm`).
+//! (`reports`), which keeps the hot ones warm (`warm`).
 
 use prewarm_core::embed_cache::{
     hit_response, split_response, CachedEmbedding, EmbeddingKey, ParsedEmbeddings,
 };
 
-use crate::embed_shared;
+use crate::embeddings::shared_level;
 use crate::host::{Host, Metric};
 use crate::response::readable_ok;
 use crate::worker::Worker;
@@ -100,7 +100,7 @@ fn lookup<H: Host + ?Sized>(
             found.push(entry);
             continue;
         }
-        let (entry, expires_ms) = embed_shared::get(host, &worker.keys, slots, key, now)?;
+        let (entry, expires_ms) = shared_level::get(host, &worker.keys, slots, key, now)?;
         host.count(Metric::EmbeddingSharedHits, 1);
         cache.insert_until(*key, entry.clone(), expires_ms);
         found.push(entry);
@@ -171,7 +171,7 @@ impl Capture {
         let mut cache = worker.embeddings.borrow_mut();
         let expires_ms = cache.expiry(now);
         for (key, entry) in self.keys.iter().zip(&entries) {
-            embed_shared::put(host, &worker.keys, shared, key, entry, expires_ms);
+            shared_level::put(host, &worker.keys, shared, key, entry, expires_ms);
         }
         for (key, request) in self
             .keys
