@@ -9,7 +9,7 @@ use prewarm_core::wire::{SignalBatch, MAX_NAME_BYTES, MAX_SIGNAL_BATCH_BYTES};
 use prewarm_core::{Endpoint, FingerprintConfig};
 use serde::Deserialize;
 
-pub use crate::direct_config::{DirectMode, DirectPod};
+pub use crate::direct::config::{DirectMode, DirectPod};
 pub use crate::embeddings::config::EmbeddingCacheConfig;
 
 /// Most signals in one batch (the gateway refuses more).
@@ -475,7 +475,7 @@ impl FilterConfig {
                 ));
             }
         }
-        p.extend(crate::direct_config::validate(self));
+        p.extend(crate::direct::config::validate(self));
         p.extend(self.embedding_cache.validate());
         if self.shared_prefix.is_empty() || self.shared_prefix.len() > 64 {
             p.push(format!(

@@ -236,7 +236,7 @@ fn when_gateway_down_the_filter_takes_over_after_the_streak_and_hands_back() {
     let worker = Worker::new(FilterConfig::default());
     worker.table.install(
         1,
-        crate::direct_config::static_table(&FilterConfig {
+        crate::direct::config::static_table(&FilterConfig {
             direct_pods: pods(2),
             ..FilterConfig::default()
         }),

@@ -435,7 +435,7 @@ fn a_failing_warm_poll_does_not_mark_the_gateway_down() {
     assert_eq!(host.metric(Metric::EmbeddingWarmFetchFailures), 1);
     let later = host.now_ms_for_tests() + 60_000;
     assert!(
-        !crate::gateway_health::is_down(&host, &w.keys, 5_000, later),
+        !crate::direct::gateway_health::is_down(&host, &w.keys, 5_000, later),
         "only the table and the signals say whether the gateway answers"
     );
 }

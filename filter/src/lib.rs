@@ -12,11 +12,8 @@
 pub mod config;
 pub mod credential;
 pub mod direct;
-pub mod direct_budget;
-pub mod direct_config;
 pub mod embeddings;
 pub mod experiment;
-pub mod gateway_health;
 pub mod host;
 pub mod json_scan;
 pub mod outcome;

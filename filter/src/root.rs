@@ -6,11 +6,11 @@
 //! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
 //! checked with core's decoder and published to every worker through shared data. Every reply
 //! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
-//! Each gateway reply (or failure to dispatch) feeds `gateway_health`; while `direct::active`
-//! says so, the taken prefill and pin signals also become direct calls to the pods (`direct`).
-//! With the embedding cache warmed by the gateway, the poll also asks for the warm entries the
-//! proxy lacks (`embeddings::warm`). In standalone mode (`direct_calls: always`) nothing is sent to
-//! the gateway.
+//! Each gateway reply (or failure to dispatch) feeds `direct::gateway_health`; while
+//! `direct::active` says so, the taken prefill and pin signals also become direct calls to the
+//! pods (`direct`). With the embedding cache warmed by the gateway, the poll also asks for the
+//! warm entries the proxy lacks (`embeddings::warm`). In standalone mode (`direct_calls:
+//! always`) nothing is sent to the gateway.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,8 +19,8 @@ use prewarm_core::wire::{RoutingTable, Signal, SignalBatch};
 
 use crate::config::DirectMode;
 use crate::direct;
+use crate::direct::gateway_health;
 use crate::embeddings;
-use crate::gateway_health;
 use crate::host::{Host, Level, Metric};
 use crate::routing::prefix_index::seed_from_table;
 use crate::routing::TableStamp;

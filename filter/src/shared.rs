@@ -15,8 +15,8 @@
 //! | `routing/table` | the last routing table body the gateway sent (JSON) |
 //! | `routing/generation` | generation (8) + fetched-at ms (8) of that table |
 //! | `routing/poll` | ms at which a worker last claimed the table poll (8) |
-//! | `direct/gateway` | ms of the first failed gateway call of the current failure streak, 0 when the last call succeeded (8; see `gateway_health`) |
-//! | `direct/budget`, `direct/pod/<slot>` (256 slots) | the direct calls' minute budget and per-pod in-flight flags (see `direct_budget`) |
+//! | `direct/gateway` | ms of the first failed gateway call of the current failure streak, 0 when the last call succeeded (8; see `direct::gateway_health`) |
+//! | `direct/budget`, `direct/pod/<slot>` (256 slots) | the direct calls' minute budget and per-pod in-flight flags (see `direct::budget`) |
 //!
 //! A slot is chosen by hashing the name into a fixed number of slots; a slot holding another
 //! owner's state is taken over (its owner hash differs), so collisions cost accuracy, not memory.

@@ -11,7 +11,7 @@ use prewarm_core::FingerprintConfig;
 
 use crate::config::{DirectMode, FilterConfig};
 use crate::credential::IdentityKey;
-use crate::direct_config::static_table;
+use crate::direct::config::static_table;
 use crate::embeddings::cache::EmbeddingCache;
 use crate::embeddings::reports::EmbeddingReports;
 use crate::routing::prefix_pending::PendingPrefixWrites;

@@ -13,9 +13,18 @@
 //! - How: through `direct_cluster`, an `ORIGINAL_DST` cluster that connects to the address in
 //!   `direct_host_header` and that no route references (clients cannot reach it; the request
 //!   path also strips that header), with `direct_timeout_ms` on every call.
-//! - Bounds (`direct_budget`): one call in flight per pod, a back-off after a failed call (the
+//! - Bounds (`budget`): one call in flight per pod, a back-off after a failed call (the
 //!   filter's only view of a pod's health), and a minute budget of calls and prefill tokens per
 //!   Envoy; every skip and failure is counted (`prewarm_filter_direct_*`).
+//!
+//! The parts: [`config`] (the mode and the static pods of standalone mode, part of the
+//! configuration), [`budget`] (the bounds, in shared data), [`gateway_health`] (whether the
+//! gateway answers, for `when_gateway_down`: one shared-data word every worker's replies feed,
+//! so the whole Envoy takes over, and hands back, together).
+
+pub mod budget;
+pub mod config;
+pub mod gateway_health;
 
 use prewarm_core::prefix::PromptKeys;
 use prewarm_core::warm_call::{adapter_pod, prefill_call, touch_body, WARM_CALL_PATH};
@@ -24,8 +33,7 @@ use prewarm_core::BlockChain;
 use std::time::Duration;
 
 use crate::config::DirectMode;
-use crate::direct_budget::{back_off_pod, claim_pod, release_pod, spend, Limits, Refused};
-use crate::gateway_health;
+use crate::direct::budget::{back_off_pod, claim_pod, release_pod, spend, Limits, Refused};
 use crate::host::{Host, Level, Metric};
 use crate::routing::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
