@@ -7,7 +7,7 @@
 //! nothing is sized from a client's header: a stalled request costs the VM no memory); then
 //! parse, fingerprint and sketch with core, observe (a request naming no user continues the
 //! streak of its credential's identity, `credential`), enqueue the signals, assign the request
-//! its experiment arm when the table runs one (`experiment`), route, and continue —
+//! its experiment arm when the table runs one (`experiments::arm`), route, and continue —
 //! unless an embeddings request for a cached model is answered from the embedding cache
 //! (`embeddings::flow`), the one case the filter ends a request itself. Responses are watched,
 //! never held or changed: for the embedding cache to store, and for success feedback (`success`).
@@ -23,9 +23,10 @@ use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 use crate::config::{DirectMode, EndpointHeaderOwner};
 use crate::embeddings;
 use crate::embeddings::flow::{Capture, Lookup};
-use crate::experiment;
+use crate::experiments;
+use crate::experiments::arm::ArmChoice;
+use crate::experiments::outcome::OutcomeWatch;
 use crate::host::{Host, Metric};
-use crate::outcome::OutcomeWatch;
 use crate::routing::external_route;
 use crate::routing::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
@@ -49,7 +50,7 @@ pub struct RequestFlow {
     capture: Option<Capture>,
     /// The response, watched for a successful answer to a hot prefix.
     success: Option<SuccessWatch>,
-    /// The response, watched for the request's outcome (`outcome`).
+    /// The response, watched for the request's outcome (`experiments::outcome`).
     outcome: Option<OutcomeWatch>,
 }
 
@@ -260,13 +261,13 @@ impl RequestFlow {
         worker: &Worker,
         user: Option<&str>,
         tenant: Option<&str>,
-    ) -> Option<experiment::ArmChoice> {
+    ) -> Option<ArmChoice> {
         if !worker.config.routing {
             return None;
         }
         worker.table.refresh(host, &worker.keys);
         let table = worker.table.table()?;
-        let arm = experiment::assign(host, table.experiment.as_ref()?, user, tenant)?;
+        let arm = experiments::arm::assign(host, table.experiment.as_ref()?, user, tenant)?;
         host.set_request_header(&worker.config.arm_header, arm.header.as_bytes());
         Some(arm)
     }
