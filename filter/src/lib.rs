@@ -10,19 +10,15 @@
 //! while native tests drive the same code through a double.
 
 pub mod config;
-pub mod credential;
 pub mod direct;
 pub mod embeddings;
 pub mod experiments;
 pub mod host;
-pub mod json_scan;
 pub mod request;
-pub mod response;
 pub mod root;
 pub mod routing;
 pub mod shared;
 pub mod signals;
-pub mod success;
 pub mod worker;
 
 #[cfg(test)]

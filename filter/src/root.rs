@@ -1,6 +1,6 @@
 //! The root context's background work, on each tick: adopt a newer routing table another worker
-//! published, read (or make) the proxy's key of credential identities (`credential`), fold
-//! this VM's tallies into shared data (feedback, pin and shared-prompt prefill signals), send
+//! published, read (or make) the proxy's key of credential identities (`request::credential`),
+//! fold this VM's tallies into shared data (feedback, pin and shared-prompt prefill signals), send
 //! the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one worker per tick, by
 //! a lease in shared data) poll `GET /v1/routing` with
 //! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is

@@ -10,10 +10,10 @@ use std::cell::RefCell;
 use prewarm_core::FingerprintConfig;
 
 use crate::config::{DirectMode, FilterConfig};
-use crate::credential::IdentityKey;
 use crate::direct::config::static_table;
 use crate::embeddings::cache::EmbeddingCache;
 use crate::embeddings::reports::EmbeddingReports;
+use crate::request::credential::IdentityKey;
 use crate::routing::prefix_pending::PendingPrefixWrites;
 use crate::routing::TableCache;
 use crate::shared::Keys;
@@ -33,7 +33,7 @@ pub struct Worker {
     pub tally: Tally,
     /// Requests per routing key, for the cross-user trigger (`prompt_tally`).
     pub prompts: PromptTally,
-    /// The key of credential identities (`credential`).
+    /// The key of credential identities (`request::credential`).
     pub identity: IdentityKey,
     /// The embedding cache of this VM (`embedding_cache`; empty while off).
     pub embeddings: RefCell<EmbeddingCache>,

@@ -16,7 +16,7 @@ use prewarm_core::embed_cache::{
 
 use crate::embeddings::shared_level;
 use crate::host::{Host, Metric};
-use crate::response::readable_ok;
+use crate::request::response::readable_ok;
 use crate::worker::Worker;
 
 /// What became of a request the cache looked at.

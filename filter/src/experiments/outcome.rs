@@ -13,8 +13,8 @@ use prewarm_core::wire::OutcomeRecord;
 use prewarm_core::BlockHash;
 
 use crate::host::Host;
-use crate::json_scan::{FieldScanner, Kind};
-use crate::success::MAX_WATCHED_BYTES;
+use crate::request::json_scan::{FieldScanner, Kind};
+use crate::request::success::MAX_WATCHED_BYTES;
 
 /// A request whose outcome is being watched.
 #[derive(Debug)]

@@ -24,8 +24,8 @@ use prewarm_core::{parse_request, Endpoint};
 use prewarm_filter::config::FilterConfig;
 use prewarm_filter::host::memory::MemoryHost;
 use prewarm_filter::request::served_record;
+use prewarm_filter::request::success::SuccessWatch;
 use prewarm_filter::signals::observe::{fold_tally, observe, Observation};
-use prewarm_filter::success::SuccessWatch;
 use prewarm_filter::worker::Worker;
 
 use super::super::policy::RequestCtx;

@@ -1,8 +1,8 @@
 //! One request through the filter: strip a client-sent endpoint header (unless another router
-//! owns it: `endpoint_header_owner: external`, see `external_route`), direct-call header and arm
-//! header; inspect only
-//! inference POSTs whose `content-length` is present and within `max_body_bytes` (so the filter
-//! never makes Envoy buffer past its limit, which would be a 413); let Envoy buffer the body
+//! owns it: `endpoint_header_owner: external`, see `routing::external_route`), direct-call
+//! header and arm header; inspect only inference POSTs whose `content-length` is present and
+//! within `max_body_bytes` (so the filter never makes Envoy buffer past its limit, which would
+//! be a 413); let Envoy buffer the body
 //! and read it once, whole, at its end (nothing is allocated before a body byte arrives, and
 //! nothing is sized from a client's header: a stalled request costs the VM no memory); then
 //! parse, fingerprint and sketch with core, observe (a request naming no user continues the
@@ -14,6 +14,16 @@
 //! With `routing` off (and no embedding cache) the headers are not held (only the body is
 //! buffered), so no Envoy setting beyond the defaults is needed. Anything unexpected: count it
 //! and let the request through untouched.
+//!
+//! The parts of the request path beside this flow: [`credential`] (a request's identity when it
+//! names no user), [`response`] (what the filter reads of a response), [`json_scan`] (one
+//! field read out of a streaming response body) and [`success`] (the success watch behind
+//! success feedback).
+
+pub mod credential;
+pub mod json_scan;
+pub mod response;
+pub mod success;
 
 use prewarm_core::experiment::ArmRouting;
 use prewarm_core::prefix::{record, PromptKeys};
@@ -27,11 +37,11 @@ use crate::experiments;
 use crate::experiments::arm::ArmChoice;
 use crate::experiments::outcome::OutcomeWatch;
 use crate::host::{Host, Metric};
+use crate::request::success::SuccessWatch;
 use crate::routing::external_route;
 use crate::routing::prefix_index::SharedPrefixStore;
 use crate::routing::{choose_pod, PrefixLookup};
 use crate::signals::observe::{observe, Observation};
-use crate::success::SuccessWatch;
 use crate::worker::Worker;
 
 /// What the filter tells the host to do with the request.

@@ -9,8 +9,8 @@
 use prewarm_core::BlockHash;
 
 use crate::host::{Host, Metric};
-use crate::json_scan::{FieldScanner, Kind};
-use crate::response::readable_ok;
+use crate::request::json_scan::{FieldScanner, Kind};
+use crate::request::response::readable_ok;
 use crate::worker::Worker;
 
 /// Most response bytes read looking for the finish reason.
