@@ -20,22 +20,3 @@ pub mod routing;
 pub mod shared;
 pub mod signals;
 pub mod worker;
-
-#[cfg(test)]
-mod credential_scenarios;
-#[cfg(test)]
-mod direct_scenarios;
-#[cfg(test)]
-mod embed_scenarios;
-#[cfg(test)]
-mod experiment_scenarios;
-#[cfg(test)]
-mod external_scenarios;
-#[cfg(test)]
-mod host_call_scenarios;
-#[cfg(test)]
-mod outcome_scenarios;
-#[cfg(test)]
-mod scenarios;
-#[cfg(test)]
-mod shared_prompt_scenarios;

@@ -1,6 +1,7 @@
 //! The test double of [`Host`]: headers, body, a shared-data store (shareable between several
 //! doubles, as Envoy's is between workers), recorded calls and scripted replies, metrics, a
-//! settable clock. Used by the native scenario tests only.
+//! settable clock. For tests only: the unit tests beside the code and the scenario tests
+//! (`filter/tests/scenarios`) share it, hence public in native builds (never in the wasm one).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //! - `entry` (wasm only): the proxy-wasm entry point, the root and HTTP contexts that hand every
 //!   hook to `root` and `request`.
 //! - [`memory`] (native only): [`Host`] in memory, for the offline evaluator.
-//! - `fake` (tests only): the scenario tests' double, sharing `memory`'s shared-data store.
+//! - [`fake`] (native only): the tests' double, sharing `memory`'s shared-data store.
 //!
 //! The invariant it keeps: every [`Host`] method is infallible from the caller's side (host
 //! errors become `None`, `Err(CasMismatch)` or a no-op), because a panic traps the VM and costs
@@ -19,8 +19,8 @@
 mod abi;
 #[cfg(target_arch = "wasm32")]
 mod entry;
-#[cfg(test)]
-pub(crate) mod fake;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod fake;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod memory;
 #[cfg(target_arch = "wasm32")]

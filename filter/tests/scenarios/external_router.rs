@@ -6,14 +6,15 @@
 use prewarm_core::wire::{RoutedPod, ServedRecord, Signal, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
-use crate::config::{EndpointHeaderOwner, FilterConfig};
-use crate::host::fake::FakeHost;
-use crate::host::{Host, Metric};
-use crate::request::{RequestFlow, Verdict};
-use crate::root::RootTasks;
-use crate::routing::external_route::MAX_EXTERNAL_ENDPOINT_BYTES;
-use crate::scenarios::{chat_body, queued, send, send_flow, table, template};
-use crate::worker::Worker;
+use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig};
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::{Host, Metric};
+use prewarm_filter::request::{RequestFlow, Verdict};
+use prewarm_filter::root::RootTasks;
+use prewarm_filter::routing::external_route::MAX_EXTERNAL_ENDPOINT_BYTES;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, queued, send, send_flow, table, template};
 
 const HEADER: &str = "x-gateway-destination-endpoint";
 

@@ -1,16 +1,18 @@
 //! Native scenario tests: whole requests and ticks through the glue, against the host double.
+//! Its helpers (request bodies, a request sent the way Envoy does, the queued signals, a table)
+//! serve the other scenario modules too.
 
 use prewarm_core::wire::{
     PatternState, PrefillSignal, RoutedPod, RoutingTable, Signal, SignalBatch,
 };
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
-use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
-use crate::host::Metric;
-use crate::request::{RequestFlow, Verdict};
-use crate::root::RootTasks;
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::Metric;
+use prewarm_filter::request::{RequestFlow, Verdict};
+use prewarm_filter::root::RootTasks;
+use prewarm_filter::worker::Worker;
 
 pub(crate) fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -602,7 +604,7 @@ fn routed_requests_travel_as_served_records_in_the_next_batch() {
 }
 
 fn host_now(h: &FakeHost) -> u64 {
-    use crate::host::Host;
+    use prewarm_filter::host::Host;
     h.now_ms()
 }
 

@@ -3,11 +3,12 @@
 //! `--nocapture`) and bounded. Each host call takes Envoy's shared-data lock or crosses the
 //! VM boundary, so the request path's count must not grow with the prompt.
 
-use crate::config::FilterConfig;
-use crate::host::fake::{FakeHost, HostCalls};
-use crate::host::Metric;
-use crate::scenarios::{chat_body, send_flow, with_one_pod_table};
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::{FakeHost, HostCalls};
+use prewarm_filter::host::Metric;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, send_flow, with_one_pod_table};
 
 /// A system prompt of about `bytes` bytes, distinct per `tag`.
 fn system_prompt(tag: &str, bytes: usize) -> String {

@@ -2,11 +2,11 @@
 //! on a hit, what is stored from a pod's response, and every way a request or response is left
 //! alone.
 
-use crate::config::{EmbeddingCacheConfig, FilterConfig};
-use crate::host::fake::FakeHost;
-use crate::host::Metric;
-use crate::request::{RequestFlow, Verdict};
-use crate::worker::Worker;
+use prewarm_filter::config::{EmbeddingCacheConfig, FilterConfig};
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::Metric;
+use prewarm_filter::request::{RequestFlow, Verdict};
+use prewarm_filter::worker::Worker;
 
 fn worker() -> Worker {
     Worker::new(FilterConfig {
@@ -295,14 +295,14 @@ fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
 }
 
 /// The first call taken from `host` whose path starts with `prefix`.
-fn take_call(host: &FakeHost, prefix: &str) -> crate::host::fake::RecordedCall {
+fn take_call(host: &FakeHost, prefix: &str) -> prewarm_filter::host::fake::RecordedCall {
     host.take_calls()
         .into_iter()
         .find(|c| path_of(c).starts_with(prefix))
         .unwrap_or_else(|| panic!("a call to {prefix}"))
 }
 
-fn path_of(call: &crate::host::fake::RecordedCall) -> String {
+fn path_of(call: &prewarm_filter::host::fake::RecordedCall) -> String {
     call.headers
         .iter()
         .find(|(k, _)| k == ":path")
@@ -326,7 +326,7 @@ fn a_stored_input_and_its_hits_are_reported_to_the_gateway_with_the_request_that
         &w,
         r#"{"model":"minilm","input":"a","dimensions":8}"#,
     );
-    let mut root = crate::root::RootTasks::default();
+    let mut root = prewarm_filter::root::RootTasks::default();
     root.on_tick(&host, &w);
     let post = take_call(&host, "/v1/signals");
     let batch = SignalBatch::decode(&post.body).unwrap();
@@ -369,7 +369,7 @@ fn the_gateways_warm_entries_answer_a_proxy_that_never_saw_the_input() {
 
     let host = FakeHost::new();
     let w = worker();
-    let mut root = crate::root::RootTasks::default();
+    let mut root = prewarm_filter::root::RootTasks::default();
     root.on_tick(&host, &w);
     let poll = take_call(&host, "/v1/embeddings/warm");
     assert_eq!(path_of(&poll), "/v1/embeddings/warm?after=0");
@@ -427,7 +427,7 @@ fn a_failing_warm_poll_does_not_mark_the_gateway_down() {
     // an older gateway answers the warm poll 404; the table poll is still in flight
     let host = FakeHost::new();
     let w = worker();
-    let mut root = crate::root::RootTasks::default();
+    let mut root = prewarm_filter::root::RootTasks::default();
     root.on_tick(&host, &w);
     let warm = take_call(&host, "/v1/embeddings/warm");
     host.set_reply(Some(404), b"");
@@ -435,7 +435,7 @@ fn a_failing_warm_poll_does_not_mark_the_gateway_down() {
     assert_eq!(host.metric(Metric::EmbeddingWarmFetchFailures), 1);
     let later = host.now_ms_for_tests() + 60_000;
     assert!(
-        !crate::direct::gateway_health::is_down(&host, &w.keys, 5_000, later),
+        !prewarm_filter::direct::gateway_health::is_down(&host, &w.keys, 5_000, later),
         "only the table and the signals say whether the gateway answers"
     );
 }

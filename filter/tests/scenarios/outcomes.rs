@@ -5,11 +5,12 @@ use prewarm_core::experiment::{Arm, ArmSettings, Experiment};
 use prewarm_core::wire::{OutcomeRecord, SignalBatch};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
-use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
-use crate::host::{Host, Metric};
-use crate::scenarios::{chat_body, send_flow, table, template, with_one_pod_table};
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::{Host, Metric};
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, send_flow, table, template, with_one_pod_table};
 
 /// Sends a chat request as `user` at `t0`; its response starts `ttfb` ms later with `status`
 /// and `chunks` of body (none: a body-less reply); the stream ends. Returns the flow's record.

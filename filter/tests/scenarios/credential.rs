@@ -1,14 +1,15 @@
 //! Native scenario tests of requests that name no user: their credential's identity continues
-//! their streak (`credential`), and the credential itself goes nowhere.
+//! their streak (`request::credential`), and the credential itself goes nowhere.
 
 use prewarm_core::wire::Signal;
 
-use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
-use crate::host::Metric;
-use crate::root::RootTasks;
-use crate::scenarios::{chat_body, queued, send, template};
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::Metric;
+use prewarm_filter::root::RootTasks;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, queued, send, template};
 
 const TOKEN: &str = "sk-live-7f3a9c2e51d84b6e0c29";
 

@@ -3,13 +3,14 @@
 
 use prewarm_core::wire::{PinSignal, Signal};
 
-use crate::config::{DirectMode, DirectPod, FilterConfig};
-use crate::host::fake::{FakeHost, RecordedCall};
-use crate::host::Metric;
-use crate::request::RequestFlow;
-use crate::root::RootTasks;
-use crate::scenarios::{chat_body, chat_like, send, template};
-use crate::worker::Worker;
+use prewarm_filter::config::{DirectMode, DirectPod, FilterConfig};
+use prewarm_filter::host::fake::{FakeHost, RecordedCall};
+use prewarm_filter::host::Metric;
+use prewarm_filter::request::RequestFlow;
+use prewarm_filter::root::RootTasks;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, chat_like, send, template};
 
 fn pods(n: usize) -> Vec<DirectPod> {
     (0..n)
@@ -236,7 +237,7 @@ fn when_gateway_down_the_filter_takes_over_after_the_streak_and_hands_back() {
     let worker = Worker::new(FilterConfig::default());
     worker.table.install(
         1,
-        crate::direct::config::static_table(&FilterConfig {
+        prewarm_filter::direct::config::static_table(&FilterConfig {
             direct_pods: pods(2),
             ..FilterConfig::default()
         }),

@@ -1,17 +1,19 @@
 //! Native scenario tests of the cross-user trigger: prefixes many requests share become hot
-//! whoever sends them (`prompt_tally`, `observe::fold_tally`, core's `trigger::shared`).
+//! whoever sends them (`signals::prompt_tally`, `signals::observe::fold_tally`, core's
+//! `trigger::shared`).
 
 use prewarm_core::experiment::{Arm, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{PatternState, PrefillSignal, Signal};
 use prewarm_core::{BlockChain, FingerprintConfig};
 
-use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
-use crate::host::Metric;
-use crate::root::RootTasks;
-use crate::scenarios::{queued, send, table};
-use crate::signals::prompt_tally::MAX_GROUPS;
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::Metric;
+use prewarm_filter::root::RootTasks;
+use prewarm_filter::signals::prompt_tally::MAX_GROUPS;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{queued, send, table};
 
 const TEMPLATES: usize = 4;
 
@@ -296,7 +298,7 @@ fn a_prompt_without_a_full_block_is_not_counted() {
             &worker,
             "/v1/chat/completions",
             &[],
-            &crate::scenarios::chat_body("base", "hi", "short"),
+            &crate::requests::chat_body("base", "hi", "short"),
         );
     }
     assert!(worker.prompts.is_empty());

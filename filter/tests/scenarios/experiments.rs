@@ -3,11 +3,12 @@
 use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{RoutingTable, Signal};
 
-use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
-use crate::host::Metric;
-use crate::scenarios::{chat_body, send, table, template};
-use crate::worker::Worker;
+use prewarm_filter::config::FilterConfig;
+use prewarm_filter::host::fake::FakeHost;
+use prewarm_filter::host::Metric;
+use prewarm_filter::worker::Worker;
+
+use crate::requests::{chat_body, send, table, template};
 
 const ARM: &str = "x-prewarm-arm";
 const ENDPOINT: &str = "x-gateway-destination-endpoint";
@@ -100,7 +101,7 @@ fn without_an_experiment_a_client_arm_header_is_removed_and_none_is_set() {
         &[(":method", b"GET"), (":path", b"/"), (ARM, b"exp/x")],
         b"",
     );
-    crate::request::RequestFlow::default().on_headers(&host, &worker, true);
+    prewarm_filter::request::RequestFlow::default().on_headers(&host, &worker, true);
     assert_eq!(host.header(ARM), None);
 }
 
