@@ -102,34 +102,20 @@ pub fn place_among(pool: &[&RoutedPod], key: u64, load_factor: Option<f64>) -> O
 mod tests {
     // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
-    use crate::wire::WIRE_VERSION;
     #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn pod(id: &str, adapters: &[&str], load: Option<f64>) -> RoutedPod {
         RoutedPod {
-            id: id.into(),
-            address: format!("{id}:8000"),
-            weight: 1.0,
-            adapters: adapters.iter().map(|a| a.to_string()).collect(),
-            resident: Vec::new(),
             load,
-            wait_ms: None,
+            ..RoutedPod::new(id, &format!("{id}:8000"), adapters)
         }
     }
 
     fn table(pods: Vec<RoutedPod>, load_factor: Option<f64>) -> RoutingTable {
         RoutingTable {
-            version: WIRE_VERSION.into(),
-            generation: 1,
-            generated_at_ms: 0,
-            block_tokens: 64,
             load_factor,
-            prefill_us_per_token: None,
-            prefixes: Vec::new(),
-            warming: Vec::new(),
-            experiment: None,
-            pods,
+            ..RoutingTable::of_pods(1, 64, pods)
         }
     }
 

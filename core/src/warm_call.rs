@@ -153,35 +153,15 @@ pub fn adapter_pod<'t>(table: &'t RoutingTable, adapter: &str) -> Option<&'t Rou
 mod tests {
     // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
     use super::*;
-    use crate::wire::WIRE_VERSION;
     #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn pod(id: &str, adapters: &[&str]) -> RoutedPod {
-        RoutedPod {
-            id: id.into(),
-            address: format!("{id}:8000"),
-            weight: 1.0,
-            adapters: adapters.iter().map(|a| a.to_string()).collect(),
-            resident: Vec::new(),
-            load: None,
-            wait_ms: None,
-        }
+        RoutedPod::new(id, &format!("{id}:8000"), adapters)
     }
 
     fn table(pods: Vec<RoutedPod>) -> RoutingTable {
-        RoutingTable {
-            version: WIRE_VERSION.into(),
-            generation: 1,
-            generated_at_ms: 0,
-            block_tokens: 64,
-            load_factor: None,
-            prefill_us_per_token: None,
-            prefixes: Vec::new(),
-            warming: Vec::new(),
-            experiment: None,
-            pods,
-        }
+        RoutingTable::of_pods(1, 64, pods)
     }
 
     #[test]

@@ -543,6 +543,20 @@ pub const MAX_WAIT_MS: u64 = 3_600_000;
 pub const MAX_PREFILL_US_PER_TOKEN: f64 = 100_000.0;
 
 impl RoutedPod {
+    /// A pod of weight 1 at `address` serving `adapters`, with no residency, load or wait known
+    /// (a static pod, or a test's fixture).
+    pub fn new(id: &str, address: &str, adapters: &[&str]) -> Self {
+        Self {
+            id: id.to_string(),
+            address: address.to_string(),
+            weight: 1.0,
+            adapters: adapters.iter().map(|a| a.to_string()).collect(),
+            resident: Vec::new(),
+            load: None,
+            wait_ms: None,
+        }
+    }
+
     fn problem(&self, i: usize) -> Option<String> {
         if !is_pod_address(&self.address) {
             return Some(format!(
@@ -653,6 +667,24 @@ pub const MAX_TABLE_PREFIXES: usize = 1024;
 pub const MAX_PLACED_KEYS: usize = 64;
 
 impl RoutingTable {
+    /// A table of this wire version at `generation` for `block_tokens`-token blocks, routing
+    /// among `pods`, with no load factor, prefill price, placed prefixes, warming pods or
+    /// experiment (a builder's start, a static table, a test's fixture).
+    pub fn of_pods(generation: u64, block_tokens: usize, pods: Vec<RoutedPod>) -> Self {
+        Self {
+            version: WIRE_VERSION.into(),
+            generation,
+            generated_at_ms: 0,
+            block_tokens,
+            load_factor: None,
+            prefill_us_per_token: None,
+            prefixes: Vec::new(),
+            warming: Vec::new(),
+            experiment: None,
+            pods,
+        }
+    }
+
     /// Decodes, checks the version, and checks every pod strictly (see [`RoutingTable::problem`]).
     pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
         let table: Self = decode_versioned(bytes, "table", |t: &Self| &t.version)?;

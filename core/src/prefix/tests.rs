@@ -1,7 +1,6 @@
 // Under Node (wasm32-unknown-unknown), `#[test]` is wasm-bindgen-test's: `make wasm-tests`.
 use super::*;
 use crate::placement::{place, PlacementCandidate};
-use crate::wire::WIRE_VERSION;
 use proptest::prelude::*;
 #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
 use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -10,30 +9,18 @@ const HORIZON: u64 = 120_000;
 
 fn pod(id: &str, load: Option<f64>) -> RoutedPod {
     RoutedPod {
-        id: id.into(),
-        address: format!("{id}:8000"),
-        weight: 1.0,
-        adapters: Vec::new(),
-        resident: Vec::new(),
         load,
-        wait_ms: None,
+        ..RoutedPod::new(id, &format!("{id}:8000"), &[])
     }
 }
 
 fn table(n: usize, load_factor: Option<f64>) -> RoutingTable {
+    let pods = (0..n)
+        .map(|i| pod(&format!("pod-{i}"), Some(0.2)))
+        .collect();
     RoutingTable {
-        version: WIRE_VERSION.into(),
-        generation: 1,
-        generated_at_ms: 0,
-        block_tokens: 64,
         load_factor,
-        prefill_us_per_token: None,
-        prefixes: Vec::new(),
-        warming: Vec::new(),
-        experiment: None,
-        pods: (0..n)
-            .map(|i| pod(&format!("pod-{i}"), Some(0.2)))
-            .collect(),
+        ..RoutingTable::of_pods(1, 64, pods)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use prewarm_core::wire::{RoutedPod, RoutingTable, WIRE_VERSION};
+use prewarm_core::wire::{RoutedPod, RoutingTable};
 use serde::Deserialize;
 
 use crate::config::{header_name, range, FilterConfig};
@@ -38,30 +38,12 @@ pub struct DirectPod {
 /// The routing table standalone mode routes with: the static pods, each of weight 1, holding no
 /// adapter in particular (every adapter is placed among all of them).
 pub fn static_table(config: &FilterConfig) -> RoutingTable {
-    RoutingTable {
-        version: WIRE_VERSION.into(),
-        generation: 0,
-        generated_at_ms: 0,
-        block_tokens: config.block_tokens,
-        load_factor: None,
-        prefill_us_per_token: None,
-        prefixes: Vec::new(),
-        warming: Vec::new(),
-        experiment: None,
-        pods: config
-            .direct_pods
-            .iter()
-            .map(|p| RoutedPod {
-                id: p.id.clone(),
-                address: p.address.clone(),
-                weight: 1.0,
-                adapters: Vec::new(),
-                resident: Vec::new(),
-                load: None,
-                wait_ms: None,
-            })
-            .collect(),
-    }
+    let pods = config
+        .direct_pods
+        .iter()
+        .map(|p| RoutedPod::new(&p.id, &p.address, &[]))
+        .collect();
+    RoutingTable::of_pods(0, config.block_tokens, pods)
 }
 
 /// Problems of the direct-call fields, as `field: value: rule`.

@@ -240,30 +240,11 @@ mod tests {
     }
 
     fn pod(id: &str, adapters: &[&str]) -> RoutedPod {
-        RoutedPod {
-            id: id.into(),
-            address: format!("{id}:80"),
-            weight: 1.0,
-            adapters: adapters.iter().map(|a| a.to_string()).collect(),
-            resident: Vec::new(),
-            load: None,
-            wait_ms: None,
-        }
+        RoutedPod::new(id, &format!("{id}:80"), adapters)
     }
 
     fn table(pods: Vec<RoutedPod>) -> RoutingTable {
-        RoutingTable {
-            version: "1.0".into(),
-            generation: 1,
-            generated_at_ms: 0,
-            block_tokens: 64,
-            load_factor: None,
-            prefill_us_per_token: None,
-            prefixes: Vec::new(),
-            warming: Vec::new(),
-            experiment: None,
-            pods,
-        }
+        RoutingTable::of_pods(1, 64, pods)
     }
 
     #[test]

@@ -282,29 +282,11 @@ pub(crate) fn chat_like(model: &str, i: u64) -> Vec<u8> {
 }
 
 pub(crate) fn table(pods: &[(&str, &str, &[&str])]) -> RoutingTable {
-    RoutingTable {
-        version: "1.0".into(),
-        generation: 7,
-        generated_at_ms: 0,
-        block_tokens: 64,
-        load_factor: None,
-        prefill_us_per_token: None,
-        prefixes: Vec::new(),
-        warming: Vec::new(),
-        experiment: None,
-        pods: pods
-            .iter()
-            .map(|(id, address, adapters)| RoutedPod {
-                id: id.to_string(),
-                address: address.to_string(),
-                weight: 1.0,
-                adapters: adapters.iter().map(|a| a.to_string()).collect(),
-                resident: Vec::new(),
-                load: None,
-                wait_ms: None,
-            })
-            .collect(),
-    }
+    let pods = pods
+        .iter()
+        .map(|(id, address, adapters)| RoutedPod::new(id, address, adapters))
+        .collect();
+    RoutingTable::of_pods(7, 64, pods)
 }
 
 #[test]

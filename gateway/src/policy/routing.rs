@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use prewarm_core::experiment::Experiment;
 use prewarm_core::wire::{
     PlacedPrefix, RoutedPod, RoutingTable, MAX_PREFILL_US_PER_TOKEN, MAX_RESIDENT_ADAPTERS,
-    MAX_TABLE_PREFIXES, MAX_WAIT_MS, WIRE_VERSION,
+    MAX_TABLE_PREFIXES, MAX_WAIT_MS,
 };
 use serde::{Deserialize, Serialize};
 
@@ -114,16 +114,9 @@ impl RoutingTableBuilder {
     pub fn new(block_tokens: usize, config: RoutingConfig, last_generation: u64) -> Self {
         Self {
             table: RoutingTable {
-                version: WIRE_VERSION.to_string(),
-                generation: last_generation,
-                generated_at_ms: 0,
-                block_tokens,
                 load_factor: config.load_factor,
                 prefill_us_per_token: config.prefill_us_per_token,
-                prefixes: Vec::new(),
-                warming: Vec::new(),
-                experiment: None,
-                pods: Vec::new(),
+                ..RoutingTable::of_pods(last_generation, block_tokens, Vec::new())
             },
             config,
             built: false,

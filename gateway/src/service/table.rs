@@ -19,18 +19,8 @@ pub struct PublishedTable {
 
 impl PublishedTable {
     pub fn empty() -> Self {
-        Self::of(&RoutingTable {
-            version: prewarm_core::wire::WIRE_VERSION.into(),
-            generation: 0,
-            generated_at_ms: 0,
-            block_tokens: prewarm_core::FingerprintConfig::default().block_tokens,
-            load_factor: None,
-            prefill_us_per_token: None,
-            prefixes: Vec::new(),
-            warming: Vec::new(),
-            experiment: None,
-            pods: Vec::new(),
-        })
+        let block_tokens = prewarm_core::FingerprintConfig::default().block_tokens;
+        Self::of(&RoutingTable::of_pods(0, block_tokens, Vec::new()))
     }
 
     pub fn of(table: &RoutingTable) -> Self {

@@ -12,10 +12,38 @@
 //! resident.
 
 use prewarm_core::place;
+use prewarm_core::wire::PlacedPrefix;
 
 use super::action::{Action, Cause};
 use super::{adapter_calls, Fleet};
 use crate::policy::candidates_for;
+
+/// The fleet's keep-warm period: when the next is due, and the prefixes the last one placed
+/// (which every table carries until the next). Invariant: the placed prefixes change only when
+/// a period is due, so filters seed their index from one view a period, not one a tick.
+#[derive(Debug, Clone, Default)]
+pub struct KeepWarmPeriod {
+    next_ms: u64,
+    placed: Vec<PlacedPrefix>,
+}
+
+impl KeepWarmPeriod {
+    /// Whether a period is due at `now_ms` (the first always is).
+    pub fn due(&self, now_ms: u64) -> bool {
+        now_ms >= self.next_ms
+    }
+
+    /// A period ran at `now_ms` and placed `placed`; the next is due `period_ms` later.
+    pub fn ran(&mut self, now_ms: u64, period_ms: u64, placed: Vec<PlacedPrefix>) {
+        self.placed = placed;
+        self.next_ms = now_ms.saturating_add(period_ms.max(1));
+    }
+
+    /// The prefixes the last period placed.
+    pub fn placed(&self) -> &[PlacedPrefix] {
+        &self.placed
+    }
+}
 
 impl Fleet {
     pub(super) fn keep_warm(&mut self, now_ms: u64) -> Vec<Action> {
@@ -100,5 +128,23 @@ impl Fleet {
             .filter(|(_, (_, total))| *total > 0)
             .map(|(c, (hits, total))| (c.id.to_string(), hits as f64 / total as f64))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeepWarmPeriod;
+
+    #[test]
+    fn the_first_period_is_due_at_once_and_the_next_a_period_later() {
+        let mut period = KeepWarmPeriod::default();
+        assert!(period.due(0));
+        period.ran(5_000, 1_000, Vec::new());
+        assert!(!period.due(5_999));
+        assert!(period.due(6_000));
+        // a zero period still moves time on: one period a millisecond, not one a call
+        period.ran(6_000, 0, Vec::new());
+        assert!(!period.due(6_000));
+        assert!(period.due(6_001));
     }
 }

@@ -27,6 +27,7 @@
 //! (`policy::kv`), its LoRA residency (`policy::lora`), its warm-up progress ([`PodWarmup`],
 //! `policy::warmup`)); the prompt pool (`policy::hotness`); the adapter registry; adapter
 //! placement ([`Placement`]: demand and replica sets); the experiment ([`Experiments`]); the
+//! keep-warm period ([`KeepWarmPeriod`]: when the next is due, the prefixes the last placed); the
 //! routing table (`policy::routing`); and the outputs ([`Outputs`]: notes and the journal).
 //! The `impl Fleet` blocks, one file per job (`docs/architecture.md` maps them), are the
 //! decisions that read several parts.
@@ -63,6 +64,7 @@ use prewarm_core::FingerprintConfig;
 
 pub use action::{Action, AdapterCalls, Cause, Note, Outputs, Prefill, PrefillOutcome};
 pub use experiment::{ExperimentError, Experiments, RunningExperiment};
+pub use keep_warm::KeepWarmPeriod;
 pub use placement::{
     listed_adapters, placed_pods_among, registry_tier, Placement, DEMAND_WINDOW_MS,
 };
@@ -152,9 +154,9 @@ pub struct Fleet {
     routing: RoutingTableBuilder,
     /// Adapters' demand and replica sets (see [`placement`]).
     placement: Placement,
-    next_keep_warm_ms: u64,
-    /// The hot prefixes the table places (see [`prefix_placement`]), as of the last keep-warm.
-    placed_prefixes: Vec<prewarm_core::wire::PlacedPrefix>,
+    /// The keep-warm period and the hot prefixes the table places as of the last one (see
+    /// [`prefix_placement`]).
+    keep_warm_period: KeepWarmPeriod,
     /// The notes and the journal of actions.
     outputs: Outputs,
     /// The running experiment, which the table carries to the filters, and its arms' rules.
@@ -179,8 +181,7 @@ impl Fleet {
                 table_generation,
             ),
             placement: Placement::default(),
-            next_keep_warm_ms: 0,
-            placed_prefixes: Vec::new(),
+            keep_warm_period: KeepWarmPeriod::default(),
             outputs: Outputs::default(),
             experiments: Experiments::default(),
             semantic_groups: SemanticGroups::new(),
@@ -445,9 +446,9 @@ impl Fleet {
             .routing
             .set_experiment(self.experiments.running().map(|r| &r.definition), now_ms);
         let pods_changed = self.routing.build(&routes, now_ms);
-        let placed = std::mem::take(&mut self.placed_prefixes);
-        let placed_changed = self.routing.place_prefixes(&placed, now_ms);
-        self.placed_prefixes = placed;
+        let placed_changed = self
+            .routing
+            .place_prefixes(self.keep_warm_period.placed(), now_ms);
         experiment_changed || pods_changed || placed_changed || first
     }
 
@@ -457,12 +458,13 @@ impl Fleet {
         self.at(now_ms);
         self.apply_arm_rules();
         let mut actions = self.warmup_steps(now_ms);
-        let keep_warm_due = now_ms >= self.next_keep_warm_ms;
+        let keep_warm_due = self.keep_warm_period.due(now_ms);
         self.refresh_placement(keep_warm_due, now_ms);
         if keep_warm_due {
             actions.extend(self.keep_warm(now_ms));
-            self.placed_prefixes = self.placed_prefixes(now_ms);
-            self.next_keep_warm_ms = now_ms.saturating_add(self.config.keep_warm_period_ms.max(1));
+            let placed = self.placed_prefixes(now_ms);
+            let period_ms = self.config.keep_warm_period_ms;
+            self.keep_warm_period.ran(now_ms, period_ms, placed);
         }
         self.rebuild_table(now_ms);
         self.emit(actions)
