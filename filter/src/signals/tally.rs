@@ -4,7 +4,7 @@
 //! are not counted (`prewarm_filter_tally_overflow_total`). VM-local, so a VM reload loses at most one tick.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use prewarm_core::BlockHash;
 
@@ -25,13 +25,15 @@ pub struct Tally {
     succeeded: RefCell<HashMap<(String, BlockHash), u32>>,
 }
 
-/// What was tallied since the last tick.
+/// What was tallied since the last tick, in key order: a tick's signals come out in one order
+/// whatever order the requests came in (a pool or a LoRA model fed the same signals in another
+/// order can break ties otherwise; the evaluator's runs differed so).
 #[derive(Debug, Default)]
 pub struct Tallied {
-    pub adapters: HashMap<String, AdapterTally>,
-    pub adopted: HashMap<(String, BlockHash), u32>,
+    pub adapters: BTreeMap<String, AdapterTally>,
+    pub adopted: BTreeMap<(String, BlockHash), u32>,
     /// Successful, untruncated answers to requests that used a hot prefix.
-    pub succeeded: HashMap<(String, BlockHash), u32>,
+    pub succeeded: BTreeMap<(String, BlockHash), u32>,
 }
 
 impl Tally {
@@ -68,9 +70,15 @@ impl Tally {
     /// Everything tallied, leaving the tally empty.
     pub fn take(&self) -> Tallied {
         Tallied {
-            adapters: std::mem::take(&mut *self.adapters.borrow_mut()),
-            adopted: std::mem::take(&mut *self.adopted.borrow_mut()),
-            succeeded: std::mem::take(&mut *self.succeeded.borrow_mut()),
+            adapters: std::mem::take(&mut *self.adapters.borrow_mut())
+                .into_iter()
+                .collect(),
+            adopted: std::mem::take(&mut *self.adopted.borrow_mut())
+                .into_iter()
+                .collect(),
+            succeeded: std::mem::take(&mut *self.succeeded.borrow_mut())
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -96,6 +104,24 @@ fn count_prefix(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ticks_tallies_come_out_in_key_order_whatever_the_requests_order() {
+        let t = Tally::default();
+        for i in (0..64u64).rev() {
+            t.adapter_request(&format!("lora-{i:02}"), None);
+            t.adopted("m", BlockHash(i * 7919 % 64));
+            t.succeeded("m", BlockHash(i));
+        }
+        let tallied = t.take();
+        let adapters: Vec<&String> = tallied.adapters.keys().collect();
+        let mut sorted = adapters.clone();
+        sorted.sort();
+        assert_eq!(adapters, sorted);
+        let adopted: Vec<u64> = tallied.adopted.keys().map(|(_, b)| b.0).collect();
+        assert_eq!(adopted, (0..64).collect::<Vec<u64>>());
+        assert_eq!(tallied.succeeded.len(), 64);
+    }
 
     #[test]
     fn counts_and_bounds() {
