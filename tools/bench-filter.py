@@ -179,6 +179,10 @@ def main() -> int:
                       f"  errors {w['errors']}")
         for line in growth_lines(results):
             print(line)
+        calls = host_calls()
+        print("host calls of a routed chat request (native count):")
+        for line in calls:
+            print("  " + line)
         inspected = with_filter.metric("prewarm_filter_requests_inspected_total")
         routed = with_filter.metric("prewarm_filter_routed_total")
         print(f"filter: {inspected} requests inspected, {routed} routed")
@@ -186,8 +190,23 @@ def main() -> int:
     finally:
         fleet.close()
         gateway.stop()
-    write_doc(results, inspected, routed)
+    write_doc(results, inspected, routed, calls)
     return 0
+
+
+def host_calls() -> list[str]:
+    """Host calls of a routed chat request by body size, counted on the filter's native host
+    double (the scenario test `host_call`): the same code the wasm build runs, every host call
+    it makes counted by kind."""
+    out = subprocess.run(
+        ["cargo", "test", "-q", "-p", "prewarm-filter", "--test", "scenarios", "host_call", "--", "--nocapture",
+         "--test-threads=1"],
+        cwd=REPO, capture_output=True, text=True, check=True)
+    out = (out.stdout + out.stderr).splitlines()
+    start = next((i for i, line in enumerate(out) if "host calls of a routed" in line), None)
+    if start is None:
+        raise RuntimeError("the host_call scenario printed no counts")
+    return [line for line in out[start + 1:] if " KB, " in line]
 
 
 def own_cpu(r: dict, name: str) -> float:
@@ -207,7 +226,7 @@ def growth_lines(results: list[dict]) -> list[str]:
             for name in ("with", "baseline") if name in first and name in last]
 
 
-def write_doc(results: list[dict], inspected: int, routed: int):
+def write_doc(results: list[dict], inspected: int, routed: int, calls: list[str]):
     envoy_version = subprocess.run([str(envoy_path()), "--version"], capture_output=True, text=True).stdout.strip()
     lines = [
         BEGIN,
@@ -242,6 +261,9 @@ def write_doc(results: list[dict], inspected: int, routed: int):
                 f"{x['rps'] / wo['rps']:.3f} | {x['p50'] - wo['p50']:+.0f} | {x['cpu_us'] - wo['cpu_us']:+.0f} | {own} |"
             )
     lines += [""] + [f"- {line}" for line in growth_lines(results)]
+    lines += ["", "Host calls of a routed chat request (request, answer and end; counted by kind on the filter's",
+              "native host double, `cargo test -p prewarm-filter --test scenarios host_call -- --nocapture`;",
+              "goal ≤ 16 shared-data and metric calls whatever the prompt length):", "", "```", *calls, "```"]
     lines += [
         "",
         "\"Filter loaded, inspecting nothing\" is the floor any proxy-wasm filter pays here (a VM context per",
