@@ -15,8 +15,8 @@
 //! | `prewarm_modelled_hit_ratio` | gauge | `pod` (hot prefixes placed on the pod believed resident) |
 //! | `prewarm_kv_model_hit_gap` | gauge | `pod` (modelled minus observed prefix-cache hit ratio over the last scrape interval) |
 //! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` (policy `pool`: `back_off` — an engine rejected an entry's warm call —, `backed_off` and `salt_dropped` — a prefill not sent) |
-//! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable) |
-//! | `prewarm_snapshots_written_total` | counter | `outcome` |
+//! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable / refused) |
+//! | `prewarm_snapshots_written_total` | counter | `outcome` (ok / error / refused: the restore refused, see `state.on_unusable_snapshot`) |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
 //! | `prewarm_pod_restarts_total` | counter | `pod`, `evidence` (start_time: `process_start_time_seconds` changed / counters: a prefix-cache counter went down) — restarts of pods that were up, each re-warmed as a joining pod (`policy::fleet::restart`) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |

@@ -17,6 +17,8 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(gateway): State<AppState>) -> Response {
     if gateway.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
+    } else if let Some(reason) = gateway.restore_refused() {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "snapshot not loaded\n").into_response()
     }
@@ -60,6 +62,9 @@ pub async fn snapshot(State(gateway): State<AppState>) -> Result<Response, ApiEr
     let written = tokio::task::spawn_blocking(move || g.write_snapshot())
         .await
         .map_err(|_| ApiError::Internal)?
-        .map_err(|e| ApiError::Unavailable(format!("snapshot: {e}")))?;
+        .map_err(|e| match gateway.restore_refused() {
+            Some(_) => ApiError::Conflict(e.to_string()),
+            None => ApiError::Unavailable(format!("snapshot: {e}")),
+        })?;
     Ok(Json(written).into_response())
 }

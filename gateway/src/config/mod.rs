@@ -112,6 +112,20 @@ pub struct StateConfig {
     /// Seconds between periodic snapshots (default 30; 0 disables periodic snapshots, the one at
     /// shutdown is still written).
     pub snapshot_interval_seconds: u64,
+    /// What to do when snapshot files exist but none is usable (default `refuse`).
+    pub on_unusable_snapshot: OnUnusableSnapshot,
+}
+
+/// `state.on_unusable_snapshot`: starting without the state the files held is the operator's
+/// choice, never a silent one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnusableSnapshot {
+    /// Stay unready (`/readyz` 503 naming the files), write no snapshot, touch no file.
+    #[default]
+    Refuse,
+    /// Set the unusable files aside and start empty.
+    StartEmpty,
 }
 
 impl Default for StateConfig {
@@ -119,6 +133,7 @@ impl Default for StateConfig {
         Self {
             dir: PathBuf::from("prewarm-state"),
             snapshot_interval_seconds: 30,
+            on_unusable_snapshot: OnUnusableSnapshot::default(),
         }
     }
 }

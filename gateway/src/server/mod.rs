@@ -120,6 +120,10 @@ pub async fn serve(
 }
 
 async fn final_snapshot(gateway: &Arc<Gateway>) {
+    if gateway.restore_refused().is_some() {
+        tracing::warn!("no final snapshot: the gateway refused its snapshot files (state.on_unusable_snapshot)");
+        return;
+    }
     let g = gateway.clone();
     match tokio::task::spawn_blocking(move || g.write_snapshot()).await {
         Ok(Ok(w)) => tracing::info!(bytes = w.bytes, "final snapshot written"),

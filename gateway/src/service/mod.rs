@@ -91,6 +91,9 @@ pub struct Gateway {
     state: Mutex<State>,
     table: RwLock<Arc<PublishedTable>>,
     ready: AtomicBool,
+    /// Why the restore refused to start (no usable snapshot and `state.on_unusable_snapshot =
+    /// "refuse"`): the gateway then stays unready and writes no snapshot.
+    restore_refused: std::sync::OnceLock<String>,
     client: reqwest::Client,
     shutdown: watch::Sender<bool>,
     me: Weak<Gateway>,
@@ -134,6 +137,7 @@ impl Gateway {
             warmup_latencies: Mutex::new(WarmupLatencies::default()),
             warm_embeddings: Mutex::new(WarmStore::default()),
             ready: AtomicBool::new(false),
+            restore_refused: std::sync::OnceLock::new(),
             client,
             shutdown,
             embeddings: config
@@ -184,6 +188,12 @@ impl Gateway {
 
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
+    }
+
+    /// Why the gateway refused to start from its snapshot files, if it did (see
+    /// [`Gateway::restore`]).
+    pub fn restore_refused(&self) -> Option<&str> {
+        self.restore_refused.get().map(String::as_str)
     }
 
     /// A receiver that turns `true` at shutdown.

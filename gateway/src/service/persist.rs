@@ -1,11 +1,18 @@
-//! Snapshots of the service: [`Gateway::restore`] at start (never fails: a corrupt or truncated
-//! current generation falls back to the previous one, with a log line and
-//! `prewarm_snapshot_fallbacks_total`), [`Gateway::write_snapshot`] periodically, on demand
-//! (`POST /admin/snapshot`) and at shutdown.
+//! Snapshots of the service: [`Gateway::restore`] at start, [`Gateway::write_snapshot`]
+//! periodically, on demand (`POST /admin/snapshot`) and at shutdown.
+//!
+//! A corrupt or truncated current generation falls back to the previous one (a log line and
+//! `prewarm_snapshot_fallbacks_total{reason="previous_generation"}`); the unusable file is set
+//! aside, never overwritten. When files exist and none is usable, starting empty is the
+//! operator's explicit choice (`state.on_unusable_snapshot = "start_empty"`: the files are set
+//! aside, `reason="none_usable"`); otherwise the gateway refuses (`reason="refused"`): it stays
+//! unready with `/readyz` naming the files and the key, writes no snapshot and touches no file,
+//! so a repair or a manual restore is never raced by a write.
 
 use serde::Serialize;
 
 use super::Gateway;
+use crate::config::OnUnusableSnapshot;
 use crate::policy::fleet::RunningExperiment;
 use crate::state::snapshot_file::{self, Generation};
 use crate::state::{Snapshot, SnapshotToWrite};
@@ -29,11 +36,16 @@ pub struct Written {
 }
 
 impl Gateway {
-    /// Loads the newest usable snapshot generation into the state and marks the gateway ready.
+    /// Loads the newest usable snapshot generation into the state and marks the gateway ready,
+    /// or refuses (see the module doc).
     pub fn restore(&self) -> Restored {
         let loaded = snapshot_file::load::<Snapshot>(&self.config.state.dir);
         for problem in &loaded.problems {
             tracing::warn!(%problem, "snapshot generation unusable");
+        }
+        let none_usable = loaded.generation == Generation::None && !loaded.unusable.is_empty();
+        if none_usable && self.config.state.on_unusable_snapshot == OnUnusableSnapshot::Refuse {
+            return self.refuse_restore(loaded.problems);
         }
         match loaded.generation {
             Generation::Previous => {
@@ -45,8 +57,10 @@ impl Gateway {
                     &[("reason", "previous_generation")],
                 );
             }
-            Generation::None if !loaded.problems.is_empty() => {
-                tracing::error!("snapshot: no usable generation, starting empty");
+            Generation::None if none_usable => {
+                tracing::error!(
+                    "snapshot: no usable generation, starting empty (state.on_unusable_snapshot = \"start_empty\")"
+                );
                 Telemetry::count(
                     &self.telemetry.snapshot_fallbacks,
                     &[("reason", "none_usable")],
@@ -54,11 +68,20 @@ impl Gateway {
             }
             _ => {}
         }
+        let mut problems = loaded.problems;
+        for path in &loaded.unusable {
+            match snapshot_file::set_aside(path) {
+                Ok(aside) => {
+                    tracing::warn!(file = %aside.display(), "snapshot: unusable generation set aside")
+                }
+                Err(e) => problems.push(format!("{}: not set aside: {e}", path.display())),
+            }
+        }
         let mut restored = Restored {
             generation: loaded.generation,
             prompts: 0,
             adapters: 0,
-            problems: loaded.problems,
+            problems,
         };
         let mut experiment = None;
         if let Some(snapshot) = loaded.value {
@@ -86,6 +109,25 @@ impl Gateway {
         restored
     }
 
+    /// Stays unready with the reason `/readyz` gives (no usable generation; the operator chose
+    /// nothing): no file is touched.
+    fn refuse_restore(&self, problems: Vec<String>) -> Restored {
+        let reason = format!(
+            "snapshot: no usable generation in {} ({}); restore a generation, or set state.on_unusable_snapshot = \"start_empty\" to start without it",
+            self.config.state.dir.display(),
+            problems.join("; ")
+        );
+        tracing::error!("{reason}");
+        Telemetry::count(&self.telemetry.snapshot_fallbacks, &[("reason", "refused")]);
+        let _ = self.restore_refused.set(reason);
+        Restored {
+            generation: Generation::None,
+            prompts: 0,
+            adapters: 0,
+            problems,
+        }
+    }
+
     /// The state to write: the lock is held for reference counts of the pool's entries and a
     /// copy of the (small) adapter registry; serialising happens after it is released.
     fn snapshot_to_write(&self) -> SnapshotToWrite {
@@ -109,6 +151,10 @@ impl Gateway {
     /// Writes are serialised ([`snapshot_file::write_with`]): concurrent callers each write in
     /// turn, every one a complete generation.
     pub fn write_snapshot(&self) -> std::io::Result<Written> {
+        if let Some(reason) = self.restore_refused() {
+            Telemetry::count(&self.telemetry.snapshots_written, &[("outcome", "refused")]);
+            return Err(std::io::Error::other(reason.to_string()));
+        }
         let (mut prompts, mut adapters) = (0, 0);
         let outcome = snapshot_file::write_with(&self.config.state.dir, || {
             let snapshot = self.snapshot_to_write();

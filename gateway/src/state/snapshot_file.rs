@@ -4,12 +4,17 @@
 //! then the JSON payload, so truncation and corruption are detected before parsing. Writing
 //! streams the payload into `snapshot.json.tmp` through the checksum (the header's length is
 //! zero-padded to a fixed width and filled in once the payload is written; fsync), the current
-//! file becomes `snapshot.prev.json` — unless its checksum fails, then it is kept aside as
-//! `snapshot.json.bad` and the good previous generation stays —, the temporary file is renamed
-//! over `snapshot.json`, and the directory is fsynced. Writes (periodic, on demand, at shutdown)
-//! are serialised by one process-wide lock, which also covers taking the value written, so a
-//! later state is never overwritten by an earlier one. Loading takes the current generation, or
-//! the previous one when the current is missing, truncated or corrupt.
+//! file becomes `snapshot.prev.json` — unless its checksum fails, then it is set aside —, the
+//! temporary file is renamed over `snapshot.json`, and the directory is fsynced. A previous
+//! generation whose checksum fails is set aside too before the rotation would replace it.
+//! Writes (periodic, on demand, at shutdown) are serialised by one process-wide lock, which also
+//! covers taking the value written, so a later state is never overwritten by an earlier one.
+//! Loading takes the current generation, or the previous one when the current is missing,
+//! truncated or corrupt, and names every file it could not use ([`Loaded::unusable`]).
+//!
+//! Invariant: a generation that could not be used is never overwritten or deleted. [`set_aside`]
+//! renames it to `<file>.unusable-<unix ms>` (a new name each time, never reused), out of the
+//! rotation, for a post-mortem or a manual restore.
 
 use std::io::{BufRead, BufReader, Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -25,8 +30,10 @@ const MAGIC: &str = "prewarm-snapshot 1";
 pub const CURRENT: &str = "snapshot.json";
 pub const PREVIOUS: &str = "snapshot.prev.json";
 const TEMPORARY: &str = "snapshot.json.tmp";
-/// Where a current generation whose checksum failed is kept (for a post-mortem).
-pub const CORRUPT: &str = "snapshot.json.bad";
+/// What [`set_aside`] appends to an unusable generation's file name (then the time, unix ms).
+pub const UNUSABLE: &str = ".unusable-";
+/// Most names [`set_aside`] tries within one millisecond.
+const MAX_ASIDE_TRIES: u32 = 1000;
 /// Digits of the header's payload length (zero-padded, so the header's size is known before the
 /// payload is written).
 const LENGTH_DIGITS: usize = 20;
@@ -54,6 +61,38 @@ pub struct Loaded<T> {
     pub generation: Generation,
     /// Why a generation was skipped (each names its file).
     pub problems: Vec<String>,
+    /// The files that exist but could not be used, newest generation first.
+    pub unusable: Vec<PathBuf>,
+}
+
+/// Renames the unusable generation at `path` to a name no other file has
+/// (`<file>.unusable-<unix ms>[-n]`, beside it) and returns that name: it leaves the rotation and
+/// is never overwritten.
+pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| CURRENT.to_string());
+    for n in 0..MAX_ASIDE_TRIES {
+        let suffix = if n == 0 {
+            String::new()
+        } else {
+            format!("-{n}")
+        };
+        let aside = path.with_file_name(format!("{name}{UNUSABLE}{now_ms}{suffix}"));
+        if !aside.exists() {
+            std::fs::rename(path, &aside)?;
+            return Ok(aside);
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{}: no free name to set it aside",
+        path.display()
+    )))
 }
 
 /// Writes `value` as the new current generation; the old current becomes the previous one.
@@ -122,10 +161,15 @@ fn write_locked<T: Serialize>(dir: &Path, value: &T) -> std::io::Result<u64> {
     let current = dir.join(CURRENT);
     if current.exists() {
         if checksum_ok(&current) {
-            std::fs::rename(&current, dir.join(PREVIOUS))?;
+            let previous = dir.join(PREVIOUS);
+            if previous.exists() && !checksum_ok(&previous) {
+                let aside = set_aside(&previous)?;
+                tracing::error!(file = %aside.display(), "snapshot: the previous generation is corrupt: set aside");
+            }
+            std::fs::rename(&current, previous)?;
         } else {
-            tracing::error!(file = %current.display(), "snapshot: the current generation is corrupt: kept aside, the previous one kept");
-            std::fs::rename(&current, dir.join(CORRUPT))?;
+            let aside = set_aside(&current)?;
+            tracing::error!(file = %aside.display(), "snapshot: the current generation is corrupt: set aside, the previous one kept");
         }
     }
     std::fs::rename(&tmp, &current)?;
@@ -222,6 +266,7 @@ fn read_one<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, String> {
 /// Loads the newest usable generation from `dir`. Never fails: problems are reported.
 pub fn load<T: DeserializeOwned>(dir: &Path) -> Loaded<T> {
     let mut problems = Vec::new();
+    let mut unusable = Vec::new();
     for (file, generation) in [
         (CURRENT, Generation::Current),
         (PREVIOUS, Generation::Previous),
@@ -237,16 +282,21 @@ pub fn load<T: DeserializeOwned>(dir: &Path) -> Loaded<T> {
                         Generation::Previous
                     },
                     problems,
+                    unusable,
                 }
             }
             Ok(None) => {}
-            Err(p) => problems.push(p),
+            Err(p) => {
+                problems.push(p);
+                unusable.push(path);
+            }
         }
     }
     Loaded {
         value: None,
         generation: Generation::None,
         problems,
+        unusable,
     }
 }
 
@@ -316,25 +366,48 @@ mod tests {
         assert!(!dir.path().join(TEMPORARY).exists());
     }
 
-    /// A corrupt current generation is kept aside, never rotated over the good previous one.
+    /// The files set aside in `dir`, with their bytes, by name.
+    fn aside(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut found: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains(UNUSABLE))
+            .map(|p| {
+                let bytes = std::fs::read(&p).unwrap();
+                (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    fn corrupt(path: &Path) -> Vec<u8> {
+        let mut bytes = std::fs::read(path).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] ^= 1;
+        std::fs::write(path, &bytes).unwrap();
+        bytes
+    }
+
+    /// A corrupt current generation is set aside, never rotated over the good previous one.
     #[test]
-    fn a_corrupt_current_is_kept_aside_and_the_previous_survives() {
+    fn a_corrupt_current_is_set_aside_and_the_previous_survives() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), &vec![1u32]).unwrap();
         write(dir.path(), &vec![2u32]).unwrap();
-        let current = dir.path().join(CURRENT);
-        let mut bytes = std::fs::read(&current).unwrap();
-        let last = bytes.len() - 2;
-        bytes[last] ^= 1;
-        std::fs::write(&current, &bytes).unwrap();
-        // What a restart loads: the previous generation.
+        let bytes = corrupt(&dir.path().join(CURRENT));
+        // What a restart loads: the previous generation, naming the current as unusable.
         let l: Loaded<Vec<u32>> = load(dir.path());
         assert_eq!(
             (l.value, l.generation),
             (Some(vec![1]), Generation::Previous)
         );
+        assert_eq!(l.unusable, vec![dir.path().join(CURRENT)]);
         write(dir.path(), &vec![3u32]).unwrap();
-        assert_eq!(std::fs::read(dir.path().join(CORRUPT)).unwrap(), bytes);
+        let aside = aside(dir.path());
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert!(aside[0].0.starts_with("snapshot.json.unusable-"));
+        assert_eq!(aside[0].1, bytes);
         let prev = read_one::<Vec<u32>>(&dir.path().join(PREVIOUS)).unwrap();
         assert_eq!(prev, Some(vec![1]), "the good previous generation survived");
         let l: Loaded<Vec<u32>> = load(dir.path());
@@ -342,6 +415,70 @@ mod tests {
             (l.value, l.generation),
             (Some(vec![3]), Generation::Current)
         );
+    }
+
+    /// A corrupt previous generation is set aside before a rotation would replace it, and
+    /// neither it nor any earlier one set aside is touched by the writes after.
+    #[test]
+    fn no_write_overwrites_an_unusable_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &vec![1u32]).unwrap();
+        write(dir.path(), &vec![2u32]).unwrap();
+        let bad_previous = corrupt(&dir.path().join(PREVIOUS));
+        write(dir.path(), &vec![3u32]).unwrap();
+        let bad_current = corrupt(&dir.path().join(CURRENT));
+        for i in 4..10u32 {
+            write(dir.path(), &vec![i]).unwrap();
+        }
+        let kept: Vec<Vec<u8>> = aside(dir.path()).into_iter().map(|(_, b)| b).collect();
+        assert_eq!(kept.len(), 2, "both unusable generations kept");
+        assert!(kept.contains(&bad_previous) && kept.contains(&bad_current));
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!(
+            (l.value, l.generation),
+            (Some(vec![9]), Generation::Current)
+        );
+    }
+
+    #[test]
+    fn set_aside_never_reuses_a_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut names = Vec::new();
+        for i in 0..5u8 {
+            let path = dir.path().join(CURRENT);
+            std::fs::write(&path, [i]).unwrap();
+            names.push(set_aside(&path).unwrap());
+        }
+        let kept = aside(dir.path());
+        assert_eq!(kept.len(), 5, "{names:?}");
+        assert_eq!(
+            kept.iter()
+                .map(|(_, b)| b[0])
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            5
+        );
+        assert!(!dir.path().join(CURRENT).exists());
+    }
+
+    #[test]
+    fn load_names_every_generation_it_could_not_use() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &vec![1u32]).unwrap();
+        write(dir.path(), &vec![2u32]).unwrap();
+        corrupt(&dir.path().join(CURRENT));
+        std::fs::write(dir.path().join(PREVIOUS), b"garbage").unwrap();
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!((l.value, l.generation), (None, Generation::None));
+        assert_eq!(
+            l.unusable,
+            vec![dir.path().join(CURRENT), dir.path().join(PREVIOUS)]
+        );
+        // A payload that is whole but not a snapshot of this shape is unusable too.
+        write(dir.path(), &"not a list").unwrap();
+        let l: Loaded<Vec<u32>> = load(dir.path());
+        assert_eq!(l.generation, Generation::None);
+        assert_eq!(l.unusable.len(), 2, "{:?}", l.problems);
     }
 
     #[test]
