@@ -457,9 +457,15 @@ def test_plain_envoy_beside_the_picker_runs_the_filter_after_it_and_honours_the_
 # --- 3. names that tie the pieces together ---------------------------------------------------
 
 
+def _filters_port(service: dict) -> dict:
+    """The Service port of the gateway's `server.filter_listen`."""
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == "http-filters"]
+    return port
+
+
 def test_filter_calls_the_cluster_istio_generates_for_the_gateway_service():
     service = load(K8S / "service.yaml")
-    port = service["spec"]["ports"][0]["port"]
+    port = _filters_port(service)["port"]
     expected = istio_cluster_name(port, service_fqdn(service))
     for config in [plugin_json(wasm_config(patch_filter())), load(WASMPLUGIN)["spec"]["pluginConfig"]]:
         assert config["gateway_cluster"] == expected
@@ -526,6 +532,8 @@ def test_authorization_policy_admits_exactly_the_filter_and_the_warm_gates():
                for rule in policy["spec"]["rules"] for op in rule["to"]}
     assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing"), ("GET", "/v1/embeddings/warm*"),
                        ("GET", "/v1/pods/*")}
+    filters_port = str(_filters_port(load(K8S / "service.yaml"))["port"])
+    assert all(op["operation"]["ports"] == [filters_port] for rule in policy["spec"]["rules"] for op in rule["to"])
     gate_rule = next(r for r in policy["spec"]["rules"] if r["to"][0]["operation"]["paths"] == ["/v1/pods/*"])
     inference = load(K8S / "inference" / "deployment.yaml")
     assert gate_rule["from"][0]["source"]["namespaces"] == [inference["metadata"]["namespace"]]
@@ -546,13 +554,19 @@ def test_gateway_deployment_matches_its_config_service_and_secrets():
     config = toml(gateway_toml())
     state_mount = next(m for m in mounts.values() if m["mountPath"] == config["state"]["dir"])
     assert "persistentVolumeClaim" in volumes[state_mount["name"]]
-    port = int(config["server"]["listen"].rsplit(":", 1)[1])
-    assert container["ports"][0]["containerPort"] == port
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == int(config["server"]["listen"].rsplit(":", 1)[1])
+    assert ports["http-filters"] == int(config["server"]["filter_listen"].rsplit(":", 1)[1])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     service = load(K8S / "service.yaml")
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert _filters_port(service)["targetPort"] == "http-filters"
+    # The warm gates call the filters' port too (AuthorizationPolicy: only there).
+    warm_gate = load(K8S / "inference" / "deployment.yaml")["spec"]["template"]["spec"]["containers"]
+    urls = [e["value"] for c in warm_gate for e in c.get("env", []) if e["name"] == "PREWARM_GATEWAY_URL"]
+    assert urls and all(u.endswith(f":{_filters_port(service)['port']}") for u in urls), urls
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
     assert probes == {"/healthz", "/readyz"}

@@ -35,6 +35,9 @@
 //! | `prewarm_embedding_computations_total` | counter | `outcome` (ok / no_pod / failed / bad_reply: hot embedding inputs computed for the filters) |
 //! | `prewarm_warm_embeddings` | gauge | — (embedding inputs kept for the filters' caches) |
 //! | `prewarm_outcomes_ingested_total` | counter | `kind` (accepted / rejected: impossible / dropped: bounds / dropped_by_filter) |
+//! | `prewarm_listener_connections` | gauge | `listener` (main / filter: connections open now) |
+//! | `prewarm_listener_connection_cap` | gauge | `listener` (the most it holds open: `server::connections`) |
+//! | `prewarm_listener_at_cap_total` | counter | `listener` (times it reached its cap and stopped accepting until a connection closed) |
 //!
 //! Latency is a histogram (aggregated with `histogram_quantile`), never a gauge of a quantile;
 //! the `*_mean_diff_seconds` gauges are a statistic of the report (a difference of two means),
@@ -174,6 +177,9 @@ pub struct Telemetry {
     pub warm_embeddings: Gauge,
     pub experiment_release_step: Family<Labels, Gauge>,
     pub experiment_rollbacks: Family<Labels, Counter>,
+    pub listener_connections: Family<Labels, Gauge>,
+    pub listener_connection_cap: Family<Labels, Gauge>,
+    pub listener_at_cap: Family<Labels, Counter>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -230,6 +236,9 @@ impl Telemetry {
             outcomes: Family::default(),
             experiment_release_step: Family::default(),
             experiment_rollbacks: Family::default(),
+            listener_connections: Family::default(),
+            listener_connection_cap: Family::default(),
+            listener_at_cap: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -372,6 +381,21 @@ impl Telemetry {
             "prewarm_experiment_rollbacks",
             "Grey releases the gateway rolled back, by reason",
             t.experiment_rollbacks.clone(),
+        );
+        registry.register(
+            "prewarm_listener_connections",
+            "Connections a listener holds open",
+            t.listener_connections.clone(),
+        );
+        registry.register(
+            "prewarm_listener_connection_cap",
+            "The most connections a listener holds open",
+            t.listener_connection_cap.clone(),
+        );
+        registry.register(
+            "prewarm_listener_at_cap",
+            "Times a listener reached its connection cap and stopped accepting",
+            t.listener_at_cap.clone(),
         );
         registry.register(
             "prewarm_outcomes_ingested",

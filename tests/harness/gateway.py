@@ -162,15 +162,20 @@ def start_gateway(
     name: Optional[str] = None,
     env: Optional[dict] = None,
     timeout: float = 30.0,
+    fd_limit: Optional[int] = None,
 ) -> Gateway:
-    """Starts the gateway with `config` (dict or TOML text); see the module docs."""
+    """Starts the gateway with `config` (dict or TOML text); see the module docs. `fd_limit` runs
+    it with that soft and hard descriptor limit (`prlimit`)."""
     label = name or f"gateway-{next(_counter)}"
     path = write_config(tmp_path, config if config is not None else {}, label)
     full_env = {"PREWARM_LOG": "info"}
     if env:
         full_env.update(env)
+    argv = [bin_path("prewarm-gateway"), "serve", "--config", path]
+    if fd_limit is not None:
+        argv = ["prlimit", f"--nofile={fd_limit}:{fd_limit}", "--"] + argv
     proc = ManagedProcess(
-        [bin_path("prewarm-gateway"), "serve", "--config", path],
+        argv,
         Path(tmp_path) / f"{label}.log",
         ready=LISTENING,
         env=full_env,

@@ -7,7 +7,7 @@
 # discovered, gateway unreachable) exits 1. Needs only sh, date, cat and wget (busybox).
 #
 # Environment: POD_IP (downward API), PREWARM_GATEWAY_URL (e.g.
-# http://prewarm-gateway.prewarm.svc.cluster.local:9100), PREWARM_POD_PORT (default 8000),
+# http://prewarm-gateway.prewarm.svc.cluster.local:9101), PREWARM_POD_PORT (default 8000),
 # PREWARM_WARM_DEADLINE_SECONDS (default 600), PREWARM_STARTED_FILE (default
 # /run/prewarm/started, written by the container's command at start).
 started=$(cat "${PREWARM_STARTED_FILE:-/run/prewarm/started}" 2>/dev/null) || started=0

@@ -64,11 +64,10 @@ use crate::service::Gateway;
 /// The application state handlers share.
 pub type AppState = Arc<Gateway>;
 
-/// The whole API.
-pub fn router(gateway: Arc<Gateway>) -> Router {
-    let admin_limit = gateway.config.server.max_body_bytes;
+/// What filters call, behind the signal token.
+fn filter_routes(gateway: &Arc<Gateway>) -> Router<AppState> {
     let signal_limit = gateway.config.server.max_signal_body_bytes;
-    let filter = Router::new()
+    Router::new()
         .route("/v1/signals", post(filter::post_signals))
         .layer(DefaultBodyLimit::max(signal_limit))
         .route("/v1/routing", get(filter::get_routing))
@@ -79,7 +78,28 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                 access: Access::Signal,
             },
             require_token,
-        ));
+        ))
+}
+
+/// The probes, open: the gateway's liveness and readiness, and each pod's warm gate.
+fn probe_routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/v1/pods/{id}/ready", get(probes::pod_ready))
+}
+
+/// The data plane's own listener (`server.filter_listen`): the filters' routes, the pods' warm
+/// gates and the probes.
+pub fn filter_router(gateway: Arc<Gateway>) -> Router {
+    probe_routes()
+        .merge(filter_routes(&gateway))
+        .with_state(gateway)
+}
+
+/// The whole API.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let admin_limit = gateway.config.server.max_body_bytes;
     let admin = Router::new()
         .route("/admin/pods", get(pods::list).post(pods::add))
         .route("/admin/pods/{id}", get(pods::detail).delete(pods::remove))
@@ -124,12 +144,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             require_token,
         ))
         .layer(DefaultBodyLimit::max(admin_limit));
-    Router::new()
-        .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
+    probe_routes()
         .route("/metrics", get(probes::metrics))
-        .route("/v1/pods/{id}/ready", get(probes::pod_ready))
-        .merge(filter)
+        .merge(filter_routes(&gateway))
         .merge(admin)
         .merge(crate::dashboard::router())
         .with_state(gateway)

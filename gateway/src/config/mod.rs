@@ -85,6 +85,16 @@ pub struct ServerConfig {
     /// sends its headers at once; 10 s also covers a human typing into `curl`-like tools slowly
     /// enough, while a slowloris client holds a connection 10 s, not forever).
     pub header_read_timeout_ms: u64,
+    /// A second address serving only the data plane (`/v1/signals`, `/v1/routing`,
+    /// `/v1/embeddings/warm`, the pods' warm gate `/v1/pods/{id}/ready`) and the probes, with its own connection cap, so a flood of admin
+    /// or stray connections never delays a table poll (default empty: filters use `listen`).
+    pub filter_listen: String,
+    /// Most connections `listen` holds open at once; past it the listener stops accepting until
+    /// one closes (default 0: half the process's file descriptors, see `server::connections`).
+    pub max_connections: usize,
+    /// Most connections `filter_listen` holds open at once (default 0: a quarter of the process's
+    /// file descriptors).
+    pub filter_max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -98,6 +108,9 @@ impl Default for ServerConfig {
             max_signal_body_bytes: prewarm_core::wire::MAX_SIGNAL_BATCH_BYTES,
             drain_seconds: 10,
             header_read_timeout_ms: 10_000,
+            filter_listen: String::new(),
+            max_connections: 0,
+            filter_max_connections: 0,
         }
     }
 }
@@ -279,6 +292,18 @@ impl GatewayConfig {
         if let Some(t) = var(READ_TOKEN_ENV).filter(|t| !t.is_empty()) {
             self.server.read_token = t;
         }
+    }
+
+    /// The filters' own listen address, when one is configured (validated by [`validate`]).
+    pub fn filter_listen_addr(&self) -> Result<Option<SocketAddr>, String> {
+        if self.server.filter_listen.is_empty() {
+            return Ok(None);
+        }
+        self.server
+            .filter_listen
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("server.filter_listen: {:?}: {e}", self.server.filter_listen))
     }
 
     /// The listen address (validated by [`validate`]).

@@ -24,6 +24,27 @@ pub fn validate(config: &GatewayConfig) -> Vec<String> {
             s.listen
         ));
     }
+    if !s.filter_listen.is_empty() {
+        match s.filter_listen.parse::<SocketAddr>() {
+            Err(_) => p.push(format!(
+                "server.filter_listen: {:?}: must be ip:port (port 0 picks a free port), or empty",
+                s.filter_listen
+            )),
+            Ok(a) if a.port() != 0 && s.listen.parse::<SocketAddr>().ok() == Some(a) => {
+                p.push(format!(
+                    "server.filter_listen: {:?}: must differ from server.listen",
+                    s.filter_listen
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
+    for (field, cap) in [
+        ("server.max_connections", s.max_connections),
+        ("server.filter_max_connections", s.filter_max_connections),
+    ] {
+        p.extend(out_of_range(field, cap as u64, 0, 1_000_000));
+    }
     if !(64..=64 * 1024 * 1024).contains(&s.max_body_bytes) {
         p.push(format!(
             "server.max_body_bytes: {}: must be 64..67108864",
@@ -231,5 +252,26 @@ mod tests {
             ],
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn the_filters_listener_must_be_an_address_of_its_own() {
+        let mut c = GatewayConfig::default();
+        c.server.filter_listen = "nowhere".into();
+        c.server.max_connections = 2_000_000;
+        let problems = super::validate(&c);
+        assert!(
+            problems[0].starts_with("server.filter_listen: \"nowhere\""),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("server.max_connections: 2000000"),
+            "{problems:?}"
+        );
+        c.server.max_connections = 0;
+        c.server.filter_listen = c.server.listen.clone();
+        assert!(super::validate(&c)[0].contains("must differ from server.listen"));
+        c.server.filter_listen = "127.0.0.1:0".into();
+        assert!(super::validate(&c).is_empty());
     }
 }

@@ -1,7 +1,9 @@
 //! The `serve` lifecycle, linkerd-style: the configuration is already validated → restore the
 //! snapshot → bind → print the listening line → spawn the background loops → wait for SIGTERM or
 //! Ctrl-C → stop accepting, drain within `server.drain_seconds` → write the final snapshot.
-//! Connections are served by [`listener`] (header-read and idle timeout).
+//! Connections are served by [`listener`] (header-read and idle timeout, a connection cap);
+//! with `server.filter_listen` the filters' routes get a listener of their own, and each
+//! listener's cap comes from the descriptor limit ([`connections`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,11 +11,12 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+pub mod connections;
 mod listener;
 
-pub use listener::{serve_http, ListenerLimits};
+pub use listener::{serve_http, ListenerGauges, ListenerLimits};
 
-use crate::api::router;
+use crate::api::{filter_router, router};
 use crate::config::GatewayConfig;
 use crate::service::{tasks, Gateway};
 
@@ -23,6 +26,30 @@ pub async fn bind(config: &GatewayConfig) -> std::io::Result<TcpListener> {
         .listen_addr()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     TcpListener::bind(addr).await
+}
+
+/// Binds the filters' listener when one is configured.
+async fn bind_filter(config: &GatewayConfig) -> std::io::Result<Option<TcpListener>> {
+    match config
+        .filter_listen_addr()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+    {
+        Some(addr) => TcpListener::bind(addr).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The gauges of the listener called `name`, holding at most `cap` connections.
+fn gauges(gateway: &Gateway, name: &str, cap: usize) -> ListenerGauges {
+    let labels = vec![("listener".to_string(), name.to_string())];
+    let t = &gateway.telemetry;
+    t.listener_connection_cap
+        .get_or_create(&labels)
+        .set(i64::try_from(cap).unwrap_or(i64::MAX));
+    ListenerGauges {
+        open: t.listener_connections.get_or_create(&labels).clone(),
+        at_cap: t.listener_at_cap.get_or_create(&labels).clone(),
+    }
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -62,7 +89,24 @@ pub async fn serve(
             return 1;
         }
     };
-    let local = match listener.local_addr() {
+    let filter_listener = match bind_filter(&config).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "prewarm-gateway: server.filter_listen: {:?}: cannot bind: {e}",
+                config.server.filter_listen
+            );
+            return 1;
+        }
+    };
+    let bound = listener.local_addr().and_then(|main| {
+        filter_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()
+            .map(|filter| (main, filter))
+    });
+    let (local, filter_local) = match bound {
         Ok(a) => a,
         Err(e) => {
             eprintln!("prewarm-gateway: cannot read the bound address: {e}");
@@ -91,23 +135,65 @@ pub async fn serve(
         }
     }
     let drain = Duration::from_secs(config.server.drain_seconds);
+    let fd_limit = connections::raise_fd_limit();
+    let caps = connections::caps(fd_limit, &config.server);
+    tracing::info!(
+        fd_limit,
+        main = caps.main,
+        filter = caps.filter,
+        "connection caps"
+    );
     let gateway = Gateway::new(config);
     let restored = gateway.restore();
     tracing::info!(generation = ?restored.generation, "state restored");
+    if let Some(filter_local) = filter_local {
+        println!("prewarm-gateway serving filters on http://{filter_local}");
+    }
     println!("prewarm-gateway listening on http://{local}");
     let tasks = tasks::spawn_all(&gateway);
-    let app = router(gateway.clone());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let g = gateway.clone();
-    let limits = ListenerLimits {
-        header_read_timeout: Duration::from_millis(gateway.config.server.header_read_timeout_ms),
-        drain,
-    };
-    let drained = serve_http(listener, app, limits, async move {
+    tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutdown requested: draining");
         g.begin_shutdown();
-    })
-    .await;
+        let _ = stop.send(true);
+    });
+    let limits = |max_connections| ListenerLimits {
+        header_read_timeout: Duration::from_millis(gateway.config.server.header_read_timeout_ms),
+        drain,
+        max_connections,
+    };
+    let until_stopped = || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let main = serve_http(
+        listener,
+        router(gateway.clone()),
+        limits(caps.main),
+        gauges(&gateway, "main", caps.main),
+        until_stopped(),
+    );
+    let filters = async {
+        match filter_listener {
+            Some(l) => {
+                serve_http(
+                    l,
+                    filter_router(gateway.clone()),
+                    limits(caps.filter),
+                    gauges(&gateway, "filter", caps.filter),
+                    until_stopped(),
+                )
+                .await
+            }
+            None => true,
+        }
+    };
+    let (main_drained, filters_drained) = tokio::join!(main, filters);
+    let drained = main_drained && filters_drained;
     if !drained {
         tracing::warn!("drain period over: closing remaining connections");
     }
