@@ -9,7 +9,8 @@
 //! - fleet: every [`TICK_MS`], the core's tick (warm-up steps, keep-warm, the table) and the
 //!   execution of its actions, concurrently; a finished action wakes the loop at once (the
 //!   warm-up's next step may be allowed);
-//! - DNS: re-resolution of `pods.dns.name`, adding and removing discovered pods;
+//! - DNS: re-resolution of `pods.dns.name`, adding and removing discovered pods; the first
+//!   resolution comes before the first health round, whose pods count as found at start;
 //! - snapshots: every `state.snapshot_interval_seconds`.
 
 use std::collections::BTreeSet;
@@ -21,7 +22,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::pods::PodSource;
 use super::Gateway;
-use crate::config::PodSpec;
+use crate::config::{DnsDiscovery, PodSpec};
 use crate::engine::Engine;
 use crate::policy::fleet::{Action, HealthCheck, PodHealth, TICK_MS};
 
@@ -43,7 +44,7 @@ pub(crate) async fn pause(gateway: &Gateway, d: Duration) -> bool {
 /// Spawns every loop the configuration asks for.
 pub fn spawn_all(gateway: &Arc<Gateway>) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![
-        tokio::spawn(health_loop(gateway.clone())),
+        tokio::spawn(discover_then_check(gateway.clone())),
         tokio::spawn(fleet_loop(gateway.clone())),
         tokio::spawn(verdict_loop(gateway.clone())),
         tokio::spawn(warm_embeddings_loop(gateway.clone())),
@@ -278,40 +279,55 @@ async fn warm_embeddings_loop(gateway: Arc<Gateway>) {
     }
 }
 
+/// Re-resolves `pods.dns` every interval; the first resolution is the health loop's
+/// ([`discover_then_check`]).
 async fn dns_loop(gateway: Arc<Gateway>) {
     let Some(dns) = gateway.config.pods.dns.clone() else {
         return;
     };
     let interval = Duration::from_secs(dns.interval_seconds);
-    loop {
-        match tokio::net::lookup_host((dns.name.as_str(), dns.port)).await {
-            Ok(addrs) => {
-                let found: BTreeSet<String> = addrs.map(|a| a.to_string()).collect();
-                let known: Vec<String> = gateway
-                    .state()
-                    .pods
-                    .values()
-                    .filter(|p| p.source == PodSource::Dns)
-                    .map(|p| p.spec.id.clone())
-                    .collect();
-                for id in known.iter().filter(|id| !found.contains(*id)) {
-                    let _ = gateway.remove_pod(id);
-                }
-                for addr in found.iter().filter(|a| !known.contains(a)) {
-                    let mut spec = PodSpec::new(addr.clone(), addr.clone());
-                    spec.engine = dns.engine;
-                    spec.max_loras = dns.max_loras;
-                    spec.max_cpu_loras = dns.max_cpu_loras;
-                    if let Err(e) = gateway.add_pod(spec, PodSource::Dns) {
-                        tracing::warn!(address = %addr, error = %e, "discovered pod refused");
-                    }
+    while pause(&gateway, interval).await {
+        discover(&gateway, &dns).await;
+    }
+}
+
+/// The pods found up by the first health round were serving before the gateway started (a
+/// gateway restart keeps them in the table while they are re-warmed, and they are not new pods
+/// to an experiment): with DNS discovery, that round must see the discovered pods, so the first
+/// resolution comes before it.
+async fn discover_then_check(gateway: Arc<Gateway>) {
+    if let Some(dns) = gateway.config.pods.dns.clone() {
+        discover(&gateway, &dns).await;
+    }
+    health_loop(gateway).await;
+}
+
+/// One resolution of `pods.dns`: adds the pods it finds and removes the ones it no longer does.
+async fn discover(gateway: &Gateway, dns: &DnsDiscovery) {
+    match tokio::net::lookup_host((dns.name.as_str(), dns.port)).await {
+        Ok(addrs) => {
+            let found: BTreeSet<String> = addrs.map(|a| a.to_string()).collect();
+            let known: Vec<String> = gateway
+                .state()
+                .pods
+                .values()
+                .filter(|p| p.source == PodSource::Dns)
+                .map(|p| p.spec.id.clone())
+                .collect();
+            for id in known.iter().filter(|id| !found.contains(*id)) {
+                let _ = gateway.remove_pod(id);
+            }
+            for addr in found.iter().filter(|a| !known.contains(a)) {
+                let mut spec = PodSpec::new(addr.clone(), addr.clone());
+                spec.engine = dns.engine;
+                spec.max_loras = dns.max_loras;
+                spec.max_cpu_loras = dns.max_cpu_loras;
+                if let Err(e) = gateway.add_pod(spec, PodSource::Dns) {
+                    tracing::warn!(address = %addr, error = %e, "discovered pod refused");
                 }
             }
-            Err(e) => tracing::warn!(name = %dns.name, error = %e, "DNS resolution failed"),
         }
-        if !pause(&gateway, interval).await {
-            return;
-        }
+        Err(e) => tracing::warn!(name = %dns.name, error = %e, "DNS resolution failed"),
     }
 }
 

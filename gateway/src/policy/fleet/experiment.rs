@@ -281,6 +281,11 @@ impl Experiments {
         self.settled = true;
     }
 
+    /// Whether the gateway's first health round is done.
+    pub fn settled(&self) -> bool {
+        self.settled
+    }
+
     /// Puts back an experiment from a snapshot or the configuration, as it was.
     pub fn restore(&mut self, running: Option<RunningExperiment>) {
         self.running = running;

@@ -33,6 +33,8 @@
 //! decisions that read several parts.
 
 mod action;
+#[cfg(test)]
+mod admission_tests;
 mod busy;
 mod experiment;
 #[cfg(test)]

@@ -75,9 +75,25 @@ impl Fleet {
         self.semantic_groups = groups;
     }
 
+    /// Whether `pod_id`, found up by the gateway's first health round, had already served
+    /// requests (its engine's success counter is above 0): it was taking traffic before this
+    /// gateway process started — a gateway restart, not a join — so holding it out of the table
+    /// until its first tier is re-warmed would only cost the routing of that traffic. It is
+    /// warmed all the same (the gateway's KV model of it is empty). A pod whose engine exports no
+    /// such counter (SGLang), or that joins later, waits for its first tier.
+    pub fn served_before_the_gateway(&self, pod_id: &str) -> bool {
+        !self.experiments.settled()
+            && self
+                .pods
+                .get(pod_id)
+                .and_then(|p| p.load.request_successes)
+                .is_some_and(|n| n > 0)
+    }
+
     /// Plans `pod_id`'s warm-up and starts it (its steps come out of [`Fleet::tick`]); a pod
-    /// already admitted to the table in this epoch stays in it. Returns whether it started (the
-    /// pod exists and is up).
+    /// already admitted to the table in this epoch stays in it, and so does a pod that was
+    /// serving before the gateway started ([`Fleet::served_before_the_gateway`]). Returns whether
+    /// it started (the pod exists and is up).
     pub fn start_warmup(&mut self, pod_id: &str, now_ms: u64) -> bool {
         if self.pods.get(pod_id).map(|p| p.health) != Some(PodHealth::Up) {
             return false;
@@ -96,6 +112,7 @@ impl Fleet {
         });
         self.outputs.decision("warmup", "plan", 1);
         let config = self.config.warmup.clone();
+        let serving_already = self.served_before_the_gateway(pod_id);
         let Some(pod) = self.pods.get_mut(pod_id) else {
             return false;
         };
@@ -104,7 +121,7 @@ impl Fleet {
             None => WarmupProgress::start(plan, config, now_ms),
         };
         let at_once = progress.status(now_ms).first_tier_done_ms.is_some();
-        pod.warmup.admitted = pod.warmup.routable(now_ms);
+        pod.warmup.admitted = pod.warmup.routable(now_ms) || serving_already;
         if let Some(p) = pod.warmup.progress.as_mut() {
             p.pod_lost();
         }

@@ -286,6 +286,10 @@ impl Prewarm {
         for pod in 0..fleet.pods.len() {
             self.check(fleet, pod, true, reconcile, now_s);
         }
+        if self.health_rounds == 0 {
+            // as the gateway's health loop: the pods of the first round were there before
+            self.core.settle();
+        }
         self.health_rounds = self.health_rounds.wrapping_add(1);
     }
 
