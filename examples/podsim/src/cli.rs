@@ -9,6 +9,7 @@ use crate::chat::{ChatTemplate, ContentFormatArg};
 use crate::config::{Engine, PodConfig, PrefillCompute};
 use crate::profile::LatencyProfile;
 use crate::server::errors::ErrorFormat;
+use crate::server::fleet::{pod_addrs, MAX_PODS};
 use crate::server::ServerConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -25,7 +26,7 @@ pub enum EngineArg {
     version,
     after_help = "Environment:\n  VLLM_ALLOW_RUNTIME_LORA_UPDATING  1 or true: serve /v1/load_lora_adapter and \
                   /v1/unload_lora_adapter (vLLM engine, with --enable-lora); otherwise they are 404.\n\n\
-                  Prints `podsim listening on http://ADDR` once bound; exits 64 on bad flags; \
+                  Prints `podsim listening on http://ADDR` once bound (one line a pod, once all are bound); exits 64 on bad flags; \
                   SIGTERM or Ctrl-C drains in-flight replies for --shutdown-grace-seconds."
 )]
 pub struct Args {
@@ -38,9 +39,14 @@ pub struct Args {
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
-    /// Port to bind; 0 picks a free one (printed in the readiness line).
+    /// Port to bind; 0 picks a free one (printed in the readiness line). With `--pods N`, the
+    /// first of N consecutive ports (0: N free ones).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
+    /// Pods served by this process, 1..=4096, each with its own cache, adapter slots, metrics
+    /// and model clock, as that many podsim processes would be; one readiness line each.
+    #[arg(long, default_value_t = 1)]
+    pub pods: usize,
     /// Which server to imitate: routes, reply shapes, adapter naming, metric names.
     #[arg(long, value_enum, default_value = "vllm")]
     pub engine: EngineArg,
@@ -272,6 +278,22 @@ impl Args {
         })
     }
 
+    /// The address of each pod (`--host`, `--port`, `--pods`), or the problem naming its flag.
+    pub fn listen_addrs(&self) -> Result<Vec<String>, String> {
+        if self.pods == 0 || self.pods > MAX_PODS {
+            return Err(format!(
+                "--pods: {}: must be between 1 and {MAX_PODS}",
+                self.pods
+            ));
+        }
+        pod_addrs(&self.host, self.port, self.pods).ok_or_else(|| {
+            format!(
+                "--pods: {}: ports {}.. of --port {} pass 65535",
+                self.pods, self.port, self.port
+            )
+        })
+    }
+
     /// `--lora-modules` parsed.
     pub fn lora_modules(&self) -> Result<Vec<LoraModule>, String> {
         self.lora_modules
@@ -318,6 +340,37 @@ mod tests {
             (None, false),
         ] {
             assert_eq!(runtime_lora_allowed(v), want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn pods_and_port_become_one_address_a_pod_or_a_problem_naming_the_flag() {
+        let addrs =
+            |flags: &[&str]| Args::parse_from(["podsim"].iter().chain(flags.iter())).listen_addrs();
+        assert_eq!(addrs(&[]).unwrap(), ["127.0.0.1:8000"]);
+        assert_eq!(
+            addrs(&["--port", "0", "--pods", "2"]).unwrap(),
+            ["127.0.0.1:0", "127.0.0.1:0"]
+        );
+        assert_eq!(
+            addrs(&["--port", "65534", "--pods", "2"]).unwrap(),
+            ["127.0.0.1:65534", "127.0.0.1:65535"]
+        );
+        for (flags, problem) in [
+            (
+                &["--pods", "0"][..],
+                "--pods: 0: must be between 1 and 4096",
+            ),
+            (
+                &["--pods", "4097"],
+                "--pods: 4097: must be between 1 and 4096",
+            ),
+            (
+                &["--port", "65535", "--pods", "2"],
+                "--pods: 2: ports 65535.. of --port 65535 pass 65535",
+            ),
+        ] {
+            assert_eq!(addrs(flags).unwrap_err(), problem, "{flags:?}");
         }
     }
 

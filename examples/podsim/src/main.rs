@@ -1,12 +1,13 @@
-//! `podsim`: read and validate flags (exit 64 listing every bad one), register adapters, bind,
-//! print `podsim listening on http://ADDR`, serve until SIGTERM or Ctrl-C, drain, exit.
+//! `podsim`: read and validate flags (exit 64 listing every bad one), register adapters, bind
+//! every pod (`--pods`), print `podsim listening on http://ADDR` for each, serve until SIGTERM
+//! or Ctrl-C, drain, exit.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use podsim::cli::{runtime_lora_allowed, Args};
-use podsim::server::run::start;
+use podsim::server::fleet::{start_fleet, stop_fleet};
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -15,14 +16,17 @@ fn main() -> ExitCode {
             .ok()
             .as_deref(),
     );
-    let config = match args.server_config(allow) {
-        Ok(c) => c,
-        Err(problems) => {
-            for p in problems {
-                eprintln!("podsim: {p}");
-            }
-            return ExitCode::from(64);
+    let mut problems = Vec::new();
+    let addrs = args.listen_addrs().map_err(|p| problems.push(p)).ok();
+    let config = args
+        .server_config(allow)
+        .map_err(|p| problems.extend(p))
+        .ok();
+    let (Some(addrs), Some(config)) = (addrs, config) else {
+        for p in problems {
+            eprintln!("podsim: {p}");
         }
+        return ExitCode::from(64);
     };
     // As on vLLM, a template that does not compile does not stop the server: chat requests
     // get a 400 naming the error.
@@ -45,20 +49,24 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let server = match start(config, &modules, &addr).await {
+        let servers = match start_fleet(&config, &modules, &addrs).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("podsim: {e}");
                 return ExitCode::from(64);
             }
         };
-        println!("podsim listening on http://{}", server.addr);
+        // Printed once every pod is bound: a reader that has N lines has N pods serving.
+        for server in &servers {
+            println!("podsim listening on http://{}", server.addr);
+        }
         wait_for_signal().await;
         eprintln!("podsim: shutting down");
-        server
-            .stop(Duration::from_secs_f64(args.shutdown_grace_seconds))
-            .await;
+        stop_fleet(
+            servers,
+            Duration::from_secs_f64(args.shutdown_grace_seconds),
+        )
+        .await;
         ExitCode::SUCCESS
     })
 }

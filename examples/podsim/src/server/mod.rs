@@ -1,5 +1,5 @@
 //! The HTTP shell around one [`Pod`]: an OpenAI-compatible server that behaves like
-//! `vllm serve` (or SGLang with `--engine sglang`).
+//! `vllm serve` (or SGLang with `--engine sglang`); [`fleet`] serves several from one process.
 //!
 //! Endpoints:
 //! - `POST /v1/completions`, `POST /v1/chat/completions` (JSON or server-sent events)
@@ -20,6 +20,7 @@ pub mod adapter_dir;
 pub mod clock;
 pub mod embeddings;
 pub mod errors;
+pub mod fleet;
 pub mod inference;
 pub mod lora;
 pub mod metrics;
