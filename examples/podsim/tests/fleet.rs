@@ -76,12 +76,20 @@ async fn pods_of_one_process_keep_their_own_caches_and_counters() {
 async fn a_fleet_that_cannot_bind_every_pod_starts_none() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_addr = taken.local_addr().unwrap().to_string();
-    let addrs = vec!["127.0.0.1:0".to_string(), taken_addr.clone()];
+    // a port free now, for the first pod, which binds it before the second fails
+    let first = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let addrs = vec![first.clone(), taken_addr.clone()];
     let config = ServerConfig::new(PodConfig::default());
     let Err(e) = start_fleet(&config, &[], &addrs).await else {
         panic!("a fleet started on a taken port");
     };
     assert!(e.to_string().contains(&taken_addr), "{e}");
+    // the first pod was stopped: its port is free again
+    TcpListener::bind(&first).unwrap_or_else(|e| panic!("{first} still held: {e}"));
 }
 
 /// The podsim binary with `flags`, stdout piped.

@@ -37,13 +37,16 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
-    /// Stops accepting, lets in-flight replies finish for at most `grace`, then returns.
+    /// Stops accepting, lets in-flight replies finish for at most `grace`, then returns with
+    /// the listener closed (the port is free again).
     pub async fn stop(mut self, grace: Duration) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
         if tokio::time::timeout(grace, &mut self.task).await.is_err() {
             self.task.abort();
+            // an aborted task drops its listener when it is cancelled, not at `abort`
+            let _ = (&mut self.task).await;
         }
     }
 }
