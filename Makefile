@@ -32,7 +32,7 @@ help:
 	@echo "make bench-embedding-cache  an embedding-cache hit against Envoy alone and the pod"
 	@echo "make bench-experiment  A/B warm-up on vs off on a scale-up, whole stack (~3 min)"
 	@echo "make bench-embedding-warmup  embedding-cache hit ratio with and without the gateway's warm-up, across restarts (~10 min)"
-	@echo "make bench-fleet  the release gateway against 100 and 1,000 podsim pods and 100 proxies (~4 min)"
+	@echo "make bench-fleet  the release gateway against 100 and 1,000 podsim pods and 100 proxies (~2 min)"
 	@echo "make probe-filter 3000 stalled requests and a full signal queue against the filter (figures)"
 	@echo "make soak         long runs that print figures (gateway memory under a prompt flood)"
 
