@@ -103,10 +103,20 @@ fn podsim(flags: &[&str]) -> Child {
         .unwrap()
 }
 
+/// A child killed when the test ends, a failing one included.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test]
 async fn the_binary_prints_one_readiness_line_a_pod_and_each_pod_answers() {
-    let mut child = podsim(&["--port", "0", "--pods", "3"]);
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = Killed(podsim(&["--port", "0", "--pods", "3"]));
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let mut urls = Vec::new();
     for _ in 0..3 {
         let line = lines.next().unwrap().unwrap();
@@ -125,8 +135,6 @@ async fn the_binary_prints_one_readiness_line_a_pod_and_each_pod_answers() {
         let tokens = metric(url, "vllm:prefix_cache_queries_total{").await;
         assert_eq!(tokens, if i == 1 { 3.0 } else { 0.0 }, "{url}");
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]
