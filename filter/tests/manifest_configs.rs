@@ -169,8 +169,9 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
     let beside = of("envoy/istio/envoyfilter-beside-endpoint-picker.yaml");
     for c in [&full, &light, &beside] {
         assert!(
-            c.gateway_cluster.starts_with("outbound|9100||"),
-            "Istio names clusters outbound|<port>||<fqdn>: {}",
+            c.gateway_cluster.starts_with("outbound|9101||"),
+            "Istio names clusters outbound|<port>||<fqdn>, and filters call the gateway's \
+             filter listener (its Service port http-filters, 9101): {}",
             c.gateway_cluster
         );
     }
