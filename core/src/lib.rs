@@ -18,6 +18,7 @@ pub mod fingerprint;
 pub mod identity;
 pub mod placement;
 pub mod prefix;
+pub mod published_load;
 pub mod rate;
 pub mod request;
 pub mod residency;
