@@ -24,6 +24,7 @@ pub mod request;
 pub mod residency;
 pub mod route;
 pub mod similarity;
+pub mod table_delta;
 pub mod tokens;
 pub mod trigger;
 pub mod warm_call;

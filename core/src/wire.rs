@@ -483,7 +483,7 @@ struct VersionOnly {
 
 /// One parse in the common case; only a document that does not parse is read again for its
 /// version, so that another major version is reported as such rather than as malformed.
-fn decode_versioned<T: serde::de::DeserializeOwned>(
+pub(crate) fn decode_versioned<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     what: &str,
     version: impl Fn(&T) -> &String,
@@ -652,7 +652,7 @@ pub struct RoutingTable {
 }
 
 /// A hot prefix the gateway warmed on a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PlacedPrefix {
     /// The prefix's keys in the filters' index (`prefix::PromptKeys::placed`): its deepest
     /// full shard's end, then its last partial shard's blocks; 1 to [`MAX_PLACED_KEYS`].
