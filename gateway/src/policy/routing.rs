@@ -3,13 +3,19 @@
 //!
 //! A pod is in the table only when it is `routable` (its first warm-up tier is done or its
 //! warm-up deadline passed: [`WarmupProgress::routable`](super::WarmupProgress::routable)).
-//! Pods are listed by id, adapters sorted and deduplicated, loads rounded to `load_step` so a
-//! load that jitters between scrapes does not churn the table. An unchanged input costs no
-//! allocation: the builder compares it with the table it holds before building anything.
+//! Pods are listed by id, adapters sorted and deduplicated. Loads (rounded to `load_step`) and
+//! waits (to 100 ms) are published with hysteresis (core's `published_load`, whose module doc
+//! derives the steps): a pod keeps its published figure while the measured one stays within
+//! the step of it and on the same side of every load cap the filters compute, so a table whose
+//! only change is measurement noise keeps its generation. An unchanged input costs no
+//! table allocation: the builder compares it with the table it holds before building anything.
 
 use std::borrow::Cow;
 
 use prewarm_core::experiment::Experiment;
+use prewarm_core::published_load::{
+    cap_crossings, load_within_step, settle_crossings, wait_within_step, WAIT_STEP_MS,
+};
 use prewarm_core::wire::{
     PlacedPrefix, RoutedPod, RoutingTable, MAX_PREFILL_US_PER_TOKEN, MAX_RESIDENT_ADAPTERS,
     MAX_TABLE_PREFIXES, MAX_WAIT_MS,
@@ -21,17 +27,15 @@ use super::rules::Problems;
 /// The default [`RoutingConfig::prefill_us_per_token`].
 pub const DEFAULT_PREFILL_US_PER_TOKEN: f64 = 250.0;
 
-/// Published waits are rounded to multiples of this, ms, so a wait that jitters does not churn
-/// the table (a 512-token shard's prefill at the default rate is 128 ms).
-pub const WAIT_STEP_MS: f64 = 100.0;
-
 /// The `[routing]` configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RoutingConfig {
     /// Bounded-load factor (≥ 1) published to filters; absent: plain rendezvous (default none).
     pub load_factor: Option<f64>,
-    /// Loads are rounded to multiples of this (default 0.05; in (0, 1]).
+    /// Published loads are multiples of this (default 0.01; in (0, 1]). What keeps a load that
+    /// jitters from churning the table is the hysteresis (core's `published_load`), not this
+    /// grid: a coarser grid moves a load across a cap late.
     pub load_step: f64,
     /// What prefilling one uncached prompt token costs a pod, µs, published to the filters as
     /// the price of moving a request off the pod holding its prefix (core's `route_prefix`,
@@ -45,7 +49,7 @@ impl Default for RoutingConfig {
     fn default() -> Self {
         Self {
             load_factor: Some(1.25),
-            load_step: 0.05,
+            load_step: 0.01,
             prefill_us_per_token: Some(DEFAULT_PREFILL_US_PER_TOKEN),
         }
     }
@@ -78,6 +82,9 @@ pub struct PodRoute<'a> {
     pub weight: f64,
     /// Utilisation in [0, 1], when known.
     pub load: Option<f64>,
+    /// The health checks `load` was measured over (the busy share's sample; 0 when unknown:
+    /// then any change of the load is published).
+    pub load_samples: u64,
     /// Predicted queue wait, ms, when known.
     pub wait_ms: Option<f64>,
     /// Adapters the pod serves (any order, duplicates allowed).
@@ -94,10 +101,52 @@ pub struct PodRoute<'a> {
 /// A wait as the table publishes it: a multiple of [`WAIT_STEP_MS`], at most core's
 /// `MAX_WAIT_MS`; `None` for an unknown or non-finite one.
 fn rounded_wait(wait_ms: Option<f64>) -> Option<u64> {
+    let step = WAIT_STEP_MS as f64;
     wait_ms.filter(|w| w.is_finite()).map(|w| {
-        let steps = (w.max(0.0) / WAIT_STEP_MS).round();
-        ((steps * WAIT_STEP_MS) as u64).min(MAX_WAIT_MS)
+        let steps = (w.max(0.0) / step).round();
+        ((steps * step) as u64).min(MAX_WAIT_MS)
     })
+}
+
+/// Whether a published load stays as it is against a `measured` one from `samples` checks
+/// (within the step; a load appearing or vanishing is always news).
+fn load_kept(published: Option<f64>, measured: Option<f64>, samples: u64) -> bool {
+    match (published, measured) {
+        (Some(p), Some(m)) => load_within_step(p, m, samples),
+        (p, m) => p == m,
+    }
+}
+
+/// Whether a published wait stays as it is against a `measured` one.
+fn wait_kept(published: Option<u64>, measured: Option<u64>) -> bool {
+    match (published, measured) {
+        (Some(p), Some(m)) => wait_within_step(p, m),
+        (p, m) => p == m,
+    }
+}
+
+/// The load and wait to publish for a pod measured as `load`/`wait` (already rounded), given
+/// what was published for it before (`None`: a pod new to the list).
+fn published_figures(
+    before: Option<&RoutedPod>,
+    (load, samples): (Option<f64>, u64),
+    wait: Option<u64>,
+) -> (Option<f64>, Option<u64>) {
+    match before {
+        Some(b) => (
+            if load_kept(b.load, load, samples) {
+                b.load
+            } else {
+                load
+            },
+            if wait_kept(b.wait_ms, wait) {
+                b.wait_ms
+            } else {
+                wait
+            },
+        ),
+        None => (load, wait),
+    }
 }
 
 /// Builds [`RoutingTable`]s, keeping the last one and its generation.
@@ -132,10 +181,21 @@ impl RoutingTableBuilder {
         let step = if self.config.load_step > 0.0 {
             self.config.load_step
         } else {
-            0.05
+            0.01
         };
-        load.filter(|l| l.is_finite())
-            .map(|l| ((l.clamp(0.0, 1.0) / step).round() * step).clamp(0.0, 1.0))
+        // A step that divides 1 (0.01, 0.05) divides by its reciprocal, so 57 hundredths are
+        // 0.57 on the wire, not 57 × 0.01 = 0.5700000000000001.
+        let per = (1.0 / step).round();
+        let divides = (per * step - 1.0).abs() < 1e-9;
+        load.filter(|l| l.is_finite()).map(|l| {
+            let l = l.clamp(0.0, 1.0);
+            let rounded = if divides {
+                (l * per).round() / per
+            } else {
+                (l / step).round() * step
+            };
+            rounded.clamp(0.0, 1.0)
+        })
     }
 
     /// Builds the table for `pods` at `now_ms`. Returns whether its content changed (and the
@@ -162,20 +222,30 @@ impl RoutingTableBuilder {
             .collect();
         included.sort_by(|a, b| a.id.cmp(b.id));
         included.dedup_by(|a, b| a.id == b.id);
+        let measured: Vec<Option<f64>> =
+            included.iter().map(|p| self.rounded_load(p.load)).collect();
         // A table's adapter lists are sorted and deduplicated, so an input equal to them needs
-        // no normalising: the usual unchanged case is one comparison pass.
+        // no normalising: the usual unchanged case is one comparison pass (and, when a load
+        // moved within its step, one pass over the caps).
         let unchanged = self.built
             && self.table.pods.len() == included.len()
-            && self.table.pods.iter().zip(&included).all(|(t, p)| {
-                t.id == p.id
-                    && t.address == p.address
-                    && t.weight == p.weight
-                    && t.load == self.rounded_load(p.load)
-                    && t.wait_ms == rounded_wait(p.wait_ms)
-                    && (same_adapters(&t.adapters, &p.adapters)
-                        || same_adapters(&t.adapters, &normalised(&p.adapters)))
-                    && same_adapters(&t.resident, &resident_of(p))
-            });
+            && self
+                .table
+                .pods
+                .iter()
+                .zip(&included)
+                .zip(&measured)
+                .all(|((t, p), m)| {
+                    t.id == p.id
+                        && t.address == p.address
+                        && t.weight == p.weight
+                        && load_kept(t.load, *m, p.load_samples)
+                        && wait_kept(t.wait_ms, rounded_wait(p.wait_ms))
+                        && (same_adapters(&t.adapters, &p.adapters)
+                            || same_adapters(&t.adapters, &normalised(&p.adapters)))
+                        && same_adapters(&t.resident, &resident_of(p))
+                })
+            && cap_crossings(&self.table.pods, &measured, self.config.load_factor).is_empty();
         if unchanged {
             return false;
         }
@@ -183,11 +253,12 @@ impl RoutingTableBuilder {
         // change keeps its strings, and an input equal to it needs no normalising.
         let mut previous = std::mem::take(&mut self.table.pods).into_iter().peekable();
         let mut pods = Vec::with_capacity(included.len());
-        for p in &included {
+        for (p, m) in included.iter().zip(&measured) {
             while previous.next_if(|old| old.id.as_str() < p.id).is_some() {}
-            let old = previous
-                .next_if(|old| old.id == p.id)
-                .map(|old| old.adapters);
+            let old = previous.next_if(|old| old.id == p.id);
+            let (load, wait_ms) =
+                published_figures(old.as_ref(), (*m, p.load_samples), rounded_wait(p.wait_ms));
+            let old = old.map(|old| old.adapters);
             let adapters = match old {
                 Some(old) if same_adapters(&old, &p.adapters) => old,
                 old => {
@@ -205,10 +276,12 @@ impl RoutingTableBuilder {
                 weight: p.weight,
                 adapters,
                 resident,
-                load: self.rounded_load(p.load),
-                wait_ms: rounded_wait(p.wait_ms),
+                load,
+                wait_ms,
             });
         }
+        // a kept load on the other side of a cap than the measured one is republished
+        settle_crossings(&mut pods, &measured, self.config.load_factor);
         self.table.pods = pods;
         true
     }
@@ -228,19 +301,26 @@ impl RoutingTableBuilder {
             .collect();
         warming.sort_by(|a, b| a.id.cmp(b.id));
         warming.dedup_by(|a, b| a.id == b.id);
+        // Warming pods keep their figures within the step too; their cap crossings are not
+        // checked (only an experiment's cold arm routes to them).
         let warming: Vec<RoutedPod> = warming
             .into_iter()
-            .map(|p| RoutedPod {
-                id: p.id.to_string(),
-                address: p.address.to_string(),
-                weight: p.weight,
-                adapters: normalised(&p.adapters)
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect(),
-                resident: resident_of(p).iter().map(|a| a.to_string()).collect(),
-                load: self.rounded_load(p.load),
-                wait_ms: rounded_wait(p.wait_ms),
+            .map(|p| {
+                let before = self.table.warming.iter().find(|w| w.id == p.id);
+                let measured = (self.rounded_load(p.load), p.load_samples);
+                let (load, wait_ms) = published_figures(before, measured, rounded_wait(p.wait_ms));
+                RoutedPod {
+                    id: p.id.to_string(),
+                    address: p.address.to_string(),
+                    weight: p.weight,
+                    adapters: normalised(&p.adapters)
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect(),
+                    resident: resident_of(p).iter().map(|a| a.to_string()).collect(),
+                    load,
+                    wait_ms,
+                }
             })
             .collect();
         if warming == self.table.warming {

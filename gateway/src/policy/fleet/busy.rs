@@ -48,6 +48,12 @@ impl BusyShare {
         }
     }
 
+    /// The checks made in the window: the sample the share is measured over (the routing
+    /// table's step for the load is its standard error, `prewarm_core::published_load`).
+    pub fn checks(&self, now_ms: u64) -> u64 {
+        self.checks.count(now_ms)
+    }
+
     /// The share of the window's checks that found the pod busy (0 without checks).
     pub fn share(&self, now_ms: u64) -> f64 {
         let checks = self.checks.count(now_ms);

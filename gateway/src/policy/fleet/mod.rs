@@ -436,6 +436,7 @@ impl Fleet {
                 address: &p.shape.address,
                 weight: p.shape.weight,
                 load: Some(p.busy.share(now_ms)),
+                load_samples: p.busy.checks(now_ms),
                 wait_ms: p.wait.wait_ms(now_ms),
                 adapters: listed_adapters(p, registry, &pools, placement),
                 resident: p.lora.resident().collect(),

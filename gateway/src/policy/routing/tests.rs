@@ -8,6 +8,7 @@ fn pod<'a>(id: &'a str, adapters: Vec<&'a str>, routable: bool) -> PodRoute<'a> 
         address: "127.0.0.1:8000",
         weight: 1.0,
         load: None,
+        load_samples: 60,
         wait_ms: None,
         adapters,
         resident: Vec::new(),
@@ -71,6 +72,16 @@ fn the_generation_moves_only_when_the_content_changes() {
             "load jitter inside the rounding",
             Box::new(|p| p[0].load = Some(0.509)),
             false,
+        ),
+        (
+            "load within the step (one standard error of 60 checks)",
+            Box::new(|p| p[0].load = Some(0.55)),
+            false,
+        ),
+        (
+            "load past the step",
+            Box::new(|p| p[0].load = Some(0.65)),
+            true,
         ),
         (
             "a pod becomes routable",
@@ -255,4 +266,110 @@ fn warming_pods_are_listed_apart_only_while_an_arm_routes_to_them() {
     assert!(b.set_experiment(None, 8));
     assert!(b.build(&pods, 9));
     assert!(b.table().warming.is_empty() && b.table().experiment.is_none());
+}
+
+fn loaded(id: &'static str, load: f64) -> PodRoute<'static> {
+    PodRoute {
+        load: Some(load),
+        ..pod(id, vec![], true)
+    }
+}
+
+#[test]
+fn a_load_within_its_step_keeps_the_generation_and_the_published_figure() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    let mut pods: Vec<PodRoute<'static>> = (0..4).map(|_| loaded("x", 0.3)).collect();
+    for (p, id) in pods.iter_mut().zip(["a", "b", "c", "d"]) {
+        p.id = id;
+    }
+    assert!(b.build(&pods, 1));
+    let generation = b.table().generation;
+    // every pod jitters within ±0.05 (the step at 0.3 over 60 checks is ≈ 0.06): nothing moves
+    for (i, jitter) in [0.04, -0.05, 0.03, -0.02].into_iter().enumerate() {
+        pods[i].load = Some(0.3 + jitter);
+    }
+    assert!(!b.build(&pods, 2));
+    assert_eq!(b.table().generation, generation);
+    assert!(b.table().pods.iter().all(|p| p.load == Some(0.3)));
+    // the same change over fewer checks is within the step too; over 600 it is news
+    pods[0].load_samples = 600;
+    assert!(b.build(&pods, 3));
+    let published: Vec<Option<f64>> = b.table().pods.iter().map(|p| p.load).collect();
+    assert_eq!(published, vec![Some(0.34), Some(0.3), Some(0.3), Some(0.3)]);
+}
+
+#[test]
+fn a_load_crossing_the_cap_is_published_whatever_the_step() {
+    let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+    // mean 0.19: the cap is the floor, 0.5; pod a (0.52) is full
+    let mut pods = vec![
+        loaded("a", 0.52),
+        loaded("b", 0.1),
+        loaded("c", 0.1),
+        loaded("d", 0.05),
+    ];
+    assert!(b.build(&pods, 1));
+    let generation = b.table().generation;
+    pods[0].load = Some(0.55);
+    assert!(!b.build(&pods, 2), "still full, within the step");
+    pods[0].load = Some(0.48);
+    assert!(
+        b.build(&pods, 3),
+        "within the step of 0.52, but under the cap now"
+    );
+    assert_eq!(b.table().generation, generation + 1);
+    assert_eq!(b.table().pods[0].load, Some(0.48));
+    // and the filters' rule sees it under the cap
+    let t = b.table();
+    let cap = prewarm_core::placement::load_cap(
+        t.pods.iter().map(|p| p.load.unwrap_or(0.0)),
+        t.load_factor.unwrap(),
+    );
+    assert!(t.pods[0].load.unwrap() <= cap);
+    // without a load factor there is no cap to cross
+    let mut plain = RoutingTableBuilder::new(
+        64,
+        RoutingConfig {
+            load_factor: None,
+            ..RoutingConfig::default()
+        },
+        0,
+    );
+    pods[0].load = Some(0.52);
+    assert!(plain.build(&pods, 1));
+    pods[0].load = Some(0.48);
+    assert!(!plain.build(&pods, 2));
+}
+
+#[test]
+fn an_adapter_pools_cap_counts_too() {
+    let holder = |id: &'static str, load: f64| PodRoute {
+        adapters: vec!["x"],
+        ..loaded(id, load)
+    };
+    // x's holders a, b, e: mean 0.567, cap 0.708, a (0.70) under it; the whole table's mean is
+    // 0.34, its cap the floor 0.5, a over it. a moving to 0.74 is within its step (≈ 0.058)
+    // and stays over the whole table's cap, but crosses x's.
+    let with_x = vec![
+        holder("a", 0.70),
+        holder("b", 0.5),
+        loaded("c", 0.0),
+        loaded("d", 0.0),
+        holder("e", 0.5),
+    ];
+    let without_x: Vec<PodRoute<'static>> = with_x
+        .iter()
+        .map(|p| PodRoute {
+            adapters: vec![],
+            ..p.clone()
+        })
+        .collect();
+    for (mut pods, crosses) in [(with_x, true), (without_x, false)] {
+        let mut b = RoutingTableBuilder::new(64, RoutingConfig::default(), 0);
+        assert!(b.build(&pods, 1));
+        pods[0].load = Some(0.74);
+        assert_eq!(b.build(&pods, 2), crosses);
+        let want = if crosses { 0.74 } else { 0.70 };
+        assert_eq!(b.table().pods[0].load, Some(want));
+    }
 }
