@@ -530,7 +530,7 @@ def test_authorization_policy_admits_exactly_the_filter_and_the_warm_gates():
     assert policy["spec"]["action"] == "ALLOW"
     allowed = {(op["operation"]["methods"][0], op["operation"]["paths"][0])
                for rule in policy["spec"]["rules"] for op in rule["to"]}
-    assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing"), ("GET", "/v1/embeddings/warm*"),
+    assert allowed == {("POST", "/v1/signals"), ("GET", "/v1/routing*"), ("GET", "/v1/embeddings/warm*"),
                        ("GET", "/v1/pods/*")}
     filters_port = str(_filters_port(load(K8S / "service.yaml"))["port"])
     assert all(op["operation"]["ports"] == [filters_port] for rule in policy["spec"]["rules"] for op in rule["to"])

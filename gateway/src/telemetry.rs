@@ -12,6 +12,8 @@
 //! | `prewarm_signals_ingested_total` | counter | `kind` (prefill / pin / feedback / rejected / dropped_by_filter) |
 //! | `prewarm_routing_table_generation` | gauge | — |
 //! | `prewarm_routing_table_pods` | gauge | — |
+//! | `prewarm_routing_table_replies_total` | counter | `kind` (whole / delta / unchanged: what `GET /v1/routing` answered) |
+//! | `prewarm_routing_table_reply_bytes_total` | counter | `kind` (whole / delta: the bodies' bytes) |
 //! | `prewarm_modelled_hit_ratio` | gauge | `pod` (hot prefixes placed on the pod believed resident) |
 //! | `prewarm_kv_model_hit_gap` | gauge | `pod` (modelled minus observed prefix-cache hit ratio over the last scrape interval) |
 //! | `prewarm_policy_decisions_total` | counter | `policy`, `decision` (policy `pool`: `back_off` — an engine rejected an entry's warm call —, `backed_off` and `salt_dropped` — a prefill not sent) |
@@ -94,6 +96,8 @@ pub struct Telemetry {
     pub signals: Family<Labels, Counter>,
     pub table_generation: Gauge,
     pub table_pods: Gauge,
+    pub table_replies: Family<Labels, Counter>,
+    pub table_reply_bytes: Family<Labels, Counter>,
     pub hit_ratio: PodFamily<Gauge<f64, AtomicU64>>,
     pub kv_hit_gap: PodFamily<Gauge<f64, AtomicU64>>,
     pub decisions: Family<Labels, Counter>,
@@ -154,6 +158,8 @@ impl Telemetry {
             signals: Family::default(),
             table_generation: Gauge::default(),
             table_pods: Gauge::default(),
+            table_replies: Family::default(),
+            table_reply_bytes: Family::default(),
             hit_ratio: PodFamily::default(),
             kv_hit_gap: PodFamily::default(),
             decisions: Family::default(),
@@ -232,6 +238,16 @@ impl Telemetry {
             "prewarm_routing_table_pods",
             "Pods in the routing table",
             t.table_pods.clone(),
+        );
+        registry.register(
+            "prewarm_routing_table_replies",
+            "Routing table polls answered, by what they got (whole, delta, unchanged)",
+            t.table_replies.clone(),
+        );
+        registry.register(
+            "prewarm_routing_table_reply_bytes",
+            "Bytes of routing table bodies sent, by kind (whole, delta)",
+            t.table_reply_bytes.clone(),
         );
         registry.register(
             "prewarm_modelled_hit_ratio",

@@ -738,3 +738,223 @@ async fn snapshot_on_demand_round_trips_through_restore() {
     assert_eq!(restored.prompts, 1);
     assert!(again.state().fleet.pool().templates() == 1);
 }
+
+/// `GET /v1/routing?since=G` as a filter sends it (with the ETag it holds).
+async fn routing_since(app: &Router, since: &str) -> (StatusCode, Value) {
+    let req = Request::get(format!("/v1/routing?since={since}"))
+        .header(header::AUTHORIZATION, format!("Bearer {SIGNAL}"))
+        .header(header::IF_NONE_MATCH, format!("\"{since}\""))
+        .body(Body::empty())
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Starts (or re-weights) an experiment: each is a new generation of the table.
+async fn new_generation(app: &Router, weight: f64) -> u64 {
+    let definition = json!({"id": "e", "arms": [
+        {"name": "a", "weight": weight}, {"name": "b", "weight": 1.0 - weight}]});
+    let (s, _) = admin(app, Method::POST, "/admin/experiments", definition).await;
+    assert!(s.is_success(), "{s}");
+    let (_, table, _) = call(app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    table["generation"].as_u64().unwrap()
+}
+
+/// A gateway (on a manual clock at `clock`) whose `n` static pods are up and in the routing
+/// table: each reports healthy, and their warm-up deadline passes.
+async fn fleet_of(n: usize, clock: &Arc<std::sync::atomic::AtomicU64>) -> Fixture {
+    use prewarm_gateway::policy::fleet::HealthCheck;
+    use prewarm_gateway::service::Clock;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = GatewayConfig::default();
+    config.server.admin_token = TOKEN.into();
+    config.server.read_token = READ.into();
+    config.server.signal_token = SIGNAL.into();
+    config.state.dir = dir.path().join("state");
+    config.pods.static_pods = (0..n)
+        .map(|i| PodSpec::new(format!("pod-{i:03}"), format!("127.0.0.1:{}", 9 + i)))
+        .collect();
+    let gateway = Gateway::with_clock(config, Clock::Manual(clock.clone()));
+    gateway.restore();
+    let healthy = HealthCheck {
+        ok: true,
+        load: None,
+        process_start_s: None,
+    };
+    let now = clock.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 0..n {
+        let id = format!("pod-{i:03}");
+        let _ = gateway.record_health(&id, healthy.clone());
+        gateway.fleet(|f| f.start_warmup(&id, now));
+    }
+    let _ = gateway.tick();
+    clock.fetch_add(200_000, std::sync::atomic::Ordering::SeqCst);
+    let _ = gateway.tick();
+    Fixture {
+        app: router(gateway.clone()),
+        gateway,
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn a_filter_that_missed_generations_gets_a_delta_from_the_one_it_holds() {
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+    let f = fleet_of(20, &clock).await;
+    let (_, first, _) = call(&f.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    assert_eq!(first["pods"].as_array().map(Vec::len), Some(20), "{first}");
+    let held = first["generation"].as_u64().unwrap();
+    let mut generation = held;
+    for w in [0.5, 0.4, 0.3] {
+        let g = new_generation(&f.app, w).await;
+        assert!(g > generation);
+        generation = g;
+    }
+    // missed three generations: a delta from the one held to the current one
+    let (s, delta) = routing_since(&f.app, &held.to_string()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(delta["base"].as_u64(), Some(held));
+    assert_eq!(delta["generation"].as_u64(), Some(generation));
+    let delta: prewarm_core::table_delta::TableDelta = serde_json::from_value(delta).unwrap();
+    let first: prewarm_core::wire::RoutingTable = serde_json::from_value(first).unwrap();
+    let (_, now, _) = call(&f.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    let now: prewarm_core::wire::RoutingTable = serde_json::from_value(now).unwrap();
+    assert_eq!(prewarm_core::table_delta::apply(&delta, &first), Ok(now));
+    // the current generation is a 304, a filter without `since` gets the whole table
+    assert_eq!(
+        routing_since(&f.app, &generation.to_string()).await.0,
+        StatusCode::NOT_MODIFIED
+    );
+    let (_, whole, _) = call(&f.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    assert!(whole.get("base").is_none() && whole.get("pods").is_some());
+    let (_, metrics) = get(&f.app, "/metrics").await;
+    let metrics = metrics.as_str().unwrap();
+    assert!(metrics.contains(r#"prewarm_routing_table_replies_total{kind="delta"} 1"#));
+    assert!(metrics.contains(r#"prewarm_routing_table_replies_total{kind="unchanged"} 1"#));
+}
+
+#[tokio::test]
+async fn an_unknown_generation_gets_the_whole_table() {
+    let f = fixture();
+    let generation = new_generation(&f.app, 0.5).await;
+    // never published (0), or after the current one (a gateway that lost its snapshot)
+    for since in [
+        "0".to_string(),
+        (generation + 1).to_string(),
+        u64::MAX.to_string(),
+    ] {
+        let (s, table) = routing_since(&f.app, &since).await;
+        assert_eq!(s, StatusCode::OK, "{since}");
+        assert!(table.get("base").is_none(), "{since}: {table}");
+        assert_eq!(table["generation"].as_u64(), Some(generation));
+    }
+}
+
+#[tokio::test]
+async fn after_a_restart_an_earlier_generation_gets_the_whole_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let f = fixture_with(|c| c.state.dir = state.clone());
+    let before = new_generation(&f.app, 0.5).await;
+    f.gateway.write_snapshot().unwrap();
+    drop(f);
+    let again = fixture_with(|c| c.state.dir = state.clone());
+    let (_, table, _) = call(&again.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    let generation = table["generation"].as_u64().unwrap();
+    assert!(generation > before, "generations never go backwards");
+    let (s, table) = routing_since(&again.app, &before.to_string()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        table.get("base").is_none(),
+        "the restarted gateway keeps no history: {table}"
+    );
+    assert_eq!(table["generation"].as_u64(), Some(generation));
+}
+
+#[tokio::test]
+async fn a_bad_since_is_a_400_naming_it() {
+    let f = fixture();
+    for bad in ["x", "-1", "1.5", "18446744073709551616", ""] {
+        let (s, v, _) = call(
+            &f.app,
+            Method::GET,
+            &format!("/v1/routing?since={bad}"),
+            Some(SIGNAL),
+            None,
+        )
+        .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(error_of(&v).starts_with("since: "), "{bad}: {v}");
+    }
+    let (s, v, _) = call(
+        &f.app,
+        Method::GET,
+        "/v1/routing?sinse=1",
+        Some(SIGNAL),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(error_of(&v).contains("sinse"), "{v}");
+}
+
+#[tokio::test]
+async fn a_busy_share_jittering_within_its_step_keeps_the_generation() {
+    use prewarm_gateway::policy::fleet::{HealthCheck, PodLoad};
+    use std::sync::atomic::Ordering;
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+    let f = fleet_of(4, &clock).await;
+    // a health check a second; each pod busy 4 seconds in 7 (its own phase): a busy share of
+    // 34 or 35 checks in 60 as the window slides, ±1 check of noise around 4/7
+    let check = |second: u64, pod: u64| HealthCheck {
+        ok: true,
+        load: Some(PodLoad {
+            running: u64::from((second + pod) % 7 < 4),
+            ..PodLoad::default()
+        }),
+        process_start_s: None,
+    };
+    let mut second = 0u64;
+    let mut run = |seconds: u64| {
+        let mut shares = std::collections::BTreeSet::new();
+        let mut generations = std::collections::BTreeSet::new();
+        for _ in 0..seconds {
+            second += 1;
+            let now = clock.fetch_add(1_000, Ordering::SeqCst) + 1_000;
+            for pod in 0..4u64 {
+                let _ = f
+                    .gateway
+                    .record_health(&format!("pod-{pod:03}"), check(second, pod));
+                let share = f
+                    .gateway
+                    .state()
+                    .fleet
+                    .pod(&format!("pod-{pod:03}"))
+                    .unwrap()
+                    .busy
+                    .share(now);
+                shares.insert((share * 100.0).round() as u64);
+            }
+            let _ = f.gateway.tick();
+            generations.insert(f.gateway.published_table().generation);
+        }
+        (shares, generations)
+    };
+    // a minute to fill the window, then loads near 4/7 are published
+    run(70);
+    let (shares, generations) = run(120);
+    assert!(shares.len() >= 2, "the measured shares jitter: {shares:?}");
+    assert_eq!(generations.len(), 1, "no new generation: {generations:?}");
+    let published = f.gateway.published_table();
+    let (_, table, _) = call(&f.app, Method::GET, "/v1/routing", Some(SIGNAL), None).await;
+    assert_eq!(table["generation"].as_u64(), Some(published.generation));
+    for pod in table["pods"].as_array().unwrap() {
+        let load = pod["load"].as_f64().unwrap();
+        assert!((load - 4.0 / 7.0).abs() < 0.07, "{pod}");
+    }
+}

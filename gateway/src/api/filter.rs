@@ -1,5 +1,6 @@
 //! The filters' endpoints: `POST /v1/signals` (screened first: names within limits, prefix
-//! hashes recomputed from the text), `GET /v1/routing` (with ETag/304) and
+//! hashes recomputed from the text), `GET /v1/routing[?since=<generation>]` (with ETag/304; the
+//! delta from `since` when the gateway keeps that generation, else the whole table) and
 //! `GET /v1/embeddings/warm?after=<generation>` (the warm embedding entries computed since).
 
 use axum::body::Bytes;
@@ -12,6 +13,7 @@ use prewarm_core::wire::{SignalBatch, WireError, MAX_EMBEDDINGS_PER_BATCH};
 use super::error::ApiError;
 use super::AppState;
 use crate::policy::hotness::screen::screen;
+use crate::service::table::TableReply;
 use crate::telemetry::Telemetry;
 
 /// Signals a batch may carry at most.
@@ -54,19 +56,52 @@ pub async fn post_signals(
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
 
+/// `GET /v1/routing` query.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingQuery {
+    /// The generation the filter holds: it gets the delta from it when the gateway keeps it.
+    since: Option<String>,
+}
+
+/// The longest `since` value quoted back in an error.
+const MAX_QUOTED: usize = 32;
+
 pub async fn get_routing(
     State(gateway): State<AppState>,
     headers: HeaderMap,
+    query: Result<axum::extract::Query<RoutingQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let axum::extract::Query(query) =
+        query.map_err(|e| ApiError::BadRequest(format!("query: {}", e.body_text())))?;
+    let since = match query.since.as_deref() {
+        None => None,
+        Some(raw) => Some(raw.parse::<u64>().map_err(|_| {
+            let quoted: String = raw.chars().take(MAX_QUOTED).collect();
+            ApiError::BadRequest(format!("since: {quoted:?}: must be a generation (0..2^64)"))
+        })?),
+    };
     let table = gateway.published_table();
     let etag = table.etag();
     let unchanged = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let telemetry = &gateway.telemetry;
     if unchanged {
+        Telemetry::add(&telemetry.table_replies, &[("kind", "unchanged")], 1);
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
     }
+    let (kind, body) = match table.reply(since) {
+        TableReply::Whole(json) => ("whole", json),
+        TableReply::Delta(json) => ("delta", json),
+    };
+    Telemetry::add(&telemetry.table_replies, &[("kind", kind)], 1);
+    Telemetry::add(
+        &telemetry.table_reply_bytes,
+        &[("kind", kind)],
+        body.len() as u64,
+    );
     Ok((
         StatusCode::OK,
         [
@@ -74,7 +109,7 @@ pub async fn get_routing(
             (header::ETAG, etag),
             (header::CACHE_CONTROL, "no-cache".to_string()),
         ],
-        table.json.to_vec(),
+        body.to_vec(),
     )
         .into_response())
 }
