@@ -2,10 +2,13 @@
 //! published, read (or make) the proxy's key of credential identities (`request::credential`),
 //! fold this VM's tallies into shared data (feedback, pin and shared-prompt prefill signals), send
 //! the pending signals as one `SignalBatch` POST to `/v1/signals`, and (one worker per tick, by
-//! a lease in shared data) poll `GET /v1/routing` with
-//! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 table is
-//! checked with core's decoder and published to every worker through shared data. Every reply
-//! that fails, times out or does not parse is counted and dropped; nothing here pauses a request.
+//! a lease in shared data) poll `GET /v1/routing?since=<generation>` with
+//! `if-none-match: "<generation>"`: 304 means unchanged and costs no parse; a 200 is the whole
+//! table or a delta from the generation held (core's `table_delta`), checked with core's
+//! decoder, a delta applied onto exactly its base, and the table published to every worker
+//! through shared data. A delta that does not apply (another base, or a result that is not a
+//! valid table) is counted and the whole table fetched at once. Every reply that fails, times
+//! out or does not parse is counted and dropped; nothing here pauses a request.
 //! Each gateway reply (or failure to dispatch) feeds `direct::gateway_health`; while
 //! `direct::active` says so, the taken prefill and pin signals also become direct calls to the
 //! pods (`direct`). With the embedding cache warmed by the gateway, the poll also asks for the
@@ -15,6 +18,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use prewarm_core::table_delta::{apply, DeltaError, TableUpdate};
 use prewarm_core::wire::{RoutingTable, Signal, SignalBatch};
 
 use crate::config::DirectMode;
@@ -37,13 +41,12 @@ enum Call {
         outcomes: u64,
         embeddings: u64,
     },
-    Table,
+    /// `GET /v1/routing`, with the generation held when it asked for a delta.
+    Table { since: Option<u64> },
     /// `GET /v1/embeddings/warm` (`embeddings::warm`).
     Warm,
     /// A direct call to a pod.
-    Direct {
-        pod: String,
-    },
+    Direct { pod: String },
 }
 
 /// Largest routing table body accepted, bytes.
@@ -232,18 +235,30 @@ impl RootTasks {
     }
 
     fn poll_table<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker, now: u64) {
-        if self.in_flight(|c| *c == Call::Table) || !Self::claim_poll(host, worker, now) {
+        let table_in_flight = self.in_flight(|c| matches!(c, Call::Table { .. }));
+        if table_in_flight || !Self::claim_poll(host, worker, now) {
             return;
         }
-        let etag = TableStamp::read(host, &worker.keys).map(|s| format!("\"{}\"", s.generation));
-        let mut headers = Self::gateway_headers(worker, "GET", "/v1/routing");
+        let held = TableStamp::read(host, &worker.keys).map(|s| s.generation);
+        self.fetch_table(host, worker, held);
+        self.poll_warm(host, worker);
+    }
+
+    /// `GET /v1/routing`: conditional on, and a delta from, the generation `held` when given;
+    /// the whole table without.
+    fn fetch_table<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker, held: Option<u64>) {
+        let path = match held {
+            Some(g) => format!("/v1/routing?since={g}"),
+            None => "/v1/routing".to_string(),
+        };
+        let etag = held.map(|g| format!("\"{g}\""));
+        let mut headers = Self::gateway_headers(worker, "GET", &path);
         if let Some(etag) = etag.as_deref() {
             headers.push(("if-none-match", etag));
         }
-        if self.call(host, worker, &headers, None, Call::Table) {
+        if self.call(host, worker, &headers, None, Call::Table { since: held }) {
             host.count(Metric::TableFetches, 1);
         }
-        self.poll_warm(host, worker);
     }
 
     /// Asks the gateway for the warm embedding entries this proxy lacks (`embeddings::warm`).
@@ -282,7 +297,7 @@ impl RootTasks {
             }
             return;
         }
-        let answered = ok || (call == Call::Table && status == Some(304));
+        let answered = ok || (matches!(call, Call::Table { .. }) && status == Some(304));
         gateway_health::record(
             host,
             &worker.keys,
@@ -314,17 +329,18 @@ impl RootTasks {
                     );
                 }
             }
-            Call::Table => self.on_table(host, worker, status, body_size),
+            Call::Table { since } => self.on_table(host, worker, status, body_size, since),
             Call::Warm | Call::Direct { .. } => {}
         }
     }
 
     fn on_table<H: Host + ?Sized>(
-        &self,
+        &mut self,
         host: &H,
         worker: &Worker,
         status: Option<u16>,
         size: usize,
+        since: Option<u64>,
     ) {
         let now = host.now_ms();
         let keys = &worker.keys;
@@ -338,20 +354,39 @@ impl RootTasks {
             }
             Some(200) if size <= MAX_TABLE_BYTES => {
                 let body = host.call_response_body(size).unwrap_or_default();
-                match RoutingTable::decode(&body) {
-                    Ok(table) => {
-                        let stamp = TableStamp {
-                            generation: table.generation,
-                            fetched_at_ms: now,
+                match TableUpdate::decode(&body) {
+                    Ok(TableUpdate::Whole(table)) => adopt(host, worker, table, &body, now),
+                    Ok(TableUpdate::Delta(delta)) => {
+                        let base = worker.table.table();
+                        let applied = match base.as_deref() {
+                            Some(base) => apply(&delta, base),
+                            None => Err(DeltaError::WrongBase {
+                                base: delta.base,
+                                held: 0,
+                            }),
                         };
-                        // the table first: a worker seeing the new generation finds its table
-                        let _ = host.shared_set(&keys.table(), &body, None);
-                        let _ = host.shared_set(&keys.generation(), &stamp.to_bytes(), None);
-                        host.count(Metric::TableUpdates, 1);
-                        host.gauge(Metric::TableGeneration, table.generation);
-                        seed_from_table(host, worker, &table);
-                        worker.table.install(table.generation, table);
-                        host.count(Metric::TableAdopted, 1);
+                        match applied {
+                            Ok(table) => {
+                                host.count(Metric::TableDeltas, 1);
+                                let body = table.encode();
+                                adopt(host, worker, table, &body, now);
+                            }
+                            Err(e) => {
+                                let metric = match e {
+                                    DeltaError::WrongBase { .. } => Metric::TableDeltaWrongBase,
+                                    DeltaError::Malformed(_) => Metric::TableDeltaInvalid,
+                                };
+                                host.count(metric, 1);
+                                host.log(
+                                    Level::Warn,
+                                    &format!("prewarm: routing table delta refused: {e}"),
+                                );
+                                // only a delta the filter asked for is retried, whole, once
+                                if since.is_some() {
+                                    self.fetch_table(host, worker, None);
+                                }
+                            }
+                        }
                     }
                     Err(e) => {
                         host.count(Metric::TableFetchFailures, 1);
@@ -368,4 +403,22 @@ impl RootTasks {
             }
         }
     }
+}
+
+/// Publishes `table` (encoded as `body`) to every worker through shared data, seeds the prefix
+/// index with its placed prefixes and installs it in this VM.
+fn adopt<H: Host + ?Sized>(host: &H, worker: &Worker, table: RoutingTable, body: &[u8], now: u64) {
+    let keys = &worker.keys;
+    let stamp = TableStamp {
+        generation: table.generation,
+        fetched_at_ms: now,
+    };
+    // the table first: a worker seeing the new generation finds its table
+    let _ = host.shared_set(&keys.table(), body, None);
+    let _ = host.shared_set(&keys.generation(), &stamp.to_bytes(), None);
+    host.count(Metric::TableUpdates, 1);
+    host.gauge(Metric::TableGeneration, table.generation);
+    seed_from_table(host, worker, &table);
+    worker.table.install(table.generation, table);
+    host.count(Metric::TableAdopted, 1);
 }

@@ -145,6 +145,9 @@ metrics! {
     TableUnchanged => "prewarm_filter_table_unchanged_total", false;
     TableAdopted => "prewarm_filter_table_adopted_total", false;
     TableFetchFailures => "prewarm_filter_table_fetch_failures_total", false;
+    TableDeltas => "prewarm_filter_table_deltas_total", false;
+    TableDeltaWrongBase => "prewarm_filter_reason=.=base;.;table_deltas_refused_total", false;
+    TableDeltaInvalid => "prewarm_filter_reason=.=invalid;.;table_deltas_refused_total", false;
     Routed => "prewarm_filter_routed_total", false;
     RoutedByPrefix => "prewarm_filter_prefix_matched_total", false;
     PrefixWriteFailures => "prewarm_filter_prefix_write_failures_total", false;

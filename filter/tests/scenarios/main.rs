@@ -20,3 +20,4 @@ mod host_calls;
 mod outcomes;
 mod requests;
 mod shared_prompts;
+mod table_delta;
