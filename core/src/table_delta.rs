@@ -288,10 +288,7 @@ fn merged_pods(base: &[RoutedPod], delta: &TableDelta) -> Result<Vec<RoutedPod>,
         }
         if removed.next_if(|r| **r == old.id).is_some() {
             if upserted.peek().is_some_and(|u| u.id == old.id) {
-                return Err(malformed(format!(
-                    "upserted: {:?}: also removed",
-                    old.id
-                )));
+                return Err(malformed(format!("upserted: {:?}: also removed", old.id)));
             }
             continue;
         }

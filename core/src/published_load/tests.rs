@@ -82,19 +82,24 @@ fn tables() -> impl Strategy<Value = (Vec<RoutedPod>, Vec<Option<f64>>, f64)> {
         0.0f64..=1.0,
         proptest::option::of(0.0f64..=1.0),
     );
-    (proptest::collection::vec(one, 1..=MAX_CROSSING_ROUNDS), 1.0f64..2.0).prop_map(
-        |(rows, factor)| {
+    (
+        proptest::collection::vec(one, 1..=MAX_CROSSING_ROUNDS),
+        1.0f64..2.0,
+    )
+        .prop_map(|(rows, factor)| {
             let names = ["x", "y", "z"];
             let mut pods = Vec::new();
             let mut measured = Vec::new();
             for (i, (adapters, published, m)) in rows.into_iter().enumerate() {
-                let a: Vec<&str> = adapters.iter().filter_map(|k| names.get(*k).copied()).collect();
+                let a: Vec<&str> = adapters
+                    .iter()
+                    .filter_map(|k| names.get(*k).copied())
+                    .collect();
                 pods.push(pod(&format!("p{i}"), &a, published));
                 measured.push(m);
             }
             (pods, measured, factor)
-        },
-    )
+        })
 }
 
 proptest! {

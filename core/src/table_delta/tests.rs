@@ -32,7 +32,8 @@ fn a_load_change_is_a_load_patch_and_a_new_pod_an_upsert() {
     b.generation = 2;
     b.pods[1].load = Some(0.7);
     b.pods.remove(2);
-    b.pods.push(RoutedPod::new("pod-009", "10.0.0.9:8000", &["x"]));
+    b.pods
+        .push(RoutedPod::new("pod-009", "10.0.0.9:8000", &["x"]));
     b.pods[0].adapters = vec!["y".into()];
     let d = diff(&a, &b).unwrap();
     assert_eq!(d.base, 1);
@@ -113,10 +114,13 @@ fn a_delta_that_does_not_fit_its_base_is_refused() {
     })
     .contains("also removed"));
     assert!(refused(&|d| d.prefixes = Some(vec![PrefixItem::Kept(0)])).starts_with("prefixes: 0"));
-    assert!(refused(&|d| d.upserted = vec![RoutedPod::new("pod-005", "nope", &[])])
-        .contains("address"));
-    assert!(refused(&|d| d.upserted = (0..=MAX_TABLE_PODS).map(pod).collect())
-        .starts_with("upserted: 4097 entries"));
+    assert!(
+        refused(&|d| d.upserted = vec![RoutedPod::new("pod-005", "nope", &[])]).contains("address")
+    );
+    assert!(
+        refused(&|d| d.upserted = (0..=MAX_TABLE_PODS).map(pod).collect())
+            .starts_with("upserted: 4097 entries")
+    );
     // the base is left as it was and the good delta still applies
     assert_eq!(apply(&good, &a), Ok(b));
 }
@@ -137,7 +141,10 @@ fn an_update_is_told_by_its_base() {
     b.pods[0].wait_ms = Some(300);
     let d = diff(&a, &b).unwrap();
     assert_eq!(TableUpdate::decode(&d.encode()), Ok(TableUpdate::Delta(d)));
-    assert_eq!(TableUpdate::decode(&b.encode()), Ok(TableUpdate::Whole(b.clone())));
+    assert_eq!(
+        TableUpdate::decode(&b.encode()),
+        Ok(TableUpdate::Whole(b.clone()))
+    );
     assert!(matches!(
         TableUpdate::decode(br#"{"version":"2.0","base":1,"generation":2}"#),
         Err(WireError::IncompatibleVersion { .. })
@@ -173,7 +180,10 @@ fn tables() -> impl Strategy<Value = RoutingTable> {
             let mut pods: Vec<RoutedPod> = rows
                 .into_iter()
                 .map(|(i, address, adapters, load, wait, resident)| {
-                    let mut a: Vec<&str> = adapters.iter().filter_map(|k| names.get(*k).copied()).collect();
+                    let mut a: Vec<&str> = adapters
+                        .iter()
+                        .filter_map(|k| names.get(*k).copied())
+                        .collect();
                     a.sort_unstable();
                     a.dedup();
                     let mut p = RoutedPod::new(
@@ -206,7 +216,10 @@ fn tables() -> impl Strategy<Value = RoutingTable> {
                 load_factor: factor.map(|f| 1.0 + f64::from(f) / 4.0),
                 prefill_us_per_token: price.then_some(250.0),
                 prefixes,
-                warming: warming.into_iter().map(|i| RoutedPod::new(&format!("w-{i}"), "10.1.0.1:8000", &[])).collect(),
+                warming: warming
+                    .into_iter()
+                    .map(|i| RoutedPod::new(&format!("w-{i}"), "10.1.0.1:8000", &[]))
+                    .collect(),
                 generated_at_ms: generation * 1_000,
                 ..RoutingTable::of_pods(generation, 64, pods)
             }
