@@ -231,7 +231,7 @@ proptest! {
     #[test]
     fn a_delta_rebuilds_the_later_table(a in tables(), b in tables()) {
         let mut b = b;
-        b.generation = a.generation + 1 + b.generation;
+        b.generation += a.generation + 1;
         let d = diff(&a, &b).unwrap();
         prop_assert_eq!(apply(&d, &a), Ok(b.clone()));
         let decoded = match TableUpdate::decode(&d.encode()) {
