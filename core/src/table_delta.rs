@@ -6,7 +6,9 @@
 //! A filter asks `GET /v1/routing?since=G` with the generation `G` it holds; the gateway answers
 //! a delta whose `base` is `G` when it still has that generation, else the whole table
 //! ([`TableUpdate`] tells them apart: a delta has a `base`). A delta applies onto exactly its
-//! base: a filter holding another generation refetches the whole table.
+//! base — the generation and its build time (`base_generated_at_ms`: a gateway restarted from a
+//! snapshot older than its last table numbers some generations again) — and a filter holding
+//! anything else refetches the whole table.
 //!
 //! What a delta carries:
 //! - `removed`: ids of pods that left the table;
@@ -39,6 +41,11 @@ pub struct TableDelta {
     pub version: String,
     /// The only generation this delta applies onto.
     pub base: u64,
+    /// That generation's build time (its `generated_at_ms`): a gateway restarted from an older
+    /// snapshot publishes some generation numbers again, with other content and another build
+    /// time, so the number alone does not name the base.
+    #[serde(default)]
+    pub base_generated_at_ms: u64,
     /// The generation the result has.
     pub generation: u64,
     #[serde(default)]
@@ -96,8 +103,9 @@ pub enum PrefixItem {
 /// Why a delta was not applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeltaError {
-    /// The delta is for another generation than the table it was offered.
-    #[error("base: {base}: the table held is generation {held}")]
+    /// The delta is for another generation (or another build of it) than the table it was
+    /// offered.
+    #[error("base: {base}: the table held is generation {held} (or another build of it)")]
     WrongBase { base: u64, held: u64 },
     /// The delta does not fit its base, or breaks a bound.
     #[error("{0}")]
@@ -187,6 +195,7 @@ pub fn diff(from: &RoutingTable, to: &RoutingTable) -> Option<TableDelta> {
     let mut delta = TableDelta {
         version: to.version.clone(),
         base: from.generation,
+        base_generated_at_ms: from.generated_at_ms,
         generation: to.generation,
         generated_at_ms: to.generated_at_ms,
         settings: None,
@@ -318,7 +327,7 @@ fn merged_pods(base: &[RoutedPod], delta: &TableDelta) -> Result<Vec<RoutedPod>,
 /// breaks a bound, or its result is not a valid table ([`DeltaError::Malformed`]); `base` is
 /// left as it was either way.
 pub fn apply(delta: &TableDelta, base: &RoutingTable) -> Result<RoutingTable, DeltaError> {
-    if base.generation != delta.base {
+    if base.generation != delta.base || base.generated_at_ms != delta.base_generated_at_ms {
         return Err(DeltaError::WrongBase {
             base: delta.base,
             held: base.generation,

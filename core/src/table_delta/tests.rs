@@ -87,6 +87,14 @@ fn a_delta_applies_only_onto_its_base() {
         apply(&d, &other),
         Err(DeltaError::WrongBase { base: 3, held: 2 })
     );
+    // the same generation number built at another time (a restarted gateway's) is another base
+    let mut rebuilt = a.clone();
+    rebuilt.generated_at_ms += 1;
+    assert_eq!(
+        apply(&d, &rebuilt),
+        Err(DeltaError::WrongBase { base: 3, held: 3 })
+    );
+    assert!(apply(&d, &a).is_ok());
 }
 
 #[test]
