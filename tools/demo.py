@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from harness import bin_path  # noqa: E402
 from harness.stack import BASE_MODEL, AdapterSpec, Stack, StackSpec, pod_metric  # noqa: E402
 from harness.gateway import READ_TOKEN  # noqa: E402
+from demo_outage import GATEWAY_LOG, Outage, OutageSpec, RunWatch, summarize as outage_summary  # noqa: E402
 
 PROFILE = "llama-8b-h100"
 PREFILL_US_PER_TOKEN = 250.0  # the profile's (examples/podsim/src/profile.rs)
@@ -86,7 +87,39 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--modes", default=",".join(MODES),
                    help=f"runs to make, comma-separated, of {', '.join(MODES)} (the report compares them)")
     p.add_argument("--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"))
-    return p.parse_args()
+    p.add_argument("--gateway-outage", default=None, metavar="START:SECONDS",
+                   help="also run each mode with a gateway with the gateway SIGKILLed at trace second START and "
+                        "started again (same port, same state dir) after SECONDS of real time, and compare "
+                        "(docs/demo.md, \"Gateway outage\"); e.g. 400:60")
+    args = p.parse_args()
+    try:
+        args.outage = OutageSpec.parse(args.gateway_outage) if args.gateway_outage else None
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+OUTAGE_SUFFIX = "-outage"
+
+
+def base_mode(kind: str) -> str:
+    """The mode of a run kind (`prewarm-outage` is `prewarm` with the gateway outage)."""
+    return kind.removesuffix(OUTAGE_SUFFIX)
+
+
+def label(kind: str) -> str:
+    return LABELS[base_mode(kind)] + (", gateway outage" if kind.endswith(OUTAGE_SUFFIX) else "")
+
+
+def run_kinds(args, modes: list[str]) -> list[str]:
+    """The runs of one repeat: each mode, and with `--gateway-outage` each mode with a gateway
+    again with the outage, right after it."""
+    kinds = []
+    for m in modes:
+        kinds.append(m)
+        if args.outage and m != "filter-alone":
+            kinds.append(m + OUTAGE_SUFFIX)
+    return kinds
 
 
 def joins_at(args) -> list[float]:
@@ -117,9 +150,9 @@ class Progress(threading.Thread):
     """Prints, every few seconds, the joining and restarted pods' warm-ups (phase, adapters, tiers)
     as the gateway's `GET /admin/pods/{id}/warmup` reports them, and the pool's hot-prefix count."""
 
-    def __init__(self, stack: Stack, watched: list[str], every_s: float = 3.0):
+    def __init__(self, stack: Stack, watched: list[str], every_s: float = 3.0, watch: RunWatch | None = None):
         super().__init__(daemon=True)
-        self.stack, self.watched, self.every_s = stack, watched, every_s
+        self.stack, self.watched, self.every_s, self.watch = stack, watched, every_s, watch
         self.stop_event = threading.Event()
         self.last = ""
 
@@ -132,6 +165,15 @@ class Progress(threading.Thread):
 
     def report(self) -> None:
         gw = self.stack.gateway
+        if self.watch and self.watch.down:
+            f = self.watch.samples[-1]["filter"] if self.watch.samples else {}
+            line = (f"gateway down: the filter's table is {f.get('table_age_seconds', '?')} s old, direct calls "
+                    f"{'on' if f.get('direct_active') else 'off'} (sent {f.get('direct_sent_total', 0)}, "
+                    f"ok {f.get('direct_ok_total', 0)}), signals dropped {f.get('signals_dropped_total', 0)}")
+            if line != self.last:
+                log(line)
+                self.last = line
+            return
         if gw is None:
             direct = filter_direct_calls(self.stack)
             line = "filter alone: direct calls " + ", ".join(f"{k} {v}" for k, v in direct.items())
@@ -227,33 +269,46 @@ def stack_spec(args, mode: str, assignment: dict, spares: int) -> StackSpec:
                        **({"direct_calls_per_min": int(60 * s),
                            "direct_prefill_tokens_per_min": int(240_000 * s)} if alone else {})},
         with_gateway=not alone,
+        **({"gateway_log": GATEWAY_LOG} if args.outage else {}),
     )
 
 
-def run_once(args, mode: str, repeat: int, assignment: dict, keep: bool) -> Stack | None:
-    """One run of `mode` (its `repeat`-th); returns the stack when it is kept up."""
+def run_once(args, kind: str, repeat: int, assignment: dict, keep: bool) -> Stack | None:
+    """One run of `kind` (a mode, or a mode with the gateway outage; its `repeat`-th); returns the
+    stack when it is kept up."""
+    mode = base_mode(kind)
     alone = mode == "filter-alone"
-    workdir = run_dir(args, mode, repeat)
+    outage = kind.endswith(OUTAGE_SUFFIX)
+    workdir = run_dir(args, kind, repeat)
     shutil.rmtree(workdir, ignore_errors=True)
     s = args.time_scale
     spec = stack_spec(args, mode, assignment, len(joins_at(args)))
     stack = Stack(workdir, spec)
     progress = None
+    watch = None
     blocks = f"{args.kv_blocks} KV blocks each" if args.kv_blocks else f"{PROFILE}'s KV cache each"
     try:
-        log(f"[{mode} #{repeat}] starting 3 podsim pods (time scale {s:g}, {blocks}), "
+        log(f"[{kind} #{repeat}] starting 3 podsim pods (time scale {s:g}, {blocks}), "
             + ("no gateway, Envoy with the prewarm filter alone (direct_calls: always)" if alone else
                f"the gateway ({len(assignment['adapters'])} adapters registered) and Envoy with the prewarm filter"))
         stack.start()
-        log(f"[{mode} #{repeat}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
+        log(f"[{kind} #{repeat}] Envoy {stack.envoy.url}  gateway {stack.gateway.url if stack.gateway else 'none'}  pods "
             + ", ".join(f"{p.id}={p.address}" for p in stack.pods) + f"  (joining: {', '.join(p.address for p in stack.spares)})")
-        progress = Progress(stack, event_pod_ids(args))
+        if args.outage and not alone:
+            watch = Outage(stack, workdir, log, args.outage, s) if outage else RunWatch(stack, workdir, log)
+        watched = event_pod_ids(args) + ([p.id for p in stack.pods] if outage else [])
+        progress = Progress(stack, watched, watch=watch)
         progress.start()
-        log(f"[{mode} #{repeat}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of workload) "
-            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {story(args)}")
+        log(f"[{kind} #{repeat}] replaying {assignment['requests']} requests ({assignment['span_s']:.0f} s of workload) "
+            f"at x{s:g}: about {assignment['span_s'] / s:.0f} s; {story(args, outage)}")
         lost = live(args, stack, workdir, trace_args(args), list(zip(joins_at(args), range(len(stack.spares)))),
-                    args.restart_at if args.restart_at >= 0 else None)
+                    args.restart_at if args.restart_at >= 0 else None, watch=watch)
         observed = fleet_observations(stack, event_pod_ids(args), lost)
+        if watch:
+            watch.finish()
+            if outage:
+                # the killed process's prefills, which the restarted one does not count
+                observed["gateway_prefills"] += watch.before.get("prefills", 0)
         (workdir / "fleet.json").write_text(json.dumps(observed, indent=1))
         (workdir / "filter.json").write_text(json.dumps({"direct_calls": filter_direct_calls(stack)}, indent=1))
         return stack if keep else None
@@ -268,21 +323,24 @@ def run_dir(args, mode: str, repeat: int) -> Path:
     return args.out / mode / f"run-{repeat}"
 
 
-def story(args) -> str:
+def story(args, outage: bool = False) -> str:
     """The fleet's events, for log lines."""
     joins = [f"{pod} joins at {t:g}s" for pod, t in zip(new_pod_ids(len(joins_at(args))), joins_at(args))]
     restart = [f"pod-{RESTARTED_POD} restarts at {args.restart_at:g}s"] if args.restart_at >= 0 else []
-    return ", ".join(joins + restart) or "no fleet events"
+    gateway = [args.outage.describe(args.time_scale)] if outage and args.outage else []
+    return ", ".join(joins + restart + gateway) or "no fleet events"
 
 
 def live(args, stack: Stack, workdir: Path, trace: list, joins: list[tuple[float, int]],
-         restart_at: float | None = None, api: str = "chat") -> list[dict]:
+         restart_at: float | None = None, api: str = "chat", watch: RunWatch | None = None) -> list[dict]:
     """`prewarm-replay live --api {api}` of `trace` through Envoy, its lines passed through; at each
     fleet event's trace second (timed from the replay's `replay: started` line) spare pod `i` of
     `joins` (`(second, i)`) is started and announced, or, at `restart_at`, pod-{RESTARTED_POD}'s
     process killed and started again on its port. The replayer is told each event's pod and time
     (`--pod-event`), so a pod's requests count as new from its latest join or restart. Returns
     the restarted pod's counters read just before its restart (its life the pod's counters lose).
+    `watch` (`--gateway-outage`): the run's timeline and marks, started with the replay; an
+    `Outage` also kills and restarts the gateway, and takes the joins while it is down.
     tools/bench-experiment.py replays completions of its own trace slice through it."""
     lost: list[dict] = []
     restarted = stack.pods[RESTARTED_POD] if restart_at is not None else None
@@ -300,7 +358,10 @@ def live(args, stack: Stack, workdir: Path, trace: list, joins: list[tuple[float
     def join(i: int, t: float):
         def go():
             log(f"trace {t:g}s: starting pod-{3 + i} and announcing it (POST /admin/pods)")
-            stack.join_spare(i)
+            if watch:
+                watch.join_pod(i)
+            else:
+                stack.join_spare(i)
         return go
 
     def restart():
@@ -313,6 +374,8 @@ def live(args, stack: Stack, workdir: Path, trace: list, joins: list[tuple[float
     timers = [threading.Timer(t / args.time_scale, join(i, t)) for t, i in joins]
     if restarted:
         timers.append(threading.Timer(restart_at / args.time_scale, restart))
+    if watch:
+        timers += watch.timers(args.outage, args.time_scale)
     for t in timers:
         t.daemon = True
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -321,6 +384,8 @@ def live(args, stack: Stack, workdir: Path, trace: list, joins: list[tuple[float
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("replay: started"):
+                if watch:
+                    watch.began()
                 for t in timers:
                     if not t.is_alive() and not t.finished.is_set():
                         t.start()
@@ -380,25 +445,34 @@ def main() -> int:
     kept = None
     try:
         for repeat in range(1, args.repeats + 1):
-            for mode in modes:
-                last = mode == modes[-1] and repeat == args.repeats
-                kept = run_once(args, mode, repeat, assignment, keep=args.keep and last)
+            kinds = run_kinds(args, modes)
+            for kind in kinds:
+                last = kind == kinds[-1] and repeat == args.repeats
+                kept = run_once(args, kind, repeat, assignment, keep=args.keep and last)
     except KeyboardInterrupt:
         log("interrupted: everything started was stopped")
         return 130
     try:
         print()
         print(f"prewarm demo: {assignment['requests']} chat requests of the application workload "
-              f"(0-{args.duration_s:g}s, {args.rps:g}/s) at x{args.time_scale:g}, 3 pods; {story(args)}; "
+              f"(0-{args.duration_s:g}s, {args.rps:g}/s) at x{args.time_scale:g}, 3 pods; {story(args, bool(args.outage))}; "
               f"{args.repeats} run(s) a mode; times are model time ({PROFILE})", flush=True)
-        modes_run = [m for m in MODES if m in modes]
+        modes_run = run_kinds(args, [m for m in MODES if m in modes])
         repeats = range(1, args.repeats + 1)
-        runs = [f"--run={LABELS[m]}={run_dir(args, m, r)}" for m in modes_run for r in repeats]
+        runs = [f"--run={label(m)}={run_dir(args, m, r)}" for m in modes_run for r in repeats]
         subprocess.run(replayer("report", *runs, "--out", args.out), check=True)
         for m in modes_run:
             direct = [json.loads((run_dir(args, m, r) / "filter.json").read_text())["direct_calls"] for r in repeats]
-            print(f"filter's direct calls, {LABELS[m]}: "
+            print(f"filter's direct calls, {label(m)}: "
                   + ", ".join(f"{k} {'/'.join(str(d[k]) for d in direct)}" for k in direct[0]))
+        for m in modes_run:
+            if args.outage and m.endswith(OUTAGE_SUFFIX):
+                join = joins_at(args)
+                figures = outage_summary([run_dir(args, m, r) for r in repeats],
+                                         [run_dir(args, base_mode(m), r) for r in repeats],
+                                         args.outage, args.time_scale, join[0] if join else None)
+                (args.out / f"{m}.json").write_text(json.dumps(figures, indent=1))
+                print(f"JSON: {args.out / f'{m}.json'}")
         print(f"\nJSON: {args.out / 'summary.json'}, per request: {args.out}/<mode>/run-<n>/outcomes.jsonl")
         print(f"charts: {args.out / 'charts' / 'ttft_p95.png'}, {args.out / 'charts' / 'token_hit_ratio.png'}")
         if kept:

@@ -76,6 +76,8 @@ class StackSpec:
     with none and only the gateway's loads put adapters on them."""
     envoy_concurrency: int = 2
     log_level: str = "warning"
+    gateway_log: str = "warn"
+    """The gateway's `PREWARM_LOG` (EnvFilter syntax, e.g. `warn,prewarm_gateway::service::persist=info`)."""
     with_gateway: bool = True
     """False: no gateway at all; the filter runs standalone (`direct_calls: always`, every pod
     and spare in `direct_pods`), sending the prefills and adapter touches itself."""
@@ -223,7 +225,7 @@ class Stack:
 
     def _try_start_gateway(self) -> Gateway:
         return start_gateway(self.workdir, self._gateway_config, name="gateway",
-                             env={"PREWARM_LOG": "warn"})
+                             env={"PREWARM_LOG": self.spec.gateway_log})
 
     def start_envoy(self) -> Envoy:
         assert self.gateway is not None or not self.spec.with_gateway
