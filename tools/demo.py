@@ -266,8 +266,9 @@ def stack_spec(args, mode: str, assignment: dict, spares: int) -> StackSpec:
                        "triggers": {"similar_prompts": HOT_REQUESTS},
                        # the budgets are per real minute: scaled, they are the same share of a
                        # pod's model-time prefill capacity as the defaults (filter-config.md)
+                       # (with --gateway-outage, the filter's takeover spends them too)
                        **({"direct_calls_per_min": int(60 * s),
-                           "direct_prefill_tokens_per_min": int(240_000 * s)} if alone else {})},
+                           "direct_prefill_tokens_per_min": int(240_000 * s)} if alone or args.outage else {})},
         with_gateway=not alone,
         **({"gateway_log": GATEWAY_LOG} if args.outage else {}),
     )

@@ -43,6 +43,8 @@ LOST = ["signals_dropped_total", "served_dropped_total", "outcomes_dropped_total
         "table_fetch_failures_total"]
 DIRECT = ["direct_sent_total", "direct_ok_total", "direct_failed_total", "direct_skipped_total{budget}",
           "direct_skipped_total{in_flight}", "direct_skipped_total{backoff}", "direct_skipped_total{no_pod}"]
+AFTER_RESTART_S = 10.0
+"""Real seconds after the restart over which the routing counters are read again."""
 ROUTING = ["routed_total", "unrouted_total{no_table}", "unrouted_total{no_pod}", "unrouted_total{no_full_block}",
            "requests_inspected_total", "signals_enqueued_total", "signals_sent_total", "served_enqueued_total",
            "outcomes_enqueued_total"]
@@ -417,6 +419,9 @@ def run_figures(workdir: Path, spec: OutageSpec, scale: float, join_s: Optional[
         "direct": {k: delta(samples, k, kill_t, end_t) for k in DIRECT},
         "lost": {k: delta(samples, k, kill_t, end_t) for k in LOST},
         "routing": {k: delta(samples, k, kill_t, restart_t) for k in ROUTING},
+        "routing_after_restart": {k: delta(samples, k, restart_t, restart_t + AFTER_RESTART_S) for k in ROUTING},
+        "pool_at_kill": (watch.get("pool_at_kill") or {}).get("total"),
+        "pool_at_end": ((watch.get("end") or {}).get("pool") or {}).get("total"),
         "max_table_age_s": max((s["filter"].get("table_age_seconds", 0) for s in samples
                                 if kill_t <= s["t"] <= end_t), default=None),
         "takeover_samples": [(s["t"], s["filter"].get("direct_active")) for s in samples],
@@ -432,6 +437,10 @@ def run_figures(workdir: Path, spec: OutageSpec, scale: float, join_s: Optional[
                        and pod in s["gateway"].get("pods", [])), None)
         out["joiner"] = pod
         out["joiner_routable_after_join_s"] = (listed - marks[joins[0]]["t"]) if listed is not None else None
+        w = ((watch.get("end") or {}).get("warmups") or {}).get(pod) or {}
+        out["joiner_first_tier"] = w.get("first_tier_warmed", [])
+        out["rewarmed"] = {p: (v.get("first_tier") or {}).get("done") for p, v in
+                           ((watch.get("end") or {}).get("warmups") or {}).items() if p != pod}
     return out
 
 
@@ -481,7 +490,7 @@ def summarize(out_dirs: list[Path], base_dirs: list[Path], spec: OutageSpec, sca
 
     def row(label, key, unit="", digits=1, src=None):
         get = src or (lambda f: f.get(key))
-        print(f"  {label:<58} without: {' / '.join(fmt(get(b), unit, digits) for b in bases):<28} "
+        print(f"  {label:<66} without: {' / '.join(fmt(get(b), unit, digits) for b in bases):<28} "
               f"with: {' / '.join(fmt(get(o), unit, digits) for o in outs)}")
 
     print(f"\ngateway outage ({spec.describe(scale)}); runs without / with the outage, one figure a run:")
@@ -495,6 +504,16 @@ def summarize(out_dirs: list[Path], base_dirs: list[Path], spec: OutageSpec, sca
     row("joining pod: first requests of prefixes hot at the join", "joiner_first_hot", digits=0)
     row("  their cached share", "joiner_first_hot_share", "%")
     row("  their TTFT p50 (model time)", "joiner_first_hot_ttft_p50_ms", " ms", 0)
+    row("joining pod: first-tier prefixes prefilled", None, digits=0, src=lambda f: len(f.get("joiner_first_tier", [])))
+    for i, o in enumerate(outs):
+        if i < len(bases):
+            o["joiner_first_tier_shared_with_run_without"] = len(set(o.get("joiner_first_tier", []))
+                                                                 & set(bases[i].get("joiner_first_tier", [])))
+    row("  of them also in the run without's (same repeat)", "joiner_first_tier_shared_with_run_without", digits=0)
+    row("initial pods: first-tier prefixes of their last warm-up", None, digits=0,
+        src=lambda f: sum(v or 0 for v in f.get("rewarmed", {}).values()) if f.get("rewarmed") is not None else None)
+    row("gateway's hot prefixes at the kill (same time without)", "pool_at_kill", digits=0)
+    row("gateway's hot prefixes at the end", "pool_at_end", digits=0)
     row("max filter table age, from the kill (s)", "max_table_age_s", " s", 0)
     for k in DIRECT:
         row(f"filter direct calls, from the kill: {k}", None, digits=0, src=lambda f, k=k: f["direct"][k])
@@ -502,6 +521,9 @@ def summarize(out_dirs: list[Path], base_dirs: list[Path], spec: OutageSpec, sca
         row(f"filter {k}, from the kill", None, digits=0, src=lambda f, k=k: f["lost"][k])
     for k in ROUTING:
         row(f"filter {k}, during the outage", None, digits=0, src=lambda f, k=k: f["routing"][k])
+    for k in ROUTING[:3]:
+        row(f"filter {k}, first {AFTER_RESTART_S:g} s after the restart", None, digits=0,
+            src=lambda f, k=k: f["routing_after_restart"][k])
     for i, o in enumerate(outs, 1):
         marks = o["marks"]
         kill, restart = marks["gateway killed"]["t"], marks.get("gateway restarted", {}).get("t")
