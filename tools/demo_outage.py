@@ -367,6 +367,33 @@ def minute_shares(records: list[dict], minute_s: float = 60.0) -> dict[int, floa
     return {m: cached[m] / prompt[m] for m in sorted(prompt) if prompt[m]}
 
 
+def first_hot_from_first_served(records: list[dict], join_s: float, hot_requests: int = 2,
+                                window_s: float = 300.0) -> list[dict]:
+    """The replay's *first hot at join* (examples/replay/src/live/records.rs: a new pod's first
+    request of each prefix group with at least `hot_requests` requests before the join), with
+    its 5-minute window starting at the pod's first served request instead of its join: a pod
+    that joins while the gateway is down gets no request until the gateway is back and lists it,
+    so the replay's window from the join holds none of its requests."""
+    before: dict[str, int] = {}
+    for r in records:
+        if r["arrival_s"] < join_s:
+            g = r.get("group") or r["user"]
+            before[g] = before.get(g, 0) + 1
+    mine = [r for r in records if r.get("pod_new_since_s") == join_s and r.get("error") is None]
+    if not mine:
+        return []
+    start = min(r["arrival_s"] for r in mine)
+    seen, out = set(), []
+    for r in sorted(mine, key=lambda r: r["request"]):
+        g = r.get("group") or r["user"]
+        if r["arrival_s"] >= start + window_s or g in seen:
+            continue
+        seen.add(g)
+        if before.get(g, 0) >= hot_requests:
+            out.append(r)
+    return out
+
+
 def share(records: list[dict]) -> Optional[float]:
     p = sum(r["prompt_tokens"] for r in records)
     return sum(r["cached_tokens"] for r in records) / p if p else None
@@ -402,6 +429,7 @@ def run_figures(workdir: Path, spec: OutageSpec, scale: float, join_s: Optional[
     window = [r for r in records if spec.start_s <= r["arrival_s"] < spec.restart_trace_s(scale)]
     joiner = [r for r in records if join_s is not None and r.get("pod_new_since_s") == join_s]
     first_hot = [r for r in joiner if r["first_hot_at_join"] and r.get("error") is None]
+    first_hot_served = first_hot_from_first_served(records, join_s) if join_s is not None else []
     out: dict = {
         "requests": len(records),
         "failed": sum(r.get("error") is not None for r in records),
@@ -415,6 +443,9 @@ def run_figures(workdir: Path, spec: OutageSpec, scale: float, join_s: Optional[
         "joiner_first_hot": len(first_hot),
         "joiner_first_hot_share": share(first_hot),
         "joiner_first_hot_ttft_p50_ms": p50([r["ttft_ms"] for r in first_hot]),
+        "joiner_first_hot_served": len(first_hot_served),
+        "joiner_first_hot_served_share": share(first_hot_served),
+        "joiner_first_hot_served_ttft_p50_ms": p50([r["ttft_ms"] for r in first_hot_served]),
         "minute_shares": minute_shares(records),
         "direct": {k: delta(samples, k, kill_t, end_t) for k in DIRECT},
         "lost": {k: delta(samples, k, kill_t, end_t) for k in LOST},
@@ -501,9 +532,12 @@ def summarize(out_dirs: list[Path], base_dirs: list[Path], spec: OutageSpec, sca
     row("joining pod: first request served (trace s)", "joiner_first_request_s", "s", 0)
     row("joining pod: requests served during the outage window", "joiner_requests_in_outage_window", digits=0)
     row("joining pod: join to listed in the gateway's table (real s)", "joiner_routable_after_join_s", " s")
-    row("joining pod: first requests of prefixes hot at the join", "joiner_first_hot", digits=0)
+    row("joining pod: first requests of prefixes hot at the join (report's)", "joiner_first_hot", digits=0)
     row("  their cached share", "joiner_first_hot_share", "%")
     row("  their TTFT p50 (model time)", "joiner_first_hot_ttft_p50_ms", " ms", 0)
+    row("  the same, 5 min from its first request served", "joiner_first_hot_served", digits=0)
+    row("    their cached share", "joiner_first_hot_served_share", "%")
+    row("    their TTFT p50 (model time)", "joiner_first_hot_served_ttft_p50_ms", " ms", 0)
     row("joining pod: first-tier prefixes prefilled", None, digits=0, src=lambda f: len(f.get("joiner_first_tier", [])))
     for i, o in enumerate(outs):
         if i < len(bases):
