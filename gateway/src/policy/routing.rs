@@ -345,13 +345,19 @@ impl RoutingTableBuilder {
 
 impl RoutingTableBuilder {
     /// Sets the table's placed prefixes (those naming a pod the table does not list are left
-    /// out); returns whether they changed (and the generation with them).
+    /// out); returns whether they changed (and the generation with them). The list comes
+    /// hottest first, and hotness reorders it every period without changing what is placed
+    /// where: the same prefixes on the same pods in another order are no change (the table
+    /// keeps the order it has), so a reorder costs no generation, no poll and no re-decode in
+    /// every Envoy worker. The order matters to a filter only where two placed prefixes share
+    /// a key (the later one's pod is written last); until the set changes, the published order
+    /// decides.
     pub fn place_prefixes(&mut self, prefixes: &[PlacedPrefix], now_ms: u64) -> bool {
         let ids: std::collections::BTreeSet<&str> =
             self.table.pods.iter().map(|p| p.id.as_str()).collect();
         let listed = |p: &&PlacedPrefix| ids.contains(p.pod.as_str());
         let kept = prefixes.iter().filter(listed).take(MAX_TABLE_PREFIXES);
-        if kept.clone().eq(self.table.prefixes.iter()) {
+        if same_placements(kept.clone(), &self.table.prefixes) {
             return false;
         }
         self.table.prefixes = kept.cloned().collect();
@@ -359,6 +365,21 @@ impl RoutingTableBuilder {
         self.table.generated_at_ms = now_ms;
         true
     }
+}
+
+/// Whether `new` places the same prefixes on the same pods as `held`, in any order.
+fn same_placements<'a>(new: impl Iterator<Item = &'a PlacedPrefix>, held: &[PlacedPrefix]) -> bool {
+    let by_content = |a: &&PlacedPrefix, b: &&PlacedPrefix| {
+        (a.keys.as_slice(), a.pod.as_str()).cmp(&(b.keys.as_slice(), b.pod.as_str()))
+    };
+    let mut new: Vec<&PlacedPrefix> = new.collect();
+    if new.len() != held.len() {
+        return false;
+    }
+    let mut held: Vec<&PlacedPrefix> = held.iter().collect();
+    new.sort_by(by_content);
+    held.sort_by(by_content);
+    new == held
 }
 
 /// `adapters` sorted and deduplicated, borrowed when it already is.

@@ -214,6 +214,17 @@ fn placed_prefixes_change_the_generation_and_name_only_listed_pods() {
         "an unchanged list is no change"
     );
     assert_eq!(b.table().generation, 2);
+    let reordered = vec![placed(3, "a"), placed(2, "c"), placed(1, "a")];
+    assert!(
+        !b.place_prefixes(&reordered, 3),
+        "the same placements in another (hotness) order are no change"
+    );
+    assert_eq!(b.table().prefixes, vec![placed(1, "a"), placed(3, "a")]);
+    assert!(
+        b.place_prefixes(&[placed(1, "a"), placed(4, "a")], 3),
+        "another prefix in the set is a change"
+    );
+    assert_eq!(b.table().generation, 3);
     assert!(b.place_prefixes(&[], 4));
     assert!(b.table().prefixes.is_empty());
     // what the builder publishes, the filters accept
