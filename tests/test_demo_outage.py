@@ -1,6 +1,7 @@
-"""`tools/demo.py --gateway-outage` in miniature (4 minutes of the application workload at x20,
-prewarm mode, pod-3 joining while the gateway is down): the gateway's process is SIGKILLed and
-started again on its port with its state directory; no request fails (the filter fails open),
+"""`tools/demo.py --gateway-outage` in miniature (400 s of the application workload at x20,
+prewarm mode, the gateway down 8 s of real time from trace 60 s, pod-3 joining at 140 s while it
+is down): the gateway's process is SIGKILLed and started again on its port with its state
+directory; no request fails (the filter fails open),
 the filter takes the warm calls over while the gateway is away and sends some, the joining pod is
 announced only once the gateway is back, the restarted gateway restores its snapshot and the
 filter adopts a table of it listing every pod and hands the warm calls back. Event order only:
@@ -19,8 +20,8 @@ def test_the_demo_kills_and_restarts_the_gateway_and_nothing_fails(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "demo.py"), "--duration-s", "240", "--joins-at", "140",
-         "--restart-at", "-1", "--gateway-outage", "60:15", "--repeats", "1", "--time-scale", "20",
+        [sys.executable, str(REPO / "tools" / "demo.py"), "--duration-s", "400", "--joins-at", "140",
+         "--restart-at", "-1", "--gateway-outage", "60:8", "--repeats", "1", "--time-scale", "20",
          "--modes", "prewarm", "--out", str(out)],
         capture_output=True, text=True, timeout=450, env=env,
     )

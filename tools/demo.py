@@ -96,6 +96,10 @@ def parse_args() -> argparse.Namespace:
         args.outage = OutageSpec.parse(args.gateway_outage) if args.gateway_outage else None
     except ValueError as e:
         p.error(str(e))
+    if args.outage and args.outage.restart_trace_s(args.time_scale) >= args.duration_s:
+        p.error(f"--gateway-outage: {args.gateway_outage}: the restart falls at trace second "
+                f"{args.outage.restart_trace_s(args.time_scale):g} (SECONDS is real time, x{args.time_scale:g}), "
+                f"at or past the workload's end ({args.duration_s:g} s): nothing would measure the recovery")
     return args
 
 
