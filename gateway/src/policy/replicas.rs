@@ -68,8 +68,11 @@ use prewarm_core::PlacementCandidate;
 
 use super::{Tier, TierPools};
 
+mod cache;
 mod full_ranking;
+mod rankings;
 
+pub use cache::ReplicaSetCache;
 pub use full_ranking::replica_sets_by_full_ranking;
 
 /// A pod's assigned adapter demand stays within this factor of its pool's mean where it can:
@@ -165,13 +168,30 @@ pub fn replica_sets(
     previous: &BTreeMap<String, Vec<String>>,
 ) -> BTreeMap<String, Vec<String>> {
     let fleet = PodIndex::new(pods, pools);
+    assign(demands, &fleet, pools, min_replicas, previous, |d, pool| {
+        Ranking::new(chain_seed(d.name), pool, &fleet)
+    })
+}
+
+/// The passes every adapter's set is chosen by (module doc), in assignment order, each reading
+/// the adapter's ranking of its pool (and of the gold pool it may spill into) that `ranking`
+/// gives: the lazy one ([`replica_sets`]) or the one kept between calls ([`ReplicaSetCache`]).
+/// Both read core's rank of the pool's members, so both choose the same pods.
+fn assign<'f, R: PoolRanking>(
+    demands: &[AdapterDemand<'_>],
+    fleet: &'f PodIndex<'_, '_>,
+    pools: &TierPools,
+    min_replicas: usize,
+    previous: &BTreeMap<String, Vec<String>>,
+    mut ranking: impl FnMut(&AdapterDemand<'_>, &'f Pool) -> R,
+) -> BTreeMap<String, Vec<String>> {
     let in_gold_pool = |tier: Tier| in_gold_pool(pools, tier);
     let DemandOrder {
         order,
         gold_total,
         other_total,
         fleet_bound,
-    } = demand_order(demands, pools, pods.len());
+    } = demand_order(demands, pools, fleet.pods.len());
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gold_side in [true, false] {
         let members: Vec<&AdapterDemand<'_>> = order
@@ -193,8 +213,8 @@ pub fn replica_sets(
             min_replicas,
         ));
     }
-    let mut load = SlotLoad::new(&fleet);
-    let mut picked = vec![false; pods.len()];
+    let mut load = SlotLoad::new(fleet);
+    let mut picked = vec![false; fleet.pods.len()];
     let mut sets = BTreeMap::new();
     for d in order {
         let pool = fleet.pool(d.tier);
@@ -214,7 +234,6 @@ pub fn replica_sets(
             0.0
         };
         let bound = LOAD_BOUND * total / pool.members.len().max(1) as f64;
-        let seed = chain_seed(d.name);
         let has_slot = |p: usize| load.has_slot(p);
         let within = |p: usize| load.assigned(p) + part <= bound;
         let spill_fits = |p: usize| has_slot(p) && load.assigned(p) + part <= fleet_bound;
@@ -230,20 +249,18 @@ pub fn replica_sets(
             picked: &mut picked,
             count,
         };
-        let mut ranked = Ranking::new(seed, pool, &fleet);
-        let mut spilled = spill.map(|gold| Ranking::new(seed, gold, &fleet));
+        let mut ranked = ranking(d, pool);
+        let mut spilled = spill.map(|gold| ranking(d, gold));
         // The preferences, best first (module doc); each walks a ranking in order.
         ranked.take_among(&kept, &|p| has_slot(p) && within(p), &mut chosen);
         if let Some(spilled) = spilled.as_mut() {
             spilled.take_among(&kept, &spill_fits, &mut chosen);
         }
-        let pool_free = load.free_pods(pool);
-        ranked.take_among_or_walk(&pool_free, &|p| has_slot(p) && within(p), &mut chosen);
-        if let (Some(spilled), Some(gold)) = (spilled.as_mut(), spill) {
-            spilled.take_among_or_walk(&load.free_pods(gold), &spill_fits, &mut chosen);
+        ranked.take_free(&load, &|p| has_slot(p) && within(p), &mut chosen);
+        if let Some(spilled) = spilled.as_mut() {
+            spilled.take_free(&load, &spill_fits, &mut chosen);
         }
-        // When few pods are within the bound, walking to them would sort most of the ranking.
-        ranked.take_among_or_walk(&pool.members, &within, &mut chosen);
+        ranked.take_within(&within, &mut chosen);
         ranked.walk(&|_| true, &mut chosen);
         let chosen = chosen.into_pods();
         for &p in &chosen {
@@ -258,6 +275,22 @@ pub fn replica_sets(
         );
     }
     sets
+}
+
+/// An adapter's ranking of one pool as the passes read it: core's rank of the pool's members by
+/// the adapter's chain seed, whatever it is made of (module doc, "Cost"). Each method takes,
+/// in ranking order, the pool's pods that `eligible` admits (and `chosen` has not taken) until
+/// the set is full; they differ only in where the eligible pods may be, so an implementation
+/// may look for them where it is cheapest.
+trait PoolRanking {
+    /// The eligible pods among `among`.
+    fn take_among(&self, among: &[usize], eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen);
+    /// The eligible pods, every one of which has a free slot in `load`.
+    fn take_free(&mut self, load: &SlotLoad, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen);
+    /// The eligible pods of the pool (when few are, walking to them would read most of it).
+    fn take_within(&mut self, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen);
+    /// The eligible pods along the whole ranking.
+    fn walk(&mut self, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen);
 }
 
 /// Each of `members`' replica count in a pool of `pool_size` pods with `slots` GPU slots in
@@ -469,6 +502,34 @@ struct Ranking<'f, 'p, 'a> {
     /// Pool positions of the members that can win: `order[..sorted]` best first, then the rest.
     order: Vec<usize>,
     sorted: usize,
+}
+
+impl PoolRanking for Ranking<'_, '_, '_> {
+    fn take_among(&self, among: &[usize], eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen) {
+        Ranking::take_among(self, among, eligible, chosen);
+    }
+
+    fn take_free(
+        &mut self,
+        load: &SlotLoad,
+        eligible: &dyn Fn(usize) -> bool,
+        chosen: &mut Chosen,
+    ) {
+        if chosen.full() {
+            return;
+        }
+        let free = load.free_pods(self.pool);
+        self.take_among_or_walk(&free, eligible, chosen);
+    }
+
+    fn take_within(&mut self, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen) {
+        let pool = self.pool;
+        self.take_among_or_walk(&pool.members, eligible, chosen);
+    }
+
+    fn walk(&mut self, eligible: &dyn Fn(usize) -> bool, chosen: &mut Chosen) {
+        Ranking::walk(self, eligible, chosen);
+    }
 }
 
 impl<'f, 'p, 'a> Ranking<'f, 'p, 'a> {

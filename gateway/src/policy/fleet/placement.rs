@@ -37,6 +37,7 @@ use prewarm_core::PlacementCandidate;
 use super::pod::{FleetPod, PodHealth};
 use super::Fleet;
 use crate::policy::lora::AdapterLoads;
+use crate::policy::replicas::ReplicaSetCache;
 use crate::policy::{
     gold_pool_size, replica_sets, AdapterDemand, PoolFleet, ScopedCandidates, SlotCandidate, Tier,
     TierDemand, TierPools,
@@ -84,10 +85,12 @@ pub fn listed_adapters<'p>(
         .collect()
 }
 
-/// The fleet's adapter-placement part: the demand it places by, the replica sets, and the
-/// adapters none of whose replicas serves them. Invariants: only registered adapters have a
-/// demand window (the windows are bounded by the registry); the sets are those computed for
-/// the pods in `up`, and [`Fleet::placed_pods`] uses them only while the pods up are the same.
+/// The fleet's adapter-placement part: the demand it places by, the replica sets, the rankings
+/// they are chosen from, and the adapters none of whose replicas serves them. Invariants: only
+/// registered adapters have a demand window (the windows are bounded by the registry); the sets
+/// are those computed for the pods in `up`, and [`Fleet::placed_pods`] uses them only while the
+/// pods up are the same; `cache` holds the rankings and inputs of the last computation of the
+/// sets (its own invariant: every kept ranking is core's rank of the pods it was kept for).
 #[derive(Debug, Clone, Default)]
 pub struct Placement {
     /// Requests served per registered adapter, over [`DEMAND_WINDOW_MS`].
@@ -98,6 +101,10 @@ pub struct Placement {
     up: Vec<String>,
     /// The gold pool's size in force with `tier_pools` (0: one pool; see [`crate::policy::pools`]).
     gold_pool: usize,
+    /// Every adapter's ranking of the pods up and the last computation's inputs and sets, so a
+    /// keep-warm period costs what changed (`replicas::ReplicaSetCache`; at 1,000 pods × 5,000
+    /// adapters about 40 MB).
+    cache: ReplicaSetCache,
 }
 
 impl Placement {
@@ -226,6 +233,42 @@ impl Fleet {
         if self.config.lora.loads == AdapterLoads::External {
             return self.serving_sets_among(candidates);
         }
+        let (demands, pods) = self.replica_inputs(candidates);
+        replica_sets(
+            &demands,
+            &pods,
+            &self.tier_pools(),
+            self.config.adapter_replicas,
+            &self.placement.sets,
+        )
+    }
+
+    /// [`Fleet::replica_sets_among`] by `cache` (rankings kept between calls; the last sets
+    /// when no input changed): the sets, or `None` when they are the placement's already.
+    fn refresh_sets_among(
+        &self,
+        candidates: &[PlacementCandidate<'_>],
+        cache: &mut ReplicaSetCache,
+    ) -> Option<BTreeMap<String, Vec<String>>> {
+        if self.config.lora.loads == AdapterLoads::External {
+            return Some(self.serving_sets_among(candidates));
+        }
+        let (demands, pods) = self.replica_inputs(candidates);
+        let sets = cache.replica_sets(
+            &demands,
+            &pods,
+            &self.tier_pools(),
+            self.config.adapter_replicas,
+            &self.placement.sets,
+        );
+        (*sets != self.placement.sets).then(|| sets.clone())
+    }
+
+    /// Every registered adapter's demand, and `candidates` with their GPU adapter slots.
+    fn replica_inputs<'s>(
+        &'s self,
+        candidates: &[PlacementCandidate<'s>],
+    ) -> (Vec<AdapterDemand<'s>>, Vec<SlotCandidate<'s>>) {
         let now_ms = self.now_ms;
         let demands: Vec<AdapterDemand<'_>> = self
             .registry
@@ -246,13 +289,7 @@ impl Fleet {
                 })
             })
             .collect();
-        replica_sets(
-            &demands,
-            &pods,
-            &self.tier_pools(),
-            self.config.adapter_replicas,
-            &self.placement.sets,
-        )
+        (demands, pods)
     }
 
     /// With external loads: every adapter a candidate serves, on the candidates that serve it
@@ -283,8 +320,14 @@ impl Fleet {
             return;
         }
         self.placement.gold_pool = self.sized_gold_pool();
-        let sets = self.replica_sets_among(&self.up_candidates());
-        let uncovered = sets
+        let mut cache = std::mem::take(&mut self.placement.cache);
+        if let Some(sets) = self.refresh_sets_among(&self.up_candidates(), &mut cache) {
+            self.placement.sets = sets;
+        }
+        self.placement.cache = cache;
+        let uncovered = self
+            .placement
+            .sets
             .iter()
             .filter(|(name, pods)| {
                 !pods.iter().any(|id| {
@@ -295,7 +338,6 @@ impl Fleet {
             })
             .map(|(name, _)| name.clone())
             .collect();
-        self.placement.sets = sets;
         self.placement.uncovered = uncovered;
         self.placement.up = up;
     }
