@@ -2,7 +2,8 @@
 //! prompt pool, one core), the routing table build for 100 pods × 500 adapters (and at 1,000
 //! pods × 5,000 adapters with placed prefixes), the
 //! warm-up plan of a pod joining 100 pods with 100k hot prefixes, and the adapters' replica sets
-//! for 100 pods × 500 adapters and 1,000 × 5,000 (the lazy ranking and the full one it replaced).
+//! for 100 pods × 500 adapters and 1,000 × 5,000 (rankings kept between calls, the lazy ranking,
+//! and at 100 × 500 the full one it replaced).
 //! `cargo bench -p prewarm-gateway --bench policy`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -18,9 +19,10 @@ use prewarm_core::wire::{
     SignalBatch,
 };
 use prewarm_gateway::policy::{
-    plan_warmup, replica_sets, replicas::replica_sets_by_full_ranking, AdapterDemand, HotPrefix,
-    HotnessConfig, PodRoute, PrefixKey, PromptPool, RoutingConfig, RoutingTableBuilder,
-    SlotCandidate, Tier, TierPools, WarmupConfig,
+    plan_warmup, replica_sets,
+    replicas::{replica_sets_by_full_ranking, ReplicaSetCache},
+    AdapterDemand, HotPrefix, HotnessConfig, PodRoute, PrefixKey, PromptPool, RoutingConfig,
+    RoutingTableBuilder, SlotCandidate, Tier, TierPools, WarmupConfig,
 };
 
 /// Signals per batch (a filter flushes its queue in batches of this order).
@@ -247,8 +249,10 @@ fn warmup_plan(c: &mut Criterion) {
 /// with Zipf(1.0) demand (every tenth gold) over pods of 4 GPU slots, at 100 pods × 500 adapters
 /// and 1,000 × 5,000; from scratch, with nothing changed (the previous sets kept), after a pod
 /// joins, after one leaves, and after demand shifts (the hottest fifth's rates rotate by one);
-/// each by the lazy ranking (`lazy`) and, side by side in the same run, by the full ranking it
-/// replaced (`full_ranking`).
+/// each by the rankings kept between calls (`cached`, `ReplicaSetCache`: from the cache a fleet
+/// holds after computing the sets before, which a change updates) and, side by side in the same
+/// run, by the lazy ranking (`lazy`, `replica_sets`); at 100 × 500 also by the full ranking the
+/// lazy one replaced (`full_ranking`). Prints the bytes the kept rankings hold.
 fn adapter_replica_sets(c: &mut Criterion) {
     type Sets = std::collections::BTreeMap<String, Vec<String>>;
     type Compute = fn(&[AdapterDemand<'_>], &[SlotCandidate<'_>], &TierPools, usize, &Sets) -> Sets;
@@ -289,22 +293,55 @@ fn adapter_replica_sets(c: &mut Criterion) {
         let pools = TierPools::default();
         let none = Sets::new();
         let previous = replica_sets(&steady, &pods, &pools, 1, &none);
+        // A fleet's cache after the period that computed `previous`, and one more with it.
+        let mut primed = ReplicaSetCache::default();
+        primed.replica_sets(&steady, &pods, &pools, 1, &none);
+        assert_eq!(
+            *primed.replica_sets(&steady, &pods, &pools, 1, &previous),
+            replica_sets(&steady, &pods, &pools, 1, &previous)
+        );
+        let (bytes, adapters) = primed.ranking_bytes();
+        println!(
+            "kept rankings, {pods_n} pods x {adapters_n} adapters: {bytes} bytes ({adapters} adapters)"
+        );
         let mut group = c.benchmark_group(format!(
             "replica_sets_{pods_n}_pods_x_{adapters_n}_adapters"
         ));
         group.sample_size(10);
-        let computations: [(&str, Compute); 2] = [
-            ("lazy", replica_sets),
-            ("full_ranking", replica_sets_by_full_ranking),
+        let cases: [(&str, &[AdapterDemand<'_>], &[SlotCandidate<'_>], &Sets); 5] = [
+            ("from_scratch", &steady, &pods, &none),
+            ("unchanged", &steady, &pods, &previous),
+            ("one_pod_joins", &steady, &joined, &previous),
+            ("one_pod_leaves", &steady, &left, &previous),
+            ("demand_shifts", &shifted, &pods, &previous),
         ];
+        for (case, demands, pods, previous) in cases {
+            group.bench_function(format!("cached/{case}"), |b| match case {
+                "from_scratch" => b.iter(|| {
+                    let mut cache = ReplicaSetCache::default();
+                    black_box(cache.replica_sets(demands, pods, &pools, 1, previous).len())
+                }),
+                "unchanged" => {
+                    let mut cache = primed.clone();
+                    b.iter(|| {
+                        black_box(cache.replica_sets(demands, pods, &pools, 1, previous).len())
+                    })
+                }
+                _ => b.iter_batched(
+                    || primed.clone(),
+                    |mut cache| {
+                        black_box(cache.replica_sets(demands, pods, &pools, 1, previous).len());
+                        cache
+                    },
+                    BatchSize::PerIteration,
+                ),
+            });
+        }
+        let mut computations: Vec<(&str, Compute)> = vec![("lazy", replica_sets)];
+        if pods_n <= 100 {
+            computations.push(("full_ranking", replica_sets_by_full_ranking));
+        }
         for (name, compute) in computations {
-            let cases: [(&str, &[AdapterDemand<'_>], &[SlotCandidate<'_>], &Sets); 5] = [
-                ("from_scratch", &steady, &pods, &none),
-                ("unchanged", &steady, &pods, &previous),
-                ("one_pod_joins", &steady, &joined, &previous),
-                ("one_pod_leaves", &steady, &left, &previous),
-                ("demand_shifts", &shifted, &pods, &previous),
-            ];
             for (case, demands, pods, previous) in cases {
                 group.bench_function(format!("{name}/{case}"), |b| {
                     b.iter(|| black_box(compute(demands, pods, &pools, 1, previous).len()))
