@@ -1,6 +1,8 @@
 //! Several pods from one process (`--pods N`): each keeps its own prefix cache and metrics, the
 //! binary prints one readiness line a pod, and bad values exit 64 naming the flag.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -34,11 +36,7 @@ async fn metric(url: &str, prefix: &str) -> f64 {
         .text()
         .await
         .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    support::metric(&text, prefix)
 }
 
 #[tokio::test]

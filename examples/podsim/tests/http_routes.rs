@@ -1,8 +1,12 @@
 //! HTTP tests of every route and error shape against an in-process server on 127.0.0.1:0.
 
+mod support;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use support::metric;
 
 use futures::StreamExt;
 use podsim::cli::LoraModule;
@@ -65,14 +69,6 @@ async fn get(url: &str) -> (u16, String) {
 
 fn parse(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
 }
 
 #[tokio::test]
