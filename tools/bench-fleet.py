@@ -24,9 +24,10 @@ For each fleet size N (`BENCH_FLEET_PODS`, default `100,1000`), all on loopback:
 Printed per size: the gateway's CPU (utime+stime from /proc/PID/stat over the window, as a
 share of one core) and resident memory (VmRSS at the window's end, VmHWM), table poll bytes a
 second (every byte read for the polls: status line, headers and body, all proxies together)
-and the share answered 304, the health round (from `GET /admin/pods/{id}`'s `last_ok_ms`: the
-period between rounds of three pods sampled four times a second — a round is its checks, then
-`pods.health_interval_ms` of pause — and the spread of every pod's `last_ok_ms` in the newest
+and the share answered 304, the health rounds (their mean time from the gateway's
+`prewarm_health_round_seconds`; the period between rounds from `GET /admin/pods/{id}`'s
+`last_ok_ms` of three pods sampled four times a second — rounds start
+`pods.health_interval_ms` apart — and the spread of every pod's `last_ok_ms` in the newest
 round), and the signal ingest (signals/s the gateway accepted and its 2xx count, in the window
 and in the burst). Also podsim's and this tool's own CPU: on a 2-core machine they share the
 cores with the gateway. Figures are reported, never asserted. Writes
@@ -540,7 +541,10 @@ def run_size(n: int, tmp: Path, prefixes) -> dict:
         "health_interval_ms": 1000,
         "health_period_ms_mean": round(mean_period, 1) if mean_period else None,
         "health_period_ms_max": max(periods) if periods else None,
-        "health_round_ms_est": round(mean_period - 1000, 1) if mean_period else None,
+        "health_rounds_in_window": delta("prewarm_health_round_seconds_count"),
+        "health_round_ms_mean": (round(1000 * delta("prewarm_health_round_seconds_sum")
+                                       / delta("prewarm_health_round_seconds_count"), 1)
+                                 if delta("prewarm_health_round_seconds_count") else None),
         "last_ok_spread_ms_newest_round": (max(newest) - min(newest)) if newest else None,
         "last_ok_pods_in_newest_round": len(newest),
         "posts": total("posts"), "posts_2xx": total("posts_2xx"), "posts_failed": total("posts_failed"),
@@ -562,7 +566,7 @@ def report(r: dict) -> None:
 gateway CPU          {r['gateway_cpu_share'] * 100:.1f} % of one core   (health checks alone, before the proxies: {r['gateway_cpu_share_health_only'] * 100:.1f} %; podsim {r['podsim_cpu_share'] * 100:.1f} %, this tool {r['tool_cpu_share'] * 100:.1f} %)
 gateway memory       VmRSS {r['gateway_rss_mib']} MiB, VmHWM {r['gateway_hwm_mib']} MiB   (podsim VmRSS {r['podsim_rss_mib']} MiB); open fds: gateway {r['gateway_fds']}, podsim {r['podsim_fds']}
 table polls          {r['poll_bytes_per_s'] / 1e6:.3f} MB/s read by all proxies; {r['polls']} polls, {p(r['share_304'] and r['share_304'] * 100, '.1f')} % answered 304, {r['polls_200']} tables of {p(r['table_body_bytes_200_mean'], 'd')} bytes (mean), {r['polls_failed']} failed; {r['table_generations_in_window']:.0f} generations in the window; poll p50 {p(r['poll_ms_p50'], '.1f')} ms, p99 {p(r['poll_ms_p99'], '.1f')} ms
-health rounds        period {p(r['health_period_ms_mean'], '.0f')} ms mean (max {p(r['health_period_ms_max'], 'd')}) at a {r['health_interval_ms']} ms interval: a round takes ~{p(r['health_round_ms_est'], '.0f')} ms; last_ok_ms spread over the newest round's {r['last_ok_pods_in_newest_round']} pods {p(r['last_ok_spread_ms_newest_round'], 'd')} ms
+health rounds        period {p(r['health_period_ms_mean'], '.0f')} ms mean (max {p(r['health_period_ms_max'], 'd')}) at a {r['health_interval_ms']} ms interval; {r['health_rounds_in_window']:.0f} rounds of {p(r['health_round_ms_mean'], '.0f')} ms mean (prewarm_health_round_seconds); last_ok_ms spread over the newest round's {r['last_ok_pods_in_newest_round']} pods {p(r['last_ok_spread_ms_newest_round'], 'd')} ms
 signals (window)     {r['signals_accepted_per_s']:.0f} signals/s accepted ({r['signals_accepted']} of {r['signals_sent']}), {r['posts_2xx']}/{r['posts']} posts 2xx, {r['posts_failed']} failed, {r['records_sent_per_s']:.0f} served+outcome records/s; post p50 {p(r['post_ms_p50'], '.1f')} ms, p99 {p(r['post_ms_p99'], '.1f')} ms; {r['prefills_in_window']:.0f} warm prefills sent
 signals (burst)      {b['accepted_per_s']:.0f} signals/s accepted, {b['posts_2xx']}/{b['posts']} posts 2xx ({b['signals_per_batch']} signals, {b['batch_bytes']} bytes each; {b['bytes_per_s'] / 1e6:.1f} MB/s), {b['failed']} failed; gateway CPU {b['gateway_cpu'] * 100:.0f} % of one core (this tool {b['tool_cpu'] * 100:.0f} %): {p(b['accepted_per_gateway_cpu_s'], '.0f')} signals a gateway CPU-second; VmRSS after {b['rss_kib_after'] / 1024:.1f} MiB""")
 

@@ -3,6 +3,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `prewarm_warmup_duration_seconds` | histogram | — (from warm-up start to first tier done) |
+//! | `prewarm_health_round_seconds` | histogram | — (one health round: every pod's `/health` and `/metrics`, and every fifth round `/v1/models`, checked concurrently) |
 //! | `prewarm_warmup_key_seconds` | histogram | `kind` (prefill / load / touch: each warm-up key's call, retries included) |
 //! | `prewarm_warmup_key_errors_total` | counter | `pod` (prefills of a warm-up that failed) |
 //! | `prewarm_prefills_total` | counter | `pod`, `outcome` (ok / unreachable / timeout / rejected / bad_reply) |
@@ -88,6 +89,7 @@ pub struct Telemetry {
     registry: Registry,
     pub warmup_duration: Histogram,
     pub warmup_key_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    pub health_round_seconds: Histogram,
     pub warmup_key_errors: PodFamily<Counter>,
     pub prefills: PodFamily<Counter>,
     pub prefill_shapes: Family<Labels, Counter>,
@@ -147,6 +149,7 @@ impl Telemetry {
         let warmup_duration = Histogram::new(exponential_buckets(0.05, 2.0, 14));
         let t = Self {
             warmup_duration,
+            health_round_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             warmup_key_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.005, 2.0, 14))
             }),
@@ -193,6 +196,11 @@ impl Telemetry {
             "prewarm_warmup_duration_seconds",
             "Seconds from a pod's warm-up start to its first tier done",
             t.warmup_duration.clone(),
+        );
+        registry.register(
+            "prewarm_health_round_seconds",
+            "Seconds one health round took (every pod checked concurrently)",
+            t.health_round_seconds.clone(),
         );
         registry.register(
             "prewarm_warmup_key_seconds",

@@ -170,6 +170,7 @@ fn count_pods(gateway: &Gateway) {
 impl Gateway {
     /// One health round: every pod checked (`reconcile`: its `/v1/models` too), in pool order.
     pub async fn health_round(self: &Arc<Self>, reconcile: bool) {
+        let started = std::time::Instant::now();
         let checks = self
             .pod_ids()
             .into_iter()
@@ -177,6 +178,9 @@ impl Gateway {
         join_all(checks).await;
         self.republish_table();
         count_pods(self);
+        self.telemetry
+            .health_round_seconds
+            .observe(started.elapsed().as_secs_f64());
     }
 
     /// The fleet core's tick now; returns its actions for the caller to execute.
@@ -192,13 +196,16 @@ async fn health_loop(gateway: Arc<Gateway>) {
     let interval = Duration::from_millis(gateway.config.pods.health_interval_ms);
     let mut round: u64 = 0;
     loop {
+        // rounds start an interval apart, however long one takes (a round longer than the
+        // interval is followed at once by the next)
+        let started = tokio::time::Instant::now();
         gateway.health_round(round.is_multiple_of(5)).await;
         if round == 0 {
             // the pods found up in the first round were there before: they are not new
             gateway.fleet(|f| f.settle());
         }
         round = round.wrapping_add(1);
-        if !pause(&gateway, interval).await {
+        if !pause(&gateway, interval.saturating_sub(started.elapsed())).await {
             return;
         }
     }
