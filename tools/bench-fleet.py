@@ -11,8 +11,8 @@ For each fleet size N (`BENCH_FLEET_PODS`, default `100,1000`), all on loopback:
    (5) with no proxy, to measure the gateway's CPU for the health checks alone;
 4. the window (`BENCH_FLEET_SECONDS`, default 30): `BENCH_FLEET_PROXIES` (100) proxies, each
    on one keep-alive connection, once a second (start times spread over the first second):
-   `GET /v1/routing` with `If-None-Match` holding the ETag of the last table it got (as the
-   filter polls), then `POST /v1/signals` with one tick's batch in the filter's shape for
+   `GET /v1/routing?since=G` with `If-None-Match: "G"`, G the generation it holds (as the
+   filter polls: a 304, a delta from G, or the whole table), then `POST /v1/signals` with one tick's batch in the filter's shape for
    `BENCH_FLEET_RPS` (10) requests a proxy a second: adopted and succeeded feedback per prefix
    used (the filter's tally), one served record and one outcome record a request;
 5. the burst (`BENCH_FLEET_BURST_SECONDS`, default 5): `BENCH_FLEET_BURST_CONNECTIONS` (4)
@@ -257,6 +257,8 @@ class ProxyStats:
     polls_failed: int = 0
     poll_bytes: int = 0
     table_bytes_200: int = 0
+    deltas: int = 0
+    delta_bytes: int = 0
     posts: int = 0
     posts_2xx: int = 0
     posts_failed: int = 0
@@ -294,7 +296,7 @@ def tick_batch(rng: random.Random, source: str, prefixes: list[tuple[str, list[s
 async def proxy(i: int, host: str, port: int, start: float, end: float, prefixes, stats: ProxyStats) -> None:
     rng = random.Random(i)
     http = Http(host, port)
-    etag: Optional[str] = None
+    held: Optional[int] = None  # the generation held, as the filter keeps it
     pods: list[str] = []
     auth = {"authorization": f"Bearer {SIGNAL_TOKEN}"}
     tick = start + i / max(PROXIES, 1)  # spread over the first second
@@ -302,11 +304,13 @@ async def proxy(i: int, host: str, port: int, start: float, end: float, prefixes
         while tick < end:
             await asyncio.sleep(max(0.0, tick - time.monotonic()))
             headers = dict(auth)
-            if etag:
-                headers["if-none-match"] = etag
+            path = "/v1/routing"
+            if held is not None:  # as the filter polls: conditional on, and a delta from, its generation
+                headers["if-none-match"] = f'"{held}"'
+                path = f"/v1/routing?since={held}"
             t = time.monotonic()
             try:
-                status, h, body, read = await http.request("GET", "/v1/routing", headers)
+                status, _, body, read = await http.request("GET", path, headers)
                 stats.poll_ms.append((time.monotonic() - t) * 1e3)
                 stats.polls += 1
                 stats.poll_bytes += read
@@ -314,9 +318,21 @@ async def proxy(i: int, host: str, port: int, start: float, end: float, prefixes
                     stats.polls_304 += 1
                 elif status == 200:
                     stats.polls_200 += 1
-                    stats.table_bytes_200 += len(body)
-                    etag = h.get("etag", etag)
-                    pods = [p["id"] for p in json.loads(body)["pods"]]
+                    reply = json.loads(body)
+                    if "base" in reply:  # a delta: the pods it removes and upserts (core's table_delta)
+                        stats.deltas += 1
+                        stats.delta_bytes += len(body)
+                        if reply["base"] != held:
+                            stats.polls_failed += 1
+                            held = None  # the filter fetches the whole table then
+                        else:
+                            gone = set(reply.get("removed", [])) | {p["id"] for p in reply.get("upserted", [])}
+                            pods = [p for p in pods if p not in gone] + [p["id"] for p in reply.get("upserted", [])]
+                            held = reply["generation"]
+                    else:
+                        stats.table_bytes_200 += len(body)
+                        pods = [p["id"] for p in reply["pods"]]
+                        held = reply["generation"]
                 else:
                     stats.polls_failed += 1
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -534,7 +550,11 @@ def run_size(n: int, tmp: Path, prefixes) -> dict:
         "polls_failed": total("polls_failed"),
         "share_304": round(total("polls_304") / polls, 4) if polls else None,
         "poll_bytes_per_s": round(total("poll_bytes") / elapsed),
-        "table_body_bytes_200_mean": round(total("table_bytes_200") / total("polls_200")) if total("polls_200") else None,
+        "whole_tables": total("polls_200") - total("deltas"),
+        "table_body_bytes_whole_mean": (round(total("table_bytes_200") / (total("polls_200") - total("deltas")))
+                                        if total("polls_200") > total("deltas") else None),
+        "deltas": total("deltas"),
+        "delta_body_bytes_mean": round(total("delta_bytes") / total("deltas")) if total("deltas") else None,
         "poll_ms_p50": percentile([x for s in stats for x in s.poll_ms], 0.5),
         "poll_ms_p99": percentile([x for s in stats for x in s.poll_ms], 0.99),
         "table_generations_in_window": gen(metrics_after) - gen(metrics_before),
@@ -565,7 +585,7 @@ def report(r: dict) -> None:
 == {r['pods']} pods, {r['proxies']} proxies, {r['window_s']} s window (steady after {r['settle_s']} s) ==
 gateway CPU          {r['gateway_cpu_share'] * 100:.1f} % of one core   (health checks alone, before the proxies: {r['gateway_cpu_share_health_only'] * 100:.1f} %; podsim {r['podsim_cpu_share'] * 100:.1f} %, this tool {r['tool_cpu_share'] * 100:.1f} %)
 gateway memory       VmRSS {r['gateway_rss_mib']} MiB, VmHWM {r['gateway_hwm_mib']} MiB   (podsim VmRSS {r['podsim_rss_mib']} MiB); open fds: gateway {r['gateway_fds']}, podsim {r['podsim_fds']}
-table polls          {r['poll_bytes_per_s'] / 1e6:.3f} MB/s read by all proxies; {r['polls']} polls, {p(r['share_304'] and r['share_304'] * 100, '.1f')} % answered 304, {r['polls_200']} tables of {p(r['table_body_bytes_200_mean'], 'd')} bytes (mean), {r['polls_failed']} failed; {r['table_generations_in_window']:.0f} generations in the window; poll p50 {p(r['poll_ms_p50'], '.1f')} ms, p99 {p(r['poll_ms_p99'], '.1f')} ms
+table polls          {r['poll_bytes_per_s'] / 1e6:.3f} MB/s read by all proxies; {r['polls']} polls, {p(r['share_304'] and r['share_304'] * 100, '.1f')} % answered 304, {r['whole_tables']} whole tables of {p(r['table_body_bytes_whole_mean'], 'd')} bytes (mean), {r['deltas']} deltas of {p(r['delta_body_bytes_mean'], 'd')} bytes (mean), {r['polls_failed']} failed; {r['table_generations_in_window']:.0f} generations in the window; poll p50 {p(r['poll_ms_p50'], '.1f')} ms, p99 {p(r['poll_ms_p99'], '.1f')} ms
 health rounds        period {p(r['health_period_ms_mean'], '.0f')} ms mean (max {p(r['health_period_ms_max'], 'd')}) at a {r['health_interval_ms']} ms interval; {r['health_rounds_in_window']:.0f} rounds of {p(r['health_round_ms_mean'], '.0f')} ms mean (prewarm_health_round_seconds); last_ok_ms spread over the newest round's {r['last_ok_pods_in_newest_round']} pods {p(r['last_ok_spread_ms_newest_round'], 'd')} ms
 signals (window)     {r['signals_accepted_per_s']:.0f} signals/s accepted ({r['signals_accepted']} of {r['signals_sent']}), {r['posts_2xx']}/{r['posts']} posts 2xx, {r['posts_failed']} failed, {r['records_sent_per_s']:.0f} served+outcome records/s; post p50 {p(r['post_ms_p50'], '.1f')} ms, p99 {p(r['post_ms_p99'], '.1f')} ms; {r['prefills_in_window']:.0f} warm prefills sent
 signals (burst)      {b['accepted_per_s']:.0f} signals/s accepted, {b['posts_2xx']}/{b['posts']} posts 2xx ({b['signals_per_batch']} signals, {b['batch_bytes']} bytes each; {b['bytes_per_s'] / 1e6:.1f} MB/s), {b['failed']} failed; gateway CPU {b['gateway_cpu'] * 100:.0f} % of one core (this tool {b['tool_cpu'] * 100:.0f} %): {p(b['accepted_per_gateway_cpu_s'], '.0f')} signals a gateway CPU-second; VmRSS after {b['rss_kib_after'] / 1024:.1f} MiB""")
