@@ -1,11 +1,13 @@
-"""`tools/demo.py --gateway-outage` in miniature (400 s of the application workload at x20,
-prewarm mode, the gateway down 8 s of real time from trace 60 s, pod-3 joining at 140 s while it
+"""`tools/demo.py --gateway-outage` in miniature (700 s of the application workload at x20,
+prewarm mode, the gateway down 8 s of real time from trace 240 s, pod-3 joining at 300 s while it
 is down): the gateway's process is SIGKILLed and started again on its port with its state
-directory; no request fails (the filter fails open),
-the filter takes the warm calls over while the gateway is away and sends some, the joining pod is
-announced only once the gateway is back, the restarted gateway restores its snapshot and the
-filter adopts a table of it listing every pod and hands the warm calls back. Event order only:
-no duration is asserted."""
+directory; no request fails (the filter fails open), the filter takes the warm calls over while
+the gateway is away and sends some, the joining pod is announced only once the gateway is back,
+the restarted gateway restores its snapshot and the filter adopts a table of it listing every pod
+and hands the warm calls back. Event order only: no duration is asserted. The kill comes 12 s of
+real time into the replay, past two of the gateway's 5 s snapshots, so that the restarted gateway
+has a snapshot holding hot prefixes to restore (a kill before the first would test an empty
+restore)."""
 from __future__ import annotations
 
 import json
@@ -20,8 +22,8 @@ def test_the_demo_kills_and_restarts_the_gateway_and_nothing_fails(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "PREWARM_ENVOY": str(envoy_path()), "PREWARM_FILTER_WASM": str(filter_wasm_path())}
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "demo.py"), "--duration-s", "400", "--joins-at", "140",
-         "--restart-at", "-1", "--gateway-outage", "60:8", "--repeats", "1", "--time-scale", "20",
+        [sys.executable, str(REPO / "tools" / "demo.py"), "--duration-s", "700", "--joins-at", "300",
+         "--restart-at", "-1", "--gateway-outage", "240:8", "--repeats", "1", "--time-scale", "20",
          "--modes", "prewarm", "--out", str(out)],
         capture_output=True, text=True, timeout=450, env=env,
     )
