@@ -358,6 +358,16 @@ async def proxy(i: int, host: str, port: int, start: float, end: float, prefixes
         http.close()
 
 
+async def last_ok(http: "Http", pod: str) -> Optional[int]:
+    """The pod's `last_ok_ms` (`GET /admin/pods/{id}`), None when the gateway does not answer 200."""
+    try:
+        status, _, body, _ = await http.request("GET", f"/admin/pods/{pod}",
+                                                {"authorization": f"Bearer {READ_TOKEN}"})
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        return None
+    return json.loads(body)["last_ok_ms"] if status == 200 else None
+
+
 async def sample_health(host: str, port: int, ids: list[str], end: float) -> dict[str, list[int]]:
     """`last_ok_ms` of pods `ids`, four times a second until `end`: the distinct values."""
     http = Http(host, port)
@@ -365,15 +375,9 @@ async def sample_health(host: str, port: int, ids: list[str], end: float) -> dic
     try:
         while time.monotonic() < end:
             for pod in ids:
-                try:
-                    status, _, body, _ = await http.request("GET", f"/admin/pods/{pod}",
-                                                            {"authorization": f"Bearer {READ_TOKEN}"})
-                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-                    continue
-                if status == 200:
-                    ok = json.loads(body)["last_ok_ms"]
-                    if not seen[pod] or seen[pod][-1] != ok:
-                        seen[pod].append(ok)
+                ok = await last_ok(http, pod)
+                if ok is not None and (not seen[pod] or seen[pod][-1] != ok):
+                    seen[pod].append(ok)
             await asyncio.sleep(0.25)
     finally:
         http.close()
@@ -389,14 +393,9 @@ async def sweep_last_ok(host: str, port: int, ids: list[str]) -> list[int]:
         http = Http(host, port)
         try:
             while queue:
-                pod = queue.pop()
-                try:
-                    status, _, body, _ = await http.request("GET", f"/admin/pods/{pod}",
-                                                            {"authorization": f"Bearer {READ_TOKEN}"})
-                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-                    continue
-                if status == 200:
-                    out.append(json.loads(body)["last_ok_ms"])
+                ok = await last_ok(http, queue.pop())
+                if ok is not None:
+                    out.append(ok)
         finally:
             http.close()
 
