@@ -12,7 +12,10 @@ filter) and the filter's own work (with minus the floor) separately, the own wor
 from the smallest body to the largest, and rewrites the filter
 section of docs/benchmarks.md. `BENCH_BASELINE_WASM=/path/old.wasm` adds a fourth proxy running
 that build with the same configuration, so before/after sit side by side in one run
-(`BENCH_BASELINE_LABEL` names it in the table). Each wrk
+(`BENCH_BASELINE_LABEL` names it in the table). The stage ladder: one more proxy per stage of
+the request path (`bench_stop_after`: headers held while the body buffers, body copied into the
+VM, parsed, fingerprinted, observed), loaded runs only, so the CPU each stage adds is the
+difference between neighbouring rungs (`BENCH_LADDER=` empty skips it). Each wrk
 run is short (RUN_SECONDS).
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 BASELINE_WASM = os.environ.get("BENCH_BASELINE_WASM", "")
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline build")
+LADDER = [s for s in os.environ.get("BENCH_LADDER", "headers,body,parse,fingerprint,observe").split(",") if s]
 SIZES = [int(kb) * 1024 for kb in os.environ.get("BENCH_SIZES_KB", "2,16,64,128").split(",")]
 DOC = REPO / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench-filter:begin -->", "<!-- bench-filter:end -->"
@@ -144,6 +148,8 @@ def main() -> int:
         # the floor: the filter loaded but inspecting nothing (no path is an inference path)
         floor = fleet.start(name="filter-floor", filter_config={"inference_paths": {"/none": "completions"}}, **common)
         sides = {"without": without, "floor": floor, "with": with_filter}
+        rungs = {stage: fleet.start(name=f"stop-{stage}", filter_config={"bench_stop_after": stage}, **common)
+                 for stage in LADDER}
         if BASELINE_WASM:
             def baseline_code(config):
                 wasm_plugin(config)["vm_config"]["code"]["local"]["filename"] = BASELINE_WASM
@@ -157,15 +163,18 @@ def main() -> int:
             body_file.write_bytes(chat_body(size))
             runs = {name: [] for name in sides}
             latency = {name: [] for name in sides}
+            ladder = {stage: [] for stage in rungs}
             for _ in range(ROUNDS):
                 for name, proxy in sides.items():
                     runs[name].append(wrk(proxy, body_file, lua))
                     latency[name].append(wrk(proxy, body_file, lua, connections=1))
+                for stage, proxy in rungs.items():
+                    ladder[stage].append(wrk(proxy, body_file, lua))
             # req/s and CPU from the loaded runs; p50/p99 from one connection (service time,
             # not queueing behind other connections)
             measured = {n: {**best(runs[n]), "p50": best(latency[n])["p50"], "p99": best(latency[n])["p99"]}
                         for n in sides}
-            results.append({"size": size, **measured})
+            results.append({"size": size, **measured, "ladder": {st: best(r) for st, r in ladder.items()}})
             wo, fl = measured["without"], measured["floor"]
             for name, r in measured.items():
                 print(f"{size // 1024:>3} KB  {name:<9} {r['rps']:9.0f} req/s  p50 {r['p50']:7.0f} us"
@@ -178,6 +187,8 @@ def main() -> int:
                       f" p50 {w['p50'] - fl['p50']:+.0f} us  CPU {w['cpu_us'] - fl['cpu_us']:+.1f} us/req"
                       f"  errors {w['errors']}")
         for line in growth_lines(results):
+            print(line)
+        for line in ladder_lines(results):
             print(line)
         calls = host_calls()
         print("host calls of a routed chat request (native count):")
@@ -226,6 +237,23 @@ def growth_lines(results: list[dict]) -> list[str]:
             for name in ("with", "baseline") if name in first and name in last]
 
 
+def ladder_lines(results: list[dict]) -> list[str]:
+    """The stage ladder as a table: each rung's proxy CPU µs a request above the floor, and what
+    the stage adds to the rung before it (the last rung: the whole path, `with`)."""
+    if not LADDER:
+        return []
+    head = "| body | " + " | ".join(LADDER + ["route (whole path)"]) + " |"
+    out = [head, "|---|" + "---|" * (len(LADDER) + 1)]
+    for r in results:
+        floor = r["floor"]["cpu_us"]
+        cells, before = [], floor
+        for cpu in [r["ladder"][st]["cpu_us"] for st in LADDER] + [r["with"]["cpu_us"]]:
+            cells.append(f"{cpu - floor:+.0f} ({cpu - before:+.0f})")
+            before = cpu
+        out.append(f"| {r['size'] // 1024} KB | " + " | ".join(cells) + " |")
+    return out
+
+
 def write_doc(results: list[dict], inspected: int, routed: int, calls: list[str]):
     envoy_version = subprocess.run([str(envoy_path()), "--version"], capture_output=True, text=True).stdout.strip()
     lines = [
@@ -261,6 +289,13 @@ def write_doc(results: list[dict], inspected: int, routed: int, calls: list[str]
                 f"{x['rps'] / wo['rps']:.3f} | {x['p50'] - wo['p50']:+.0f} | {x['cpu_us'] - wo['cpu_us']:+.0f} | {own} |"
             )
     lines += [""] + [f"- {line}" for line in growth_lines(results)]
+    if LADDER:
+        lines += ["", "Stage ladder: proxy CPU µs a request above the floor with the path cut after each stage",
+                  "(`bench_stop_after`; loaded runs), and in brackets what that stage adds to the one before.",
+                  "`headers`: the headers held while Envoy buffers the body; `body`: the body copied into the VM;",
+                  "`parse`: parsed; `fingerprint`: canonical prompt, block chain, index keys; `observe`: sketch,",
+                  "the user's pattern, tallies; the last column: routing, the index lookups and the served and",
+                  "outcome records, i.e. the whole filter.", "", *ladder_lines(results)]
     lines += ["", "Host calls of a routed chat request (request, answer and end; counted by kind on the filter's",
               "native host double, `cargo test -p prewarm-filter --test scenarios host_call -- --nocapture`;",
               "goal ≤ 16 shared-data and metric calls whatever the prompt length):", "", "```", *calls, "```"]

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 pub use crate::direct::config::{DirectMode, DirectPod};
 pub use crate::embeddings::config::EmbeddingCacheConfig;
+pub use crate::request::stage::Stage;
 
 /// Most signals in one batch (the gateway refuses more).
 pub const MAX_BATCH_SIGNALS: usize = 10_000;
@@ -147,6 +148,9 @@ pub struct FilterConfig {
     pub direct_takeover_after_ms: u64,
     /// The embedding cache: models answered from it, TTL and bounds (default off).
     pub embedding_cache: EmbeddingCacheConfig,
+    /// For `make bench-filter`'s stage ladder only: inspect each request up to this stage and
+    /// let it go on unrouted (default none: the whole path). See `request::stage`.
+    pub bench_stop_after: Option<Stage>,
 }
 
 impl Default for FilterConfig {
@@ -210,6 +214,7 @@ impl Default for FilterConfig {
             direct_prefill_tokens_per_min: 240_000,
             direct_timeout_ms: 10_000,
             direct_takeover_after_ms: 5_000,
+            bench_stop_after: None,
             embedding_cache: EmbeddingCacheConfig::default(),
         }
     }

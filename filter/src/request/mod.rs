@@ -23,6 +23,7 @@
 pub mod credential;
 pub mod json_scan;
 pub mod response;
+pub mod stage;
 pub mod success;
 
 use prewarm_core::experiment::ArmRouting;
@@ -30,7 +31,7 @@ use prewarm_core::prefix::{record, PromptKeys};
 use prewarm_core::wire::{ServedRecord, Signal, MAX_NAME_BYTES};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
-use crate::config::{DirectMode, EndpointHeaderOwner};
+use crate::config::{DirectMode, EndpointHeaderOwner, Stage};
 use crate::embeddings;
 use crate::embeddings::flow::{Capture, Lookup};
 use crate::experiments;
@@ -239,10 +240,17 @@ impl RequestFlow {
             return Verdict::Continue;
         };
         let config = &worker.config;
+        let stop = config.bench_stop_after;
+        if stop == Some(Stage::Headers) {
+            return Verdict::Continue;
+        }
         let Some(body) = host.request_body(0, inspection.buffered) else {
             host.count(Metric::SkippedMalformed, 1);
             return Verdict::Continue;
         };
+        if stop == Some(Stage::Body) {
+            return Verdict::Continue;
+        }
         let request = match parse_request(inspection.endpoint, &body, config.max_body_bytes) {
             Ok(r) => r,
             Err(_) => {
@@ -250,6 +258,9 @@ impl RequestFlow {
                 return Verdict::Continue;
             }
         };
+        if stop == Some(Stage::Parse) {
+            return Verdict::Continue;
+        }
         host.count(Metric::RequestsInspected, 1);
         if request.endpoint == Endpoint::Embeddings {
             match embeddings::flow::on_request(host, worker, &request.model, &body) {
@@ -292,6 +303,11 @@ impl RequestFlow {
         let config = &worker.config;
         let canonical = canonical_prompt(&request);
         let chain = BlockChain::of(&request.model, canonical.as_bytes(), &worker.fingerprint);
+        if config.bench_stop_after == Some(Stage::Fingerprint) {
+            // the index's keys too: the routing below computes them from the chain
+            std::hint::black_box(PromptKeys::of(&chain, &worker.fingerprint));
+            return;
+        }
         let body_user = request
             .user
             .as_deref()
@@ -329,6 +345,9 @@ impl RequestFlow {
                 arm: settings,
             },
         );
+        if config.bench_stop_after == Some(Stage::Observe) {
+            return;
+        }
         if settings.warmup {
             let mut prefill = observed.prefill;
             if let Some(Signal::Prefill(p)) = prefill.as_mut() {

@@ -127,3 +127,39 @@ fn a_requests_index_writes_reach_other_workers_on_the_tick() {
     routed_request(&other_host, &other, &system, &next_turn());
     assert_eq!(other_host.metric(Metric::RoutedByPrefix), 1);
 }
+
+/// `make bench-filter`'s stage ladder: each `bench_stop_after` stage does the path up to it and
+/// no more — the body unread at `headers`, unparsed at `body`, no user pattern before
+/// `observe`, and nothing routed before the whole path.
+#[test]
+fn a_stage_ladder_proxy_stops_each_request_after_its_stage() {
+    use prewarm_filter::config::Stage;
+    let body = chat_body("m", &system_prompt("ladder", 2048), "first question?");
+    let user: &[(&str, &[u8])] = &[("x-prewarm-user", b"alice")];
+    for stop in [
+        Some(Stage::Headers),
+        Some(Stage::Body),
+        Some(Stage::Parse),
+        Some(Stage::Fingerprint),
+        Some(Stage::Observe),
+        None,
+    ] {
+        let host = FakeHost::new();
+        let worker = Worker::new(FilterConfig {
+            bench_stop_after: stop,
+            ..FilterConfig::default()
+        });
+        with_one_pod_table(&host, &worker);
+        let reads = host.body_reads();
+        send_flow(&host, &worker, "/v1/chat/completions", user, &body);
+        let past = |stage: Stage| stop.is_none_or(|s| s > stage);
+        let read = host.body_reads() > reads;
+        let inspected = host.metric(Metric::RequestsInspected) > 0;
+        let observed = host.shared_keys().iter().any(|k| k.contains("/user/"));
+        let routed = host.metric(Metric::Routed) > 0;
+        assert_eq!(read, past(Stage::Headers), "{stop:?}: body read");
+        assert_eq!(inspected, past(Stage::Parse), "{stop:?}: parsed");
+        assert_eq!(observed, past(Stage::Fingerprint), "{stop:?}: observed");
+        assert_eq!(routed, stop.is_none(), "{stop:?}: routed");
+    }
+}
