@@ -72,6 +72,9 @@ impl RootTasks {
         }
         worker.identity.refresh(host, &worker.keys, &worker.config);
         self.fold_tally(host, worker);
+        // this VM's requests' records, into the rings the batch is taken from
+        worker.served.flush(host);
+        worker.outcomes.flush(host);
         self.flush_signals(host, worker, now);
         if worker.config.direct_calls != DirectMode::Always {
             self.poll_table(host, worker, now);

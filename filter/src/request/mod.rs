@@ -229,7 +229,7 @@ impl RequestFlow {
     /// The stream is done, however it ended: its outcome is enqueued.
     pub fn on_log<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
         if let Some(record) = self.outcome.take().and_then(OutcomeWatch::finish) {
-            worker.outcomes.enqueue(host, vec![record]);
+            worker.outcomes.defer(host, record);
         }
     }
 
@@ -503,7 +503,7 @@ impl RequestFlow {
             }
         }
         if let Some(record) = served_record(worker, served.pod, served.model, served.chain) {
-            worker.served.enqueue(host, vec![record]);
+            worker.served.defer(host, record);
         }
     }
 }

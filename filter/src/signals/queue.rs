@@ -6,6 +6,14 @@
 //! by `slots × cap`. Beyond `slots` pending, the oldest are overwritten; the taker counts them
 //! and the count travels in the next batch (`dropped`, `served_dropped`).
 //!
+//! Served and outcome records are made on the request path, one per routed request: there they
+//! are only kept in the VM ([`RecordQueue::defer`], no host call), and the root tick appends a
+//! tick's worth to the ring at once ([`RecordQueue::flush`]: one compare-and-swap claims them
+//! all, then a write a record), before it takes the batch. A request's records so reach the
+//! gateway in the batch of its own VM's next tick (or a later one, when another VM's tick
+//! takes the ring first), instead of costing the request three shared-data calls and a metric
+//! each. Signals are enqueued at once (they are few: a streak's end, the tick's tallies).
+//!
 //! A take is cut to fit a batch: at most `max_batch_signals` signals (and core's
 //! `MAX_SERVED_PER_BATCH` records), and at most `max_batch_bytes` for the whole encoded
 //! `SignalBatch`: core's envelope bound, then five eighths of the rest for signals (each with
@@ -14,6 +22,8 @@
 //! `MAX_SIGNAL_BATCH_BYTES`, the gateway's default body limit, so a batch is never refused for
 //! its size.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 
 use prewarm_core::wire::{
@@ -37,7 +47,7 @@ pub struct Pending<T> {
 }
 
 /// A queue of one record kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RecordQueue<T> {
     ring: SharedRing,
     max_record_bytes: usize,
@@ -47,6 +57,8 @@ pub struct RecordQueue<T> {
     retries: u32,
     enqueued: Metric,
     dropped: Metric,
+    /// This VM's records since its last tick (`defer`), at most the ring's slots.
+    deferred: RefCell<VecDeque<T>>,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -77,6 +89,7 @@ impl SignalQueue {
             retries: config.cas_retries,
             enqueued: Metric::SignalsEnqueued,
             dropped: Metric::SignalsDropped,
+            deferred: RefCell::default(),
             kind: PhantomData,
         }
     }
@@ -95,6 +108,7 @@ impl ServedQueue {
             retries: config.cas_retries,
             enqueued: Metric::ServedEnqueued,
             dropped: Metric::ServedDropped,
+            deferred: RefCell::default(),
             kind: PhantomData,
         }
     }
@@ -111,6 +125,7 @@ impl OutcomeQueue {
             retries: config.cas_retries,
             enqueued: Metric::OutcomesEnqueued,
             dropped: Metric::OutcomesDropped,
+            deferred: RefCell::default(),
             kind: PhantomData,
         }
     }
@@ -132,6 +147,41 @@ impl<T: Serialize + DeserializeOwned> RecordQueue<T> {
             } else {
                 host.count(self.dropped, 1);
             }
+        }
+    }
+
+    /// Keeps a record of this VM's for the tick's [`flush`](Self::flush): no host call. Beyond
+    /// the ring's slots the oldest kept is dropped (counted), as the ring would drop it.
+    pub fn defer<H: Host + ?Sized>(&self, host: &H, record: T) {
+        let mut deferred = self.deferred.borrow_mut();
+        if deferred.len() as u64 >= self.ring.slots() {
+            deferred.pop_front();
+            host.count(self.dropped, 1);
+        }
+        deferred.push_back(record);
+    }
+
+    /// Appends the records kept since the last flush to the ring, oldest first, with one
+    /// compare-and-swap for all of them; counts enqueued and dropped ones (one metric call
+    /// each at most).
+    pub fn flush<H: Host + ?Sized>(&self, host: &H) {
+        let records = std::mem::take(&mut *self.deferred.borrow_mut());
+        if records.is_empty() {
+            return;
+        }
+        let total = records.len();
+        let encoded: Vec<Vec<u8>> = records
+            .iter()
+            .filter_map(|r| serde_json::to_vec(r).ok())
+            .filter(|b| !b.is_empty() && b.len() <= self.max_record_bytes)
+            .collect();
+        let written = self.ring.push_all(host, &encoded, self.retries);
+        if written > 0 {
+            host.count(self.enqueued, written as u64);
+        }
+        let lost = total.saturating_sub(written);
+        if lost > 0 {
+            host.count(self.dropped, lost as u64);
         }
     }
 
@@ -247,6 +297,67 @@ mod tests {
             assert!(SignalBatch::decode(&body).is_ok());
         }
         assert_eq!(sent, n, "every signal went out, none dropped");
+    }
+
+    fn served(pod: &str) -> ServedRecord {
+        ServedRecord {
+            pod: pod.into(),
+            model: "m".into(),
+            shards: vec![BlockHash(7)],
+            chained_tokens: 64,
+            prompt_tokens: 70,
+        }
+    }
+
+    /// A request's record costs it no host call; the tick appends a tick's records with one
+    /// claim of the ring's tail, in the order they were made, and counts them once.
+    #[test]
+    fn deferred_records_cost_no_host_call_and_reach_the_ring_in_order_on_flush() {
+        let h = FakeHost::new();
+        let q = ServedQueue::served(&FilterConfig::default(), &Keys::new("p/"));
+        h.take_host_calls();
+        for pod in ["a", "b", "c"] {
+            q.defer(&h, served(pod));
+        }
+        assert_eq!(h.take_host_calls().total(), 0);
+        assert!(
+            q.take(&h).records.is_empty(),
+            "nothing in the ring before the tick"
+        );
+        h.take_host_calls();
+        q.flush(&h);
+        let calls = h.take_host_calls();
+        // one read and one compare-and-swap of the tail, a write a record, one metric
+        assert_eq!(
+            (calls.shared_get, calls.shared_set, calls.metric),
+            (1, 4, 1)
+        );
+        assert_eq!(h.metric(Metric::ServedEnqueued), 3);
+        let pods: Vec<String> = q.take(&h).records.into_iter().map(|r| r.pod).collect();
+        assert_eq!(pods, ["a", "b", "c"]);
+        q.flush(&h);
+        assert!(
+            q.take(&h).records.is_empty(),
+            "a flush empties what the VM kept"
+        );
+    }
+
+    /// A VM keeps at most the ring's slots between ticks: beyond, the oldest go, counted.
+    #[test]
+    fn deferred_records_beyond_the_slots_drop_the_oldest_counted() {
+        let h = FakeHost::new();
+        let config = FilterConfig {
+            max_pending_served: 2,
+            ..FilterConfig::default()
+        };
+        let q = ServedQueue::served(&config, &Keys::new("p/"));
+        for pod in ["a", "b", "c"] {
+            q.defer(&h, served(pod));
+        }
+        assert_eq!(h.metric(Metric::ServedDropped), 1);
+        q.flush(&h);
+        let pods: Vec<String> = q.take(&h).records.into_iter().map(|r| r.pod).collect();
+        assert_eq!(pods, ["b", "c"]);
     }
 
     /// Appending to a full queue costs the signal, not the queue (the old queue re-read and

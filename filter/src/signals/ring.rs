@@ -59,20 +59,48 @@ impl SharedRing {
             .chain((0..self.slots).map(|s| self.slot(s)))
     }
 
+    /// The records it holds at most.
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
     /// Appends a record; false when the claim lost every compare-and-swap (counted by `update`).
     pub fn push<H: Host + ?Sized>(&self, host: &H, record: &[u8], retries: u32) -> bool {
-        let seq = update(host, &self.counter("tail"), retries, |bytes| {
+        self.push_all(host, std::slice::from_ref(&record), retries) == 1
+    }
+
+    /// Appends records in order, claiming their sequence numbers with one compare-and-swap of
+    /// `tail`; returns how many were written (none when the claim lost every compare-and-swap,
+    /// counted by `update`).
+    pub fn push_all<H: Host + ?Sized, R: AsRef<[u8]>>(
+        &self,
+        host: &H,
+        records: &[R],
+        retries: u32,
+    ) -> usize {
+        if records.is_empty() {
+            return 0;
+        }
+        let n = records.len() as u64;
+        let first = update(host, &self.counter("tail"), retries, |bytes| {
             let seq = read_u64(bytes, 0).unwrap_or(0);
-            (Some(seq.saturating_add(1).to_le_bytes().to_vec()), seq)
+            (Some(seq.saturating_add(n).to_le_bytes().to_vec()), seq)
         });
-        let Some(seq) = seq else {
-            return false;
+        let Some(first) = first else {
+            return 0;
         };
-        let mut value = Vec::with_capacity(record.len().saturating_add(8));
-        value.extend_from_slice(&seq.to_le_bytes());
-        value.extend_from_slice(record);
-        // the slot is this writer's until the ring wraps: no compare-and-swap needed
-        host.shared_set(&self.slot(seq), &value, None).is_ok()
+        let mut written = 0;
+        for (seq, record) in (first..).zip(records) {
+            let record = record.as_ref();
+            let mut value = Vec::with_capacity(record.len().saturating_add(8));
+            value.extend_from_slice(&seq.to_le_bytes());
+            value.extend_from_slice(record);
+            // the slot is this writer's until the ring wraps: no compare-and-swap needed
+            if host.shared_set(&self.slot(seq), &value, None).is_ok() {
+                written += 1;
+            }
+        }
+        written
     }
 
     /// Takes the oldest records: at most `max` of them and, after the first, at most

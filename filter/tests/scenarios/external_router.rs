@@ -158,6 +158,7 @@ fn a_pick_of_a_warming_pod_is_recorded_too_and_its_outcome_names_it() {
     host.set_response_chunk(b"{}");
     flow.on_response_body(&host, &worker, 2, true);
     flow.on_log(&host, &worker);
+    worker.outcomes.flush(&host);
     let outcome = worker.outcomes.take(&host).records.pop().unwrap();
     assert_eq!(outcome.pod.as_deref(), Some("p4"));
     assert_eq!(host.metric(Metric::ExternalRecorded), 1);
