@@ -11,9 +11,14 @@
 /// Hashes kept by a sketch by default.
 pub const DEFAULT_SKETCH_SIZE: usize = 64;
 
-/// Only the leading this-many tokens of a prompt are sketched: templates lead their prompts, and
-/// the bound keeps a long prompt's cost on the request path fixed (~8 KiB of text).
-pub const SKETCH_MAX_TOKENS: usize = 2048;
+/// Only the leading this-many tokens of a prompt are sketched: one shard, the prefix index's unit
+/// ([`SHARD_TOKENS`](crate::fingerprint::SHARD_TOKENS)). A template leads its prompts, so that is where one user's
+/// prompts of one template agree, and it is what decides where a prompt goes (its routing key);
+/// what the streak then warms, the common prefix, comes from the exact block chain, not from the
+/// sketch, which only gates it. The bound keeps the sketch's cost on the request path at one
+/// shard's text (~2 KiB) however long the prompt: it was 2,048 tokens (~8 KiB), which made the
+/// sketch three quarters of core's request path at 16 KB bodies (docs/benchmarks.md).
+pub const SKETCH_MAX_TOKENS: usize = crate::fingerprint::SHARD_TOKENS;
 
 /// Words in a shingle.
 pub const SHINGLE_WORDS: usize = 3;
@@ -246,6 +251,17 @@ mod tests {
         assert_eq!(Sketch::from_bytes(&s.to_bytes(), 8), s);
         let g = Sketch::from_bytes(&[7u8; 21], 8);
         assert_eq!(g.hashes().len(), 1);
+    }
+
+    /// The sketch reads one shard: what follows it (a long user message, a session's growing
+    /// context) costs nothing and changes nothing.
+    #[test]
+    fn text_past_the_first_shard_does_not_change_the_sketch() {
+        let head = text_from(&(0..600).collect::<Vec<_>>());
+        assert!(head.len() > crate::tokens::token_bytes(SKETCH_MAX_TOKENS));
+        let a = format!("{head} {}", text_from(&(1000..3000).collect::<Vec<_>>()));
+        let b = format!("{head} {}", text_from(&(5000..7000).collect::<Vec<_>>()));
+        assert_eq!(Sketch::of(&a, 64), Sketch::of(&b, 64));
     }
 
     fn text_from(words: &[usize]) -> String {

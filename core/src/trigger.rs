@@ -1,7 +1,8 @@
 //! Trigger rules: pure functions from observed state to decisions.
 //!
 //! - *prefill*: one user sends `similar_prompts` (default 3) consecutive prompts whose estimated
-//!   Jaccard similarity with the previous one is at least `similarity_threshold` (default 0.85):
+//!   Jaccard similarity with the previous one (over their first shard, `similarity`) is at least
+//!   `similarity_threshold` (default 0.85):
 //!   the template they share is hot. The decision carries the common block prefix of those
 //!   prompts — the template, not the whole prompt. It fires once per streak.
 //! - *pin*: an adapter seen at `pin_rate_per_minute` (default 5) requests a minute or more is
