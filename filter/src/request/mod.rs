@@ -17,8 +17,8 @@
 //!
 //! The parts of the request path beside this flow: [`credential`] (a request's identity when it
 //! names no user), [`response`] (what the filter reads of a response), [`json_scan`] (one
-//! field read out of a streaming response body) and [`success`] (the success watch behind
-//! success feedback).
+//! field read out of a streaming response body), [`success`] (the success watch behind
+//! success feedback) and [`stage`] (where `make bench-filter`'s stage ladder cuts the path).
 
 pub mod credential;
 pub mod json_scan;
