@@ -5,7 +5,8 @@ pod), and three proxies built from the shipped envoy/envoy.yaml by tests/harness
 without the filter, with the filter, and with the filter loaded but inspecting nothing (the
 floor any proxy-wasm filter costs) — all in front of that upstream (the filter's routing table, served
 by a fake gateway, names it, so the filtered requests are inspected, observed and routed). wrk
-POSTs chat bodies of 2, 16, 64 and 128 KB (`BENCH_SIZES_KB=2,16` picks fewer) through each; runs
+POSTs chat bodies of 2, 16, 64 and 128 KB, each request a new prompt (a shared system prompt, then
+a question with the request's own number) (`BENCH_SIZES_KB=2,16` picks fewer) through each; runs
 alternate with/without so drift hits both.
 Prints requests/s and p50/p99 latency for both and their ratio, the floor (loaded no-op minus no
 filter) and the filter's own work (with minus the floor) separately, the own work's growth per KB
@@ -73,15 +74,21 @@ UPSTREAM_YAML = {
 }
 
 
+# Where each request's own number goes in the body (wrk's script writes it, fixed width).
+COUNTER = "0000000000"
+
+
 def chat_body(size: int) -> bytes:
     """A chat body of exactly `size` bytes: a system prompt of about half of it, the rest the
-    user's message."""
+    user's message, which starts with `COUNTER` (each request sends its own number there, so
+    every request is a new prompt behind a shared system prompt, as an application's are)."""
     system = " ".join(f"Guideline {i}: answer with care and cite sources." for i in range(size // 50))
     body = {"model": "base-model", "messages": [{"role": "system", "content": system[: size // 2]},
                                                 {"role": "user", "content": ""}]}
-    body["messages"][1]["content"] = "q" * (size - len(json.dumps(body)))
+    question = COUNTER + " "
+    body["messages"][1]["content"] = question + "q" * (size - len(json.dumps(body)) - len(question))
     out = json.dumps(body).encode()
-    assert len(out) == size
+    assert len(out) == size and out.count(COUNTER.encode()) == 1
     return out
 
 
@@ -118,12 +125,19 @@ def wrk(envoy, body_file: Path, lua: Path, connections: int = CONNECTIONS) -> di
 
 LUA = """
 local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
-wrk.method = "POST"
-wrk.body = f:read("*a")
+local body = f:read("*a")
 f:close()
+local at = assert(string.find(body, "%s", 1, true))
+local head, tail = string.sub(body, 1, at - 1), string.sub(body, at + %d)
+local n = 0
+wrk.method = "POST"
 wrk.headers["content-type"] = "application/json"
 wrk.headers["x-prewarm-user"] = "bench-user"
-"""
+request = function()
+  n = n + 1
+  return wrk.format(nil, nil, nil, head .. string.format("%%0%dd", n) .. tail)
+end
+""" % (COUNTER, len(COUNTER), len(COUNTER))
 
 
 def best(runs: list[dict]) -> dict:
@@ -266,7 +280,9 @@ def write_doc(results: list[dict], inspected: int, routed: int, calls: list[str]
         f"{RUN_SECONDS} s runs, median of {ROUNDS} alternating runs a side;",
         "upstream: a third Envoy answering with direct_response. CPU µs/req is the proxy process's user+system",
         "time over the run divided by its requests (less sensitive to other load than req/s and latency).",
-        "The filtered proxy inspects, fingerprints,",
+        "Every request is a new prompt: half the body a system prompt all share, then a question with the",
+        "request's own number (as an application's traffic; the runs before 2026-12-07 14:30 sent one body over",
+        "and over). The filtered proxy inspects, fingerprints,",
         "observes (one user, so every request updates that user's pattern in shared data and tallies its adapter)",
         f"and routes every request ({inspected} inspected, {routed} routed in the run).",
         f"`{envoy_version.split(' ')[-1] if envoy_version else 'envoy'}`",

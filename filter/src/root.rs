@@ -64,6 +64,8 @@ impl RootTasks {
         worker
             .prefix_pending
             .flush(host, &worker.keys, worker.config.prefix_horizon_ms);
+        // other workers' writes of their last ticks are read again from now on
+        worker.prefix_reads.clear();
         if let Some(stamp) = worker.table.refresh(host, &worker.keys) {
             host.gauge(Metric::TableGeneration, stamp.generation);
             // Whole seconds: the gauge is an integer and Prometheus' base unit is the second.

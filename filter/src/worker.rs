@@ -3,7 +3,7 @@
 //! routing table (in standalone mode, the one built from `direct_pods`), its tallies (adapters
 //! and hot prefixes' uses; shared prompts), the key of credential identities and its embedding
 //! cache. Its queues: signals, served records, outcome records and the prefix index's pending
-//! writes.
+//! writes; and the prefix index's slots it read this tick.
 
 use std::cell::RefCell;
 
@@ -15,6 +15,7 @@ use crate::embeddings::cache::EmbeddingCache;
 use crate::embeddings::reports::EmbeddingReports;
 use crate::request::credential::IdentityKey;
 use crate::routing::prefix_pending::PendingPrefixWrites;
+use crate::routing::prefix_reads::PrefixReads;
 use crate::routing::TableCache;
 use crate::shared::Keys;
 use crate::signals::prompt_tally::PromptTally;
@@ -41,6 +42,8 @@ pub struct Worker {
     pub embed_reports: EmbeddingReports,
     /// This VM's routed requests' prefix-index writes, applied on the root tick.
     pub prefix_pending: PendingPrefixWrites,
+    /// The prefix index's slots as this VM read them since its last tick.
+    pub prefix_reads: PrefixReads,
 }
 
 impl Worker {
@@ -67,6 +70,7 @@ impl Worker {
             )),
             embed_reports: EmbeddingReports::default(),
             prefix_pending: PendingPrefixWrites::default(),
+            prefix_reads: PrefixReads::default(),
             config,
         }
     }

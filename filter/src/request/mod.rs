@@ -392,7 +392,8 @@ impl RequestFlow {
         let table = worker.table.view(settings.warmup);
         let keys = PromptKeys::of(&chain, &worker.fingerprint);
         let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
-            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms);
+            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms)
+            .with_reads(&worker.prefix_reads);
         let now = host.now_ms();
         let route = choose_pod(
             table.as_deref(),
@@ -451,7 +452,8 @@ impl RequestFlow {
         let keys = PromptKeys::of(chain, &worker.fingerprint);
         let config = &worker.config;
         let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
-            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms);
+            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms)
+            .with_reads(&worker.prefix_reads);
         self.record_served(
             host,
             worker,

@@ -7,6 +7,7 @@
 //!
 //! - [`prefix_index`]: the prefix index in shared data, one index for every worker of a proxy.
 //! - [`prefix_pending`]: a VM's routed requests' index writes, held for the root tick.
+//! - [`prefix_reads`]: the index slots a VM read since its last tick, read once a tick.
 //! - [`external_route`]: the pod another router chose (`endpoint_header_owner: external`),
 //!   recorded as served like a pod this filter chose.
 //!
@@ -18,6 +19,7 @@
 pub mod external_route;
 pub mod prefix_index;
 pub mod prefix_pending;
+pub mod prefix_reads;
 
 use std::cell::RefCell;
 use std::rc::Rc;

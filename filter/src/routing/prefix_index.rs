@@ -9,7 +9,9 @@
 //! A routed request's own writes do not go through here at once: they wait in the VM's
 //! [`PendingPrefixWrites`] for the root tick, and a store made [`SharedPrefixStore::with_pending`]
 //! reads them folded over shared data. A store also keeps what it read (a request's lookups
-//! probe some keys twice), so it lives for one request or one tick.
+//! probe some keys twice), so it lives for one request or one tick; one made
+//! [`SharedPrefixStore::with_reads`] also reads and updates the VM's reads of this tick
+//! ([`PrefixReads`]), so a slot is read from shared data once a tick.
 
 use prewarm_core::prefix::{seed, PrefixStore, ENTRY_BYTES};
 use prewarm_core::wire::RoutingTable;
@@ -18,6 +20,7 @@ use std::cell::RefCell;
 
 use crate::host::{Host, Metric};
 use crate::routing::prefix_pending::PendingPrefixWrites;
+use crate::routing::prefix_reads::PrefixReads;
 use crate::shared::Keys;
 use crate::worker::Worker;
 
@@ -27,7 +30,8 @@ pub fn seed_from_table<H: Host + ?Sized>(host: &H, worker: &Worker, table: &Rout
         return;
     }
     let config = &worker.config;
-    let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
+    let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
+        .with_reads(&worker.prefix_reads);
     let refused = seed(
         &mut store,
         &table.prefixes,
@@ -48,6 +52,8 @@ pub struct SharedPrefixStore<'a, H: Host + ?Sized> {
     pending: Option<(&'a PendingPrefixWrites, u64)>,
     /// Slots read (or written) through this store, as shared data gave them.
     seen: RefCell<Vec<(u32, Option<Vec<u8>>)>>,
+    /// The VM's reads of this tick, read and kept up to date through this store.
+    reads: Option<&'a PrefixReads>,
 }
 
 impl<'a, H: Host + ?Sized> SharedPrefixStore<'a, H> {
@@ -58,7 +64,14 @@ impl<'a, H: Host + ?Sized> SharedPrefixStore<'a, H> {
             slots: slots.max(1),
             pending: None,
             seen: RefCell::new(Vec::new()),
+            reads: None,
         }
+    }
+
+    /// Reads slots through the VM's reads of this tick, and keeps what it reads and writes there.
+    pub fn with_reads(mut self, reads: &'a PrefixReads) -> Self {
+        self.reads = Some(reads);
+        self
     }
 
     /// Reads this VM's pending writes folded over shared data (with `horizon_ms`).
@@ -72,7 +85,17 @@ impl<'a, H: Host + ?Sized> SharedPrefixStore<'a, H> {
         if let Some((_, bytes)) = self.seen.borrow().iter().find(|(s, _)| *s == slot) {
             return bytes.clone();
         }
-        let bytes = self.host.shared_get(&self.keys.prefix_slot(slot)).0;
+        let kept = self.reads.and_then(|r| r.get(slot));
+        let bytes = match kept {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = self.host.shared_get(&self.keys.prefix_slot(slot)).0;
+                if let Some(reads) = self.reads {
+                    reads.keep(slot, bytes.clone());
+                }
+                bytes
+            }
+        };
         self.seen.borrow_mut().push((slot, bytes.clone()));
         bytes
     }
@@ -100,6 +123,13 @@ impl<H: Host + ?Sized> PrefixStore for SharedPrefixStore<'_, H> {
         seen.retain(|(s, _)| *s != slot);
         if ok {
             seen.push((slot, Some(entry.to_vec())));
+        }
+        if let Some(reads) = self.reads {
+            if ok {
+                reads.keep(slot, Some(entry.to_vec()));
+            } else {
+                reads.forget(slot);
+            }
         }
         ok
     }

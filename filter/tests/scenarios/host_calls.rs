@@ -30,13 +30,23 @@ fn next_turn() -> String {
 }
 
 fn routed_request(host: &FakeHost, worker: &Worker, system: &str, question: &str) -> HostCalls {
+    routed_request_of(host, worker, b"alice", system, question)
+}
+
+fn routed_request_of(
+    host: &FakeHost,
+    worker: &Worker,
+    user: &[u8],
+    system: &str,
+    question: &str,
+) -> HostCalls {
     host.take_host_calls();
     let routed = host.metric(Metric::Routed);
     let (_, mut flow) = send_flow(
         host,
         worker,
         "/v1/chat/completions",
-        &[("x-prewarm-user", b"alice")],
+        &[("x-prewarm-user", user)],
         &chat_body("m", system, question),
     );
     // the pod's answer and the request's end (its outcome record)
@@ -57,7 +67,7 @@ fn routed_request(host: &FakeHost, worker: &Worker, system: &str, question: &str
 
 fn line(label: &str, c: &HostCalls) -> String {
     format!(
-        "{label:<24} total {:>4}  shared get {:>3}  shared set {:>3}  metric {:>3}  dispatch {:>2}  other {:>3}",
+        "{label:<28} total {:>4}  shared get {:>3}  shared set {:>3}  metric {:>3}  dispatch {:>2}  other {:>3}",
         c.total(),
         c.shared_get,
         c.shared_set,
@@ -77,10 +87,15 @@ fn a_routed_requests_host_calls_stay_bounded_whatever_the_prompts_length() {
         with_one_pod_table(&host, &worker);
         let system = system_prompt(&format!("s{kb}"), kb * 1024);
         let first = routed_request(&host, &worker, &system, "first question?");
-        let repeat = routed_request(&host, &worker, &system, &next_turn());
+        let next = routed_request(&host, &worker, &system, &next_turn());
+        // another user (so no streak completes), the same prompt
+        let again = routed_request_of(&host, &worker, b"bob", &system, &next_turn());
         report.push(line(&format!("{kb} KB, first"), &first));
-        report.push(line(&format!("{kb} KB, next turn"), &repeat));
-        all.extend([first, repeat]);
+        report.push(line(&format!("{kb} KB, next turn"), &next));
+        report.push(line(&format!("{kb} KB, again, same tick"), &again));
+        // the VM read every slot of this prompt this tick already (`prefix_reads`)
+        assert!(again.shared_get < next.shared_get, "{again:?} {next:?}");
+        all.extend([first, next, again]);
     }
     println!(
         "host calls of a routed chat request:\n{}",
@@ -162,4 +177,24 @@ fn a_stage_ladder_proxy_stops_each_request_after_its_stage() {
         assert_eq!(observed, past(Stage::Fingerprint), "{stop:?}: observed");
         assert_eq!(routed, stop.is_none(), "{stop:?}: routed");
     }
+}
+
+/// A worker reads an index slot from shared data once a tick: within the tick a prompt's slots
+/// come from what the worker read already; after its tick they are read again, so another
+/// worker's writes of its last tick are seen.
+#[test]
+fn a_workers_index_reads_are_kept_until_its_next_tick() {
+    let host = FakeHost::new();
+    let worker = Worker::new(FilterConfig::default());
+    let mut root = with_one_pod_table(&host, &worker);
+    let system = system_prompt("r", 4 * 1024);
+    let question = "first question?";
+    let first = routed_request_of(&host, &worker, b"u1", &system, question);
+    let same_tick = routed_request_of(&host, &worker, b"u2", &system, question);
+    root.on_tick(&host, &worker);
+    let next_tick = routed_request_of(&host, &worker, b"u3", &system, question);
+    // the table's generation and the user's pattern, and no index slot
+    assert_eq!(same_tick.shared_get, 2, "{same_tick:?}");
+    assert!(first.shared_get > 2, "{first:?}");
+    assert!(next_tick.shared_get > 2, "{next_tick:?}");
 }
