@@ -212,6 +212,7 @@ fn warmup_plan(c: &mut Criterion) {
             tokens: 512,
             hotness: 100_000.0 - i as f64,
             fleet_wide: false,
+            holders: 0,
         })
         .collect();
     let ids: Vec<String> = (0..101).map(|i| format!("pod-{i:03}")).collect();

@@ -118,6 +118,7 @@ fn main() {
             tokens: 512,
             hotness: hotness[i],
             fleet_wide: false,
+            holders: 0,
         })
         .collect();
     hot.sort_by(|a, b| b.hotness.total_cmp(&a.hotness));

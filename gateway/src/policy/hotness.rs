@@ -654,6 +654,7 @@ impl PromptPool {
                     tokens: blocks_to_tokens(e.blocks.len(), fingerprint),
                     hotness,
                     fleet_wide: false,
+                    holders: 0,
                 })
             })
             .collect()

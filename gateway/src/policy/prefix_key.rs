@@ -70,6 +70,11 @@ pub struct HotPrefix {
     /// requests that start with it are keyed past it and spread over every pod, a joining one
     /// included, so every pod's warm-up prefills it.
     pub fleet_wide: bool,
+    /// The fewest pods any shard of it is modelled resident on, counted up to
+    /// `COMMON_HOLDERS` (0 when unknown): each shard counted once, in the same pass as
+    /// `fleet_wide`. Two or more is a prefix whose traffic overflowed one pod (the warm-up's
+    /// `SPREAD_HOLDERS`).
+    pub holders: usize,
 }
 
 #[cfg(test)]

@@ -7,7 +7,14 @@
 //! least three pods, as an application's system prompt becomes once its conversations overflow
 //! one pod). Those have no one pod: the filter keys a request past them, so conversations that
 //! start with them spread over every pod like a hash, the joining one included, and each of its
-//! first such conversations would otherwise prefill the whole shared prompt. In the order
+//! first such conversations would otherwise prefill the whole shared prompt. And, for the same
+//! reason one step earlier, those spread over [`SPREAD_HOLDERS`] (2) or more pods
+//! (`HotPrefix::holders`: every shard modelled resident on at least two): the assumption is
+//! that a hot prefix lands on a second pod only when the bounded-load rule could not keep its
+//! traffic on one — one pod's worth overflowed — and the overflow goes to the least loaded pod,
+//! which after a join or restart is the new one. Such a prefix is not yet common (that takes
+//! `COMMON_HOLDERS`, three pods), so its requests are still keyed on it, but its placed pod is
+//! full and its next conversation lands on the new pod cold unless the plan warms it. In the order
 //! `warmup.sampling` gives them ([`sampling`]: hottest first by default, or the
 //! pool's semantic groups covered by hotness). The first `first_tier` (100) of them form the
 //! first tier, the next up to `second_tier` (1,000) the second, the rest are left to be warmed
@@ -116,6 +123,11 @@ impl WarmupConfig {
     }
 }
 
+/// Pods a hot prefix must be modelled on for every joining pod's plan to include it: the one
+/// its placement gave it and the one its overflow went to (module doc). Derived from the
+/// bounded-load rule, not from a trace.
+pub const SPREAD_HOLDERS: usize = 2;
+
 /// What a joining pod must warm.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WarmupPlan {
@@ -200,7 +212,7 @@ pub fn plan_warmup_scoped(
         let Some(me) = among.iter().position(|c| c.id == pod) else {
             continue;
         };
-        if h.fleet_wide || wins(h.routing_key.0, me, among) {
+        if h.fleet_wide || h.holders >= SPREAD_HOLDERS || wins(h.routing_key.0, me, among) {
             moved.push(h);
         }
     }

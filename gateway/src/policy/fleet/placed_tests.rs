@@ -1,10 +1,12 @@
 //! The prefixes the routing table places ([`super::prefix_placement`]): a prefix that reaches
 //! the fingerprint's cut is warmed but never seeded.
 
+use prewarm_core::fingerprint::shards_of;
 use prewarm_core::prefix::PromptKeys;
-use prewarm_core::wire::SignalBatch;
+use prewarm_core::wire::{ServedRecord, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 
+use super::prefix_placement::COMMON_HOLDERS;
 use super::restart_tests::hot_signal;
 use super::*;
 use crate::config::{GatewayConfig, PodSpec};
@@ -64,4 +66,51 @@ fn a_prefix_reaching_the_fingerprint_cut_is_not_seeded() {
     let placed = placed_after_warming(&[short.clone(), long.clone()]);
     assert!(placed.contains(&placed_keys(&short)), "{placed:?}");
     assert!(!placed.contains(&placed_keys(&long)));
+}
+
+/// A hot prefix as the KV model holds it: on the pod its signal warmed it on, then served on
+/// more pods.
+#[test]
+fn a_hot_prefixs_holders_are_the_pods_every_shard_is_modelled_on() {
+    let config = GatewayConfig::default();
+    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
+    for i in 0..4 {
+        let id = format!("p{i}");
+        let spec = PodSpec::new(id.clone(), format!("10.0.0.{i}:8000"));
+        fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
+        let check = HealthCheck {
+            ok: true,
+            load: Some(PodLoad::default()),
+            process_start_s: None,
+        };
+        fleet.on_check(&id, check, 1_000);
+        fleet.on_models(&id, Vec::new(), 1_000);
+        assert!(fleet.start_warmup(&id, 1_000));
+    }
+    let fp = FingerprintConfig::default();
+    let text: String = (0..600).map(|i| format!("shared{i} ")).collect();
+    let chain = BlockChain::of("base", text.as_bytes(), &fp);
+    let holders_of = |fleet: &Fleet| {
+        let hot = fleet.hot_prefixes(10);
+        assert_eq!(hot.len(), 1, "{hot:?}");
+        (hot[0].holders, hot[0].fleet_wide)
+    };
+    let (ack, _) = fleet.on_signals(SignalBatch::new("test", 0, vec![hot_signal(&text)]), 2_000);
+    assert_eq!(ack.prefills, 1);
+    let mut now = 2_000;
+    let mut served_on = Vec::new();
+    for pod in ["p0", "p1", "p2", "p3"] {
+        now += 1_000;
+        let mut served = SignalBatch::new("test", 0, Vec::new());
+        served.served = vec![ServedRecord::of(pod, "base", &chain, now - 100, &fp)];
+        fleet.on_signals(served, now);
+        served_on.push(pod);
+        let on = fleet
+            .pods()
+            .filter(|p| p.kv.shards_resident(&shards_of(&chain.blocks, &fp)))
+            .count();
+        let (holders, fleet_wide) = holders_of(&fleet);
+        assert_eq!(holders, on.min(COMMON_HOLDERS), "served on {served_on:?}");
+        assert_eq!(fleet_wide, on >= COMMON_HOLDERS, "served on {served_on:?}");
+    }
 }

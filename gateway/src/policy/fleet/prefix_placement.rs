@@ -32,7 +32,7 @@
 //! 20.6 s). Its requests stay where the index says the whole context went. Recomputed every
 //! keep-warm period.
 
-use prewarm_core::fingerprint::{key_past_shards, shards_of, BlockHash};
+use prewarm_core::fingerprint::{key_past_shards, shards_of, BlockHash, Shard};
 use prewarm_core::place;
 use prewarm_core::prefix::{PromptKeys, COMMON_MOVES};
 use prewarm_core::wire::PlacedPrefix;
@@ -48,20 +48,40 @@ pub const PLACED_PREFIXES: usize = 100;
 pub const COMMON_HOLDERS: usize = COMMON_MOVES as usize + 1;
 
 impl Fleet {
+    /// Pods `shard` is modelled resident on, counted up to [`COMMON_HOLDERS`].
+    fn shard_holders(&self, shard: &Shard) -> usize {
+        self.pods
+            .values()
+            .filter(|p| p.kv.shards_resident(std::slice::from_ref(shard)))
+            .take(COMMON_HOLDERS)
+            .count()
+    }
+
     /// Leading shards of `blocks` modelled resident on at least [`COMMON_HOLDERS`] pods.
     pub fn common_shards(&self, blocks: &[BlockHash]) -> usize {
         shards_of(blocks, &self.config.fingerprint)
             .iter()
-            .take_while(|s| {
-                let holders = self
-                    .pods
-                    .values()
-                    .filter(|p| p.kv.shards_resident(std::slice::from_ref(*s)))
-                    .take(COMMON_HOLDERS)
-                    .count();
-                holders >= COMMON_HOLDERS
-            })
+            .take_while(|s| self.shard_holders(s) >= COMMON_HOLDERS)
             .count()
+    }
+
+    /// The leading `shards` modelled on at least [`COMMON_HOLDERS`] pods (as
+    /// [`Fleet::common_shards`]), and the fewest pods any of them is modelled on (up to
+    /// [`COMMON_HOLDERS`]; 0 without shards): one count per shard.
+    fn shard_spread(&self, shards: &[Shard]) -> (usize, usize) {
+        let mut common = 0;
+        let mut fewest = if shards.is_empty() { 0 } else { COMMON_HOLDERS };
+        for (i, s) in shards.iter().enumerate() {
+            let holders = self.shard_holders(s);
+            if holders >= COMMON_HOLDERS && common == i {
+                common += 1;
+            }
+            fewest = fewest.min(holders);
+            if fewest == 0 {
+                break;
+            }
+        }
+        (common, fewest)
     }
 
     /// The key a prefix of `blocks` is placed by: past its common shards.
@@ -77,8 +97,10 @@ impl Fleet {
                 continue;
             };
             let fingerprint = &self.config.fingerprint;
-            let common = self.common_shards(blocks);
-            h.fleet_wide = common > 0 && common == shards_of(blocks, fingerprint).len();
+            let shards = shards_of(blocks, fingerprint);
+            let (common, holders) = self.shard_spread(&shards);
+            h.fleet_wide = common > 0 && common == shards.len();
+            h.holders = holders;
             // `placement_key`, from the common shards counted once
             if let Some(key) = key_past_shards(blocks, common, fingerprint) {
                 h.routing_key = key;

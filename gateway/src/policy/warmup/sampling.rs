@@ -125,6 +125,7 @@ mod tests {
             tokens: 512,
             hotness,
             fleet_wide: false,
+            holders: 0,
         }
     }
 

@@ -20,6 +20,7 @@ fn hot(n: u64, salt: u64) -> Vec<HotPrefix> {
                 tokens: 512,
                 hotness: (n - i) as f64,
                 fleet_wide: false,
+                holders: 0,
             }
         })
         .collect()
@@ -104,6 +105,44 @@ fn a_prefix_common_to_the_fleet_is_in_every_joining_pods_plan_by_hotness() {
         })
         .count();
     assert_eq!(holders, 1);
+}
+
+#[test]
+fn a_prefix_held_on_two_pods_is_in_every_joining_pods_plan_by_hotness() {
+    let pods = ids(6);
+    let all = cands(&pods);
+    let mut prefixes = hot(60, 3);
+    // the third hottest is a system prompt whose conversations overflowed onto a second pod:
+    // not common (that takes three), but its placed pod is full
+    prefixes[2].holders = SPREAD_HOLDERS;
+    let shared = prefixes[2].key;
+    for pod in &pods {
+        let plan = plan_warmup(pod, &all, &[], &prefixes, &WarmupConfig::default());
+        let at = plan.first_tier.iter().position(|k| *k == shared);
+        let hotter = prefixes[..2]
+            .iter()
+            .filter(|h| plan.first_tier.contains(&h.key));
+        assert_eq!(at, Some(hotter.count()), "{pod}: {:?}", plan.first_tier);
+    }
+}
+
+#[test]
+fn a_prefix_held_on_one_pod_is_only_in_the_plan_of_the_pod_it_moves_to() {
+    let pods = ids(6);
+    let all = cands(&pods);
+    let mut prefixes = hot(60, 3);
+    prefixes[2].holders = 1;
+    let shared = prefixes[2].key;
+    let planned: Vec<&String> = pods
+        .iter()
+        .filter(|pod| {
+            plan_warmup(pod, &all, &[], &prefixes, &WarmupConfig::default())
+                .first_tier
+                .contains(&shared)
+        })
+        .collect();
+    let placed = place(prefixes[2].routing_key.0, &all).map(|i| &pods[i]);
+    assert_eq!(planned, placed.into_iter().collect::<Vec<_>>());
 }
 
 #[test]
