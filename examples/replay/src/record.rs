@@ -49,6 +49,11 @@ pub struct Record {
     pub prompt_tokens: u64,
     /// Prompt tokens served from the pod's prefix cache (the reply's usage), at most `prompt_tokens`.
     pub cached_tokens: u64,
+    /// Tokens of its application's system prompt and tools, the prefix its application's
+    /// requests share (the trace's `system_blocks + tool_blocks` blocks of 512 tokens): the
+    /// most of it a warm-up can know. `None` when the trace frames none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_tokens: Option<u64>,
     /// Whether its adapter was already loaded: `None` for base-model requests, failures, or
     /// when the run could not tell (no `--profile`).
     pub adapter_hit: Option<bool>,
@@ -199,6 +204,7 @@ mod tests {
             ttft_ms,
             prompt_tokens: 100,
             cached_tokens: 40,
+            shared_tokens: Some(60),
             adapter_hit: Some(request.is_multiple_of(2)),
             first_hot_at_join: false,
             error: ttft_ms.is_none().then(|| "HTTP 503".to_string()),

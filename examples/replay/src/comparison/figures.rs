@@ -69,6 +69,10 @@ pub struct RunSummary {
     pub first_hot_requests: usize,
     pub first_hot_ttft_p50_ms: Option<f64>,
     pub first_hot_token_hit_ratio: Option<f64>,
+    /// Of those requests' shared prefixes (system prompt and tools, [`Record::shared_tokens`]),
+    /// the share cached: `Σ min(cached, shared) ÷ Σ shared` over those that have one — the
+    /// figure a warm-up can bring to 1 (the rest of the prompt is the user's message).
+    pub first_hot_shared_hit_ratio: Option<f64>,
     /// Prefixes the new pods' warm-ups prefilled (both tiers).
     pub warmup_prefixes: Option<u64>,
     pub gateway_prefills: Option<u64>,
@@ -91,6 +95,11 @@ pub fn summarize_run(
         .filter(|r| r.first_hot_at_join)
         .map(|r| r.request)
         .collect();
+    let (shared, shared_cached) = records
+        .iter()
+        .filter(|r| r.served() && marked.contains(&r.request))
+        .filter_map(|r| r.shared_tokens.map(|s| (s, r.cached_tokens.min(s))))
+        .fold((0u64, 0u64), |(s, c), (rs, rc)| (s + rs, c + rc));
     let first_hot: Vec<&Outcome> = run
         .outcomes
         .iter()
@@ -119,6 +128,7 @@ pub fn summarize_run(
         first_hot_requests: first_hot.len(),
         first_hot_ttft_p50_ms: percentile(&mut ttft_ms(first_hot.iter().copied()), 50.0),
         first_hot_token_hit_ratio: token_hit_ratio(first_hot.iter().copied()),
+        first_hot_shared_hit_ratio: (shared > 0).then(|| shared_cached as f64 / shared as f64),
         warmup_prefixes: fleet
             .as_ref()
             .and_then(|f| f.new_pod_warmup.as_ref())
@@ -150,6 +160,8 @@ mod tests {
         assert_eq!(s.first_hot_requests, 1);
         assert_eq!(s.first_hot_ttft_p50_ms, Some(3000.0));
         assert_eq!(s.first_hot_token_hit_ratio, Some(0.5));
+        // 500 cached of its 800 shared tokens
+        assert_eq!(s.first_hot_shared_hit_ratio, Some(0.625));
         assert_eq!(s.figures.adapter_hit_ratio, Some(0.5));
         assert_eq!(s.warmup_prefixes, Some(10));
         assert_eq!(s.gateway_prefills, Some(12));
@@ -158,5 +170,23 @@ mod tests {
         let bare = summarize_run("off", &fixture(), None);
         assert_eq!(bare.figures.warmup_prefill_tokens, None);
         assert_eq!(bare.warmup_prefixes, None);
+    }
+
+    #[test]
+    fn the_shared_prefix_share_counts_cached_tokens_up_to_the_shared_prefix() {
+        let mut records = fixture();
+        // a second first-hot request whose cache covers its 400 shared tokens and more
+        records[3].first_hot_at_join = true;
+        records[3].shared_tokens = Some(400);
+        let s = summarize_run("prewarm", &records, None);
+        // (min(500, 800) + min(500, 400)) / (800 + 400)
+        assert_eq!(s.first_hot_shared_hit_ratio, Some(900.0 / 1200.0));
+        // a trace that frames no shared prefix has no such figure
+        for r in &mut records {
+            r.shared_tokens = None;
+        }
+        let none = summarize_run("prewarm", &records, None);
+        assert_eq!(none.first_hot_shared_hit_ratio, None);
+        assert!(none.first_hot_token_hit_ratio.is_some());
     }
 }

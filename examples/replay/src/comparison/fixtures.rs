@@ -20,14 +20,15 @@ pub fn record(request: usize, arrival_s: f64, pod: Option<&str>, ttft_ms: f64) -
         ttft_ms: pod.map(|_| ttft_ms),
         prompt_tokens: 1000,
         cached_tokens: if pod == Some("new") { 500 } else { 900 },
+        shared_tokens: None,
         adapter_hit: pod.map(|_| request.is_multiple_of(2)),
         first_hot_at_join: false,
         error: pod.is_none().then(|| "HTTP 503".into()),
     }
 }
 
-/// Seven requests: four on the old pod, two on the new one (the second first hot at the join),
-/// one failed.
+/// Seven requests: four on the old pod, two on the new one (the second first hot at the join,
+/// with 800 tokens of system prompt and tools), one failed.
 pub fn fixture() -> Vec<Record> {
     let mut records = vec![
         record(0, 100.0, Some("old"), 100.0),
@@ -39,6 +40,7 @@ pub fn fixture() -> Vec<Record> {
         record(6, 800.0, None, 0.0),
     ];
     records[4].first_hot_at_join = true;
+    records[4].shared_tokens = Some(800);
     records
 }
 

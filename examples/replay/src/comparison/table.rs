@@ -62,7 +62,7 @@ impl Cell {
 type Row = (&'static str, fn(&RunSummary) -> Cell);
 
 /// The table's rows: label and cell.
-const ROWS: [Row; 18] = [
+const ROWS: [Row; 19] = [
     ("new-pod TTFT p50 (first 5 min)", |s| {
         Cell::Ms(s.new_pod_ttft_p50_ms)
     }),
@@ -84,6 +84,9 @@ const ROWS: [Row; 18] = [
     ("  their TTFT p50", |s| Cell::Ms(s.first_hot_ttft_p50_ms)),
     ("  their token hit ratio", |s| {
         Cell::Ratio(s.first_hot_token_hit_ratio)
+    }),
+    ("  of their system prompt + tools", |s| {
+        Cell::Ratio(s.first_hot_shared_hit_ratio)
     }),
     ("fleet steady-state TTFT p50", |s| {
         Cell::Ms(s.steady_ttft_p50_ms)
@@ -260,6 +263,10 @@ mod tests {
         assert_eq!(
             row("warm-up prefill cost"),
             ["warm-up prefill cost (tokens computed)", "5,600", "n/a"]
+        );
+        assert_eq!(
+            row("  of their system prompt"),
+            ["of their system prompt + tools", "62.5 %", "n/a"]
         );
         assert_eq!(
             row("requests sent"),

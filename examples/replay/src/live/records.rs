@@ -25,7 +25,7 @@ use super::stream::Measured;
 use crate::assign::Assignment;
 use crate::record::Record;
 use crate::scenario::NEW_POD_WINDOW_S;
-use crate::trace::TraceRequest;
+use crate::trace::{TraceRequest, TRACE_BLOCK_TOKENS};
 
 /// What a run sent and got back.
 #[derive(Debug, Default)]
@@ -58,6 +58,15 @@ pub struct Reading {
 pub fn adapter_loaded(profile: &LatencyProfile, rank: u32, ttft_s: f64, uncached: u64) -> bool {
     let excess = ttft_s - profile.prefill(uncached as usize);
     excess < profile.adapter_load(rank) / 2.0
+}
+
+/// Tokens of `request`'s system prompt and tools ([`Record::shared_tokens`]).
+fn shared_tokens(request: &TraceRequest) -> Option<u64> {
+    let blocks = request
+        .system_blocks
+        .unwrap_or(0)
+        .saturating_add(request.tool_blocks.unwrap_or(0));
+    (blocks > 0).then(|| blocks.saturating_mul(TRACE_BLOCK_TOKENS) as u64)
 }
 
 /// The records of the first `sent` requests of `trace`, in trace order.
@@ -111,6 +120,7 @@ pub fn build(
             ttft_ms: None,
             prompt_tokens: r.input_length,
             cached_tokens: 0,
+            shared_tokens: shared_tokens(r),
             adapter_hit: None,
             first_hot_at_join: false,
             error: None,
@@ -287,9 +297,33 @@ mod tests {
             (1000, 900)
         );
         assert_eq!(records[10].error.as_deref(), Some("HTTP 503"));
+        // synthetic requests frame no system prompt or tools
+        assert!(records.iter().all(|r| r.shared_tokens.is_none()));
         assert_eq!(records[10].pod, None);
         // base-model requests: no adapter estimate
         assert!(records.iter().all(|r| r.adapter_hit.is_none()));
+    }
+
+    #[test]
+    fn a_record_carries_its_system_prompt_and_tools_tokens_from_the_trace() {
+        let mut framed = TraceRequest::synthetic(100_000, &[1, 2, 3, 4, 5], 2_400, 4);
+        framed.system_blocks = Some(2);
+        framed.tool_blocks = Some(1);
+        let mut bare_tools = framed.clone();
+        bare_tools.system_blocks = None;
+        let trace = vec![
+            framed,
+            bare_tools,
+            TraceRequest::synthetic(200_000, &[9], 100, 4),
+        ];
+        let mut m = Measurements::default();
+        for i in 0..trace.len() {
+            m.served.push((i, measured("old", 0.01, 0)));
+        }
+        let a = assign(&trace, None, 1, 0.1, 0.2);
+        let records = build(&trace, &a, trace.len(), m, &reading());
+        let shared: Vec<Option<u64>> = records.iter().map(|r| r.shared_tokens).collect();
+        assert_eq!(shared, [Some(3 * 512), Some(512), None]);
     }
 
     #[test]
