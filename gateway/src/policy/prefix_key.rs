@@ -73,7 +73,8 @@ pub struct HotPrefix {
     /// The fewest pods any shard of it is modelled resident on, counted up to
     /// `COMMON_HOLDERS` (0 when unknown): each shard counted once, in the same pass as
     /// `fleet_wide`. Two or more is a prefix whose traffic overflowed one pod (the warm-up's
-    /// `SPREAD_HOLDERS`).
+    /// `SPREAD_HOLDERS`); below that, counting stopped at the first shard under it, so 1 reads
+    /// "at most one".
     pub holders: usize,
 }
 

@@ -39,6 +39,7 @@ use prewarm_core::wire::PlacedPrefix;
 
 use super::Fleet;
 use crate::policy::candidates_for;
+use crate::policy::warmup::SPREAD_HOLDERS;
 use crate::policy::HotPrefix;
 
 /// Hot prefixes the table places at most.
@@ -67,7 +68,10 @@ impl Fleet {
 
     /// The leading `shards` modelled on at least [`COMMON_HOLDERS`] pods (as
     /// [`Fleet::common_shards`]), and the fewest pods any of them is modelled on (up to
-    /// [`COMMON_HOLDERS`]; 0 without shards): one count per shard.
+    /// [`COMMON_HOLDERS`]; 0 without shards): one count per shard. Counting stops at the first
+    /// shard on fewer than [`SPREAD_HOLDERS`] pods (the common run has ended there, and the plan
+    /// reads no more): a prefix whose head is on one pod costs what `common_shards` did, not a
+    /// count of every shard over every pod.
     fn shard_spread(&self, shards: &[Shard]) -> (usize, usize) {
         let mut common = 0;
         let mut fewest = if shards.is_empty() { 0 } else { COMMON_HOLDERS };
@@ -77,7 +81,7 @@ impl Fleet {
                 common += 1;
             }
             fewest = fewest.min(holders);
-            if fewest == 0 {
+            if fewest < SPREAD_HOLDERS {
                 break;
             }
         }
