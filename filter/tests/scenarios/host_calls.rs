@@ -198,3 +198,45 @@ fn a_workers_index_reads_are_kept_until_its_next_tick() {
     assert!(first.shared_get > 2, "{first:?}");
     assert!(next_tick.shared_get > 2, "{next_tick:?}");
 }
+
+/// What a new prompt costs in all, its share of the tick included: `n` requests, each a new
+/// question behind one system prompt (an application's traffic), then the tick that writes
+/// their index keys and records. Printed (with `--nocapture`) beside the request path's count.
+#[test]
+fn a_new_prompts_host_calls_with_its_share_of_the_tick() {
+    let n = 100u64;
+    let mut report = Vec::new();
+    for kb in [2usize, 16, 64, 128] {
+        let host = FakeHost::new();
+        let worker = Worker::new(FilterConfig::default());
+        let mut root = with_one_pod_table(&host, &worker);
+        let system = system_prompt(&format!("n{kb}"), kb * 512);
+        let tail = "q".repeat(kb * 512);
+        host.take_host_calls();
+        let mut path = HostCalls::default();
+        for i in 0..n {
+            let c = routed_request(&host, &worker, &system, &format!("{i:010} {tail}"));
+            path.shared_get += c.shared_get;
+            path.shared_set += c.shared_set;
+            path.metric += c.metric;
+        }
+        host.take_host_calls();
+        root.on_tick(&host, &worker);
+        let tick = host.take_host_calls();
+        let per = |x: u64| x as f64 / n as f64;
+        report.push(format!(
+            "{kb:>3} KB: request path {:.1} shared get + set + metric, tick's share {:.1} (get {:.1}, set {:.1})",
+            per(path.shared_get + path.shared_set + path.metric),
+            per(tick.shared_get + tick.shared_set + tick.metric),
+            per(tick.shared_get),
+            per(tick.shared_set),
+        ));
+        // the tick writes each new prompt's index keys (a read and a write a touched slot) and
+        // its records: bounded by the keys a prompt has, not by how many requests came
+        assert!(tick.shared_set >= n, "{tick:?}");
+    }
+    println!(
+        "host calls of a new prompt, {n} a tick:\n{}",
+        report.join("\n")
+    );
+}
