@@ -21,24 +21,25 @@ fn main() -> Result<(), String> {
     let table = RoutingTable::decode(&table).map_err(|e| e.to_string())?;
     let body = std::fs::read(body).map_err(|e| format!("{body}: {e}"))?;
     let endpoint = config
+        .requests
         .endpoint_of(path)
         .ok_or_else(|| format!("{path}: not an inference path"))?;
-    let request =
-        parse_request(endpoint, &body, config.max_body_bytes).map_err(|e| e.to_string())?;
-    let fingerprint = config.fingerprint();
+    let request = parse_request(endpoint, &body, config.requests.max_body_bytes)
+        .map_err(|e| e.to_string())?;
+    let fingerprint = config.requests.fingerprint();
     let chain = BlockChain::of(
         &request.model,
         canonical_prompt(&request).as_bytes(),
         &fingerprint,
     );
-    let alternatives = config.endpoint_alternatives;
+    let alternatives = config.routing.endpoint_alternatives;
     let keys = PromptKeys::of(&chain, &fingerprint);
-    let empty = MemoryStore::new(config.prefix_slots);
+    let empty = MemoryStore::new(config.shared_data.prefix_slots);
     let lookup = PrefixLookup {
         store: &empty,
         keys: &keys,
         now_ms: 0,
-        horizon_ms: config.prefix_horizon_ms,
+        horizon_ms: config.shared_data.prefix_horizon_ms,
     };
     match choose_pod(
         Some(&table),

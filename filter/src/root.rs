@@ -61,9 +61,11 @@ impl RootTasks {
     pub fn on_tick<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
         let now = host.now_ms();
         // before a new table's seeds: the gateway's placement is newer than this VM's traffic
-        worker
-            .prefix_pending
-            .flush(host, &worker.keys, worker.config.prefix_horizon_ms);
+        worker.prefix_pending.flush(
+            host,
+            &worker.keys,
+            worker.config.shared_data.prefix_horizon_ms,
+        );
         // other workers' writes of their last ticks are read again from now on
         worker.prefix_reads.clear();
         if let Some(stamp) = worker.table.refresh(host, &worker.keys) {
@@ -78,7 +80,7 @@ impl RootTasks {
         worker.served.flush(host);
         worker.outcomes.flush(host);
         self.flush_signals(host, worker, now);
-        if worker.config.direct_calls != DirectMode::Always {
+        if worker.config.direct.direct_calls != DirectMode::Always {
             self.poll_table(host, worker, now);
         }
     }
@@ -108,7 +110,10 @@ impl RootTasks {
         vec![
             (":method", method),
             (":path", path),
-            (":authority", worker.config.gateway_authority.as_str()),
+            (
+                ":authority",
+                worker.config.gateway.gateway_authority.as_str(),
+            ),
         ]
     }
 
@@ -122,6 +127,7 @@ impl RootTasks {
     ) -> bool {
         let bearer = worker
             .config
+            .gateway
             .gateway_token
             .as_ref()
             .map(|t| format!("Bearer {t}"));
@@ -129,8 +135,8 @@ impl RootTasks {
         if let Some(b) = bearer.as_deref() {
             all.push(("authorization", b));
         }
-        let timeout = Duration::from_millis(worker.config.gateway_timeout_ms);
-        match host.dispatch(&worker.config.gateway_cluster, &all, body, timeout) {
+        let timeout = Duration::from_millis(worker.config.gateway.gateway_timeout_ms);
+        match host.dispatch(&worker.config.gateway.gateway_cluster, &all, body, timeout) {
             Some(token) => {
                 self.calls.insert(token, call);
                 true
@@ -140,7 +146,7 @@ impl RootTasks {
                 gateway_health::record(
                     host,
                     &worker.keys,
-                    worker.config.cas_retries,
+                    worker.config.shared_data.cas_retries,
                     false,
                     host.now_ms(),
                 );
@@ -179,7 +185,7 @@ impl RootTasks {
         let outcomes = worker.outcomes.take(host);
         let embeddings = worker.embed_reports.take();
         self.send_direct(host, worker, &pending.records, now);
-        if config.direct_calls == DirectMode::Always
+        if config.direct.direct_calls == DirectMode::Always
             || (pending.records.is_empty()
                 && served.records.is_empty()
                 && outcomes.records.is_empty()
@@ -191,7 +197,7 @@ impl RootTasks {
         let m = served.records.len() as u64;
         let o = outcomes.records.len() as u64;
         let e = embeddings.len() as u64;
-        let mut batch = SignalBatch::new(config.source.clone(), now, pending.records);
+        let mut batch = SignalBatch::new(config.gateway.source.clone(), now, pending.records);
         batch.dropped = pending.dropped;
         batch.served = served.records;
         batch.served_dropped = served.dropped;
@@ -222,11 +228,11 @@ impl RootTasks {
 
     /// Claims this tick's poll for this worker: at most about one poll per tick in all.
     fn claim_poll<H: Host + ?Sized>(host: &H, worker: &Worker, now: u64) -> bool {
-        let half_tick = worker.config.tick_period_ms / 2;
+        let half_tick = worker.config.gateway.tick_period_ms / 2;
         update(
             host,
             &worker.keys.poll(),
-            worker.config.cas_retries,
+            worker.config.shared_data.cas_retries,
             |bytes| {
                 let last = read_u64(bytes, 0).unwrap_or(0);
                 if now.saturating_sub(last) >= half_tick || last > now {
@@ -268,7 +274,7 @@ impl RootTasks {
 
     /// Asks the gateway for the warm embedding entries this proxy lacks (`embeddings::warm`).
     fn poll_warm<H: Host + ?Sized>(&mut self, host: &H, worker: &Worker) {
-        let warmed = worker.config.embedding_cache.warmed_by_gateway();
+        let warmed = worker.config.embeddings.cache.warmed_by_gateway();
         if !warmed || self.in_flight(|c| *c == Call::Warm) {
             return;
         }
@@ -306,7 +312,7 @@ impl RootTasks {
         gateway_health::record(
             host,
             &worker.keys,
-            worker.config.cas_retries,
+            worker.config.shared_data.cas_retries,
             answered,
             host.now_ms(),
         );

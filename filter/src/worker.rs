@@ -48,25 +48,25 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(config: FilterConfig) -> Self {
-        let keys = Keys::new(&config.shared_prefix);
+        let keys = Keys::new(&config.shared_data.shared_prefix);
         let table = TableCache::default();
         // standalone: the static pods are the table, for routing and direct calls alike
-        if config.direct_calls == DirectMode::Always {
+        if config.direct.direct_calls == DirectMode::Always {
             table.install(0, static_table(&config));
         }
         Self {
-            fingerprint: config.fingerprint(),
+            fingerprint: config.requests.fingerprint(),
             queue: SignalQueue::new(&config, &keys),
             served: ServedQueue::served(&config, &keys),
             outcomes: OutcomeQueue::outcomes(&config, &keys),
             keys,
             table,
             tally: Tally::default(),
-            prompts: PromptTally::new(config.shared_prompt_tally_bytes),
+            prompts: PromptTally::new(config.shared_data.shared_prompt_tally_bytes),
             identity: IdentityKey::new(&config),
             embeddings: RefCell::new(EmbeddingCache::new(
-                config.embedding_cache.max_bytes,
-                config.embedding_cache.ttl_ms,
+                config.embeddings.cache.max_bytes,
+                config.embeddings.cache.ttl_ms,
             )),
             embed_reports: EmbeddingReports::default(),
             prefix_pending: PendingPrefixWrites::default(),

@@ -20,7 +20,7 @@
 
 use std::path::{Path, PathBuf};
 
-use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig};
+use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig, RoutingConfig};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -169,15 +169,15 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
     let beside = of("envoy/istio/envoyfilter-beside-endpoint-picker.yaml");
     for c in [&full, &light, &beside] {
         assert!(
-            c.gateway_cluster.starts_with("outbound|9101||"),
+            c.gateway.gateway_cluster.starts_with("outbound|9101||"),
             "Istio names clusters outbound|<port>||<fqdn>, and filters call the gateway's \
              filter listener (its Service port http-filters, 9101): {}",
-            c.gateway_cluster
+            c.gateway.gateway_cluster
         );
     }
-    assert!(full.routing, "the EnvoyFilter install routes");
+    assert!(full.routing.enabled, "the EnvoyFilter install routes");
     assert!(
-        !light.routing,
+        !light.routing.enabled,
         "WasmPlugin cannot route (no allow_on_headers_stop_iteration)"
     );
     assert_eq!(of("envoy/mesh-equivalent.yaml"), full);
@@ -185,16 +185,25 @@ fn istio_manifests_name_istio_clusters_and_match_their_install_mode() {
     // prewarm owns the endpoint header everywhere but beside another router, where it only
     // observes; otherwise the two installs are configured alike
     for c in [&full, &light] {
-        assert_eq!(c.endpoint_header_owner, EndpointHeaderOwner::Prewarm);
+        assert_eq!(
+            c.routing.endpoint_header_owner,
+            EndpointHeaderOwner::Prewarm
+        );
     }
     for c in [&beside, &of("envoy/beside-endpoint-picker.yaml")] {
-        assert_eq!(c.endpoint_header_owner, EndpointHeaderOwner::External);
-        assert!(!c.routing, "the other router names the pod");
+        assert_eq!(
+            c.routing.endpoint_header_owner,
+            EndpointHeaderOwner::External
+        );
+        assert!(!c.routing.enabled, "the other router names the pod");
     }
     assert_eq!(
         FilterConfig {
-            endpoint_header_owner: EndpointHeaderOwner::Prewarm,
-            routing: true,
+            routing: RoutingConfig {
+                enabled: true,
+                endpoint_header_owner: EndpointHeaderOwner::Prewarm,
+                ..beside.routing
+            },
             ..beside
         },
         full
@@ -216,5 +225,5 @@ fn extraction_finds_both_shapes_and_a_bad_configuration_is_refused() {
         "  pluginConfig: {\n    \"source\": \"a}b\",\n    \"routing\": false\n  }\n  other: 1\n";
     let mappings = plugin_config_mappings(wasm);
     assert_eq!(mappings.len(), 1);
-    assert!(!parse("inline", &mappings[0]).routing);
+    assert!(!parse("inline", &mappings[0]).routing.enabled);
 }

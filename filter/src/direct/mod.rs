@@ -55,12 +55,15 @@ pub struct DirectCall {
 /// Whether the filter sends the warming calls at `now`.
 pub fn active<H: Host + ?Sized>(host: &H, worker: &Worker, now: u64) -> bool {
     let config = &worker.config;
-    match config.direct_calls {
+    match config.direct.direct_calls {
         DirectMode::Off => false,
         DirectMode::Always => true,
-        DirectMode::WhenGatewayDown => {
-            gateway_health::is_down(host, &worker.keys, config.direct_takeover_after_ms, now)
-        }
+        DirectMode::WhenGatewayDown => gateway_health::is_down(
+            host,
+            &worker.keys,
+            config.direct.direct_takeover_after_ms,
+            now,
+        ),
     }
 }
 
@@ -69,7 +72,7 @@ pub fn active<H: Host + ?Sized>(host: &H, worker: &Worker, now: u64) -> bool {
 pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> Vec<DirectCall> {
     let table = worker.table.table();
     let config = &worker.config;
-    let store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots);
+    let store = SharedPrefixStore::new(host, &worker.keys, config.shared_data.prefix_slots);
     let now = host.now_ms();
     let mut calls = Vec::new();
     for signal in signals {
@@ -84,7 +87,7 @@ pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> 
                     store: &store,
                     keys: &keys,
                     now_ms: now,
-                    horizon_ms: config.prefix_horizon_ms,
+                    horizon_ms: config.shared_data.prefix_horizon_ms,
                 };
                 choose_pod(table.as_deref(), &p.model, &worker.fingerprint, &lookup, 0)
                     .ok()
@@ -125,11 +128,11 @@ pub fn plan<H: Host + ?Sized>(host: &H, worker: &Worker, signals: &[Signal]) -> 
 pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> Option<u32> {
     let config = &worker.config;
     let now = host.now_ms();
-    let retries = config.cas_retries;
+    let retries = config.shared_data.cas_retries;
     // the flag outlives the call by a tick, so it is cleared by the reply, not by expiry
     let until = now
-        .saturating_add(config.direct_timeout_ms)
-        .saturating_add(config.tick_period_ms);
+        .saturating_add(config.direct.direct_timeout_ms)
+        .saturating_add(config.gateway.tick_period_ms);
     let skipped = |why: Refused| {
         host.count(
             match why {
@@ -146,8 +149,8 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
         return None;
     }
     let limits = Limits {
-        calls_per_min: config.direct_calls_per_min,
-        tokens_per_min: config.direct_prefill_tokens_per_min,
+        calls_per_min: config.direct.direct_calls_per_min,
+        tokens_per_min: config.direct.direct_prefill_tokens_per_min,
         cas_retries: retries,
     };
     if let Err(why) = spend(host, &worker.keys, limits, call.tokens, now) {
@@ -160,10 +163,18 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
         (":path", call.path),
         (":authority", call.address.as_str()),
         ("content-type", "application/json"),
-        (config.direct_host_header.as_str(), call.address.as_str()),
+        (
+            config.direct.direct_host_header.as_str(),
+            call.address.as_str(),
+        ),
     ];
-    let timeout = Duration::from_millis(config.direct_timeout_ms);
-    match host.dispatch(&config.direct_cluster, &headers, Some(&call.body), timeout) {
+    let timeout = Duration::from_millis(config.direct.direct_timeout_ms);
+    match host.dispatch(
+        &config.direct.direct_cluster,
+        &headers,
+        Some(&call.body),
+        timeout,
+    ) {
         Some(token) => {
             host.count(Metric::DirectSent, 1);
             Some(token)
@@ -182,11 +193,19 @@ pub fn send<H: Host + ?Sized>(host: &H, worker: &Worker, call: &DirectCall) -> O
 pub fn on_reply<H: Host + ?Sized>(host: &H, worker: &Worker, pod: &str, status: Option<u16>) {
     let config = &worker.config;
     if status.is_some_and(|s| (200..300).contains(&s)) {
-        release_pod(host, &worker.keys, config.cas_retries, pod);
+        release_pod(host, &worker.keys, config.shared_data.cas_retries, pod);
         host.count(Metric::DirectOk, 1);
     } else {
-        let until = host.now_ms().saturating_add(config.direct_timeout_ms);
-        back_off_pod(host, &worker.keys, config.cas_retries, pod, until);
+        let until = host
+            .now_ms()
+            .saturating_add(config.direct.direct_timeout_ms);
+        back_off_pod(
+            host,
+            &worker.keys,
+            config.shared_data.cas_retries,
+            pod,
+            until,
+        );
         host.count(Metric::DirectFailed, 1);
         host.log(
             Level::Debug,

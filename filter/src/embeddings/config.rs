@@ -1,5 +1,6 @@
-//! The `embedding_cache` section of the filter's configuration: which models' `/v1/embeddings`
-//! responses the filter answers from its cache, for how long, and within how many bytes.
+//! The Embedding cache section of the filter's configuration, the `embedding_cache` table: which
+//! models' `/v1/embeddings` responses the filter answers from its cache, for how long, and within
+//! how many bytes.
 
 use prewarm_core::wire::MAX_NAME_BYTES;
 use serde::Deserialize;
@@ -8,6 +9,23 @@ use crate::config::range;
 
 /// Most models one configuration opts in.
 pub const MAX_CACHED_MODELS: usize = 1024;
+
+/// The section holding the table: the configuration's sections are flattened into its top
+/// level, so the table is the one key of its section.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct EmbeddingsConfig {
+    /// `embedding_cache`: the cache's models, TTL and bounds (default off).
+    #[serde(rename = "embedding_cache")]
+    pub cache: EmbeddingCacheConfig,
+}
+
+impl EmbeddingsConfig {
+    /// This section's problems, as `embedding_cache.field: value: rule`.
+    pub fn validate(&self, p: &mut Vec<String>) {
+        self.cache.validate(p);
+    }
+}
 
 /// `embedding_cache`; off (no model) by default.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -67,8 +85,7 @@ impl EmbeddingCacheConfig {
     }
 
     /// Every problem, as `embedding_cache.field: value: rule`.
-    pub fn validate(&self) -> Vec<String> {
-        let mut p = Vec::new();
+    pub fn validate(&self, p: &mut Vec<String>) {
         if self.models.len() > MAX_CACHED_MODELS {
             p.push(format!(
                 "embedding_cache.models: {} models: must be at most {MAX_CACHED_MODELS}",
@@ -82,42 +99,35 @@ impl EmbeddingCacheConfig {
                 ));
             }
         }
+        range(p, "embedding_cache.ttl_ms", self.ttl_ms, 1000, 86_400_000);
         range(
-            &mut p,
-            "embedding_cache.ttl_ms",
-            self.ttl_ms,
-            1000,
-            86_400_000,
-        );
-        range(
-            &mut p,
+            p,
             "embedding_cache.max_bytes",
             self.max_bytes,
             4096,
             1 << 30,
         );
         range(
-            &mut p,
+            p,
             "embedding_cache.shared_slots",
             self.shared_slots,
             0,
             1 << 16,
         );
         range(
-            &mut p,
+            p,
             "embedding_cache.max_shared_entry_bytes",
             self.max_shared_entry_bytes,
             64,
             4 << 20,
         );
         range(
-            &mut p,
+            p,
             "embedding_cache.max_response_bytes",
             self.max_response_bytes,
             256,
             self.max_bytes.max(256),
         );
-        p
     }
 }
 
@@ -128,7 +138,9 @@ mod tests {
     #[test]
     fn the_default_is_off_and_valid() {
         let c = EmbeddingCacheConfig::default();
-        assert!(!c.enabled() && c.validate().is_empty());
+        let mut problems = Vec::new();
+        c.validate(&mut problems);
+        assert!(!c.enabled() && problems.is_empty());
     }
 
     #[test]
@@ -142,7 +154,9 @@ mod tests {
             max_shared_entry_bytes: 64 << 10,
             warm_from_gateway: true,
         };
-        let problems = c.validate().join("\n");
+        let mut problems = Vec::new();
+        c.validate(&mut problems);
+        let problems = problems.join("\n");
         for field in [
             "models: \"\"",
             "models: \"xxx",

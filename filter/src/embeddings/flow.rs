@@ -32,7 +32,7 @@ pub enum Lookup {
 
 /// Looks `body` (a request for `model`) up in the worker's cache.
 pub fn on_request<H: Host + ?Sized>(host: &H, worker: &Worker, model: &str, body: &[u8]) -> Lookup {
-    let config = &worker.config.embedding_cache;
+    let config = &worker.config.embeddings.cache;
     if !config.caches(model) {
         return Lookup::Pass;
     }
@@ -92,7 +92,7 @@ fn lookup<H: Host + ?Sized>(
     keys: &[EmbeddingKey],
     now: u64,
 ) -> Option<Vec<CachedEmbedding>> {
-    let slots = worker.config.embedding_cache.shared_slots;
+    let slots = worker.config.embeddings.cache.shared_slots;
     let mut cache = worker.embeddings.borrow_mut();
     let mut found = Vec::with_capacity(keys.len());
     for key in keys {
@@ -146,7 +146,7 @@ impl Capture {
         if !self.reading {
             return;
         }
-        let limit = worker.config.embedding_cache.max_response_bytes;
+        let limit = worker.config.embeddings.cache.max_response_bytes;
         if self.body.len().saturating_add(size) > limit {
             self.give_up(host);
             return;
@@ -165,7 +165,7 @@ impl Capture {
         };
         self.reading = false;
         self.body = Vec::new();
-        let config = &worker.config.embedding_cache;
+        let config = &worker.config.embeddings.cache;
         let shared = (config.shared_slots, config.max_shared_entry_bytes);
         let now = host.now_ms();
         let mut cache = worker.embeddings.borrow_mut();

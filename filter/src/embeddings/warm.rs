@@ -42,7 +42,7 @@ pub fn on_reply<H: Host + ?Sized>(
         host.count(Metric::EmbeddingWarmFetchFailures, 1);
         return false;
     };
-    let config = &worker.config.embedding_cache;
+    let config = &worker.config.embeddings.cache;
     let shared = (config.shared_slots, config.max_shared_entry_bytes);
     let now = host.now_ms();
     let mut written = 0u64;

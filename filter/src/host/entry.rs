@@ -56,14 +56,17 @@ impl RootContext for PrewarmRoot {
         let host = self.host.get_or_insert_with(WasmHost::new).clone();
         match FilterConfig::from_plugin(host.plugin_configuration(size)) {
             Ok(config) => {
-                let tick = Duration::from_millis(config.tick_period_ms);
+                let tick = Duration::from_millis(config.gateway.tick_period_ms);
                 if !host.set_tick_period(tick) {
                     host.log(Level::Warn, "prewarm: could not set the tick period");
                 }
                 // the old configuration's pending index writes, before its worker goes
                 if let Some(old) = &self.worker {
-                    old.prefix_pending
-                        .flush(&host, &old.keys, old.config.prefix_horizon_ms);
+                    old.prefix_pending.flush(
+                        &host,
+                        &old.keys,
+                        old.config.shared_data.prefix_horizon_ms,
+                    );
                 }
                 self.worker = Some(Rc::new(Worker::new(config)));
                 true

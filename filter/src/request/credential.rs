@@ -35,6 +35,7 @@ impl IdentityKey {
     pub fn new(config: &FilterConfig) -> Self {
         Self {
             configured: config
+                .identity
                 .credential_key
                 .as_ref()
                 .map(|k| k.as_bytes().to_vec()),
@@ -50,7 +51,7 @@ impl IdentityKey {
         keys: &Keys,
         config: &FilterConfig,
     ) -> Option<String> {
-        let value = config.credential_headers.iter().find_map(|h| {
+        let value = config.identity.credential_headers.iter().find_map(|h| {
             host.request_header(h)
                 .filter(|v| credential_of(v).is_some())
         })?;
@@ -59,7 +60,7 @@ impl IdentityKey {
             return Some(credential_identity(key, credential));
         }
         if self.proxy.borrow().is_none() {
-            let key = read_or_make(host, keys, config.cas_retries)?;
+            let key = read_or_make(host, keys, config.shared_data.cas_retries)?;
             *self.proxy.borrow_mut() = Some(key);
         }
         let proxy = self.proxy.borrow();
@@ -69,10 +70,10 @@ impl IdentityKey {
     /// On the tick: the proxy's key, read again (made first when there is none, so requests
     /// seldom have to make it).
     pub fn refresh<H: Host + ?Sized>(&self, host: &H, keys: &Keys, config: &FilterConfig) {
-        if self.configured.is_some() || config.credential_headers.is_empty() {
+        if self.configured.is_some() || config.identity.credential_headers.is_empty() {
             return;
         }
-        if let Some(key) = read_or_make(host, keys, config.cas_retries) {
+        if let Some(key) = read_or_make(host, keys, config.shared_data.cas_retries) {
             *self.proxy.borrow_mut() = Some(key);
         }
     }
@@ -108,12 +109,13 @@ fn random_key() -> [u8; KEY_BYTES] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::IdentityConfig;
     use crate::host::fake::FakeHost;
 
     #[test]
     fn workers_of_one_proxy_share_the_key_and_proxies_do_not() {
         let config = FilterConfig::default();
-        let keys = Keys::new(&config.shared_prefix);
+        let keys = Keys::new(&config.shared_data.shared_prefix);
         let a = FakeHost::new();
         let b = a.sibling();
         let other_proxy = FakeHost::new();
@@ -139,7 +141,7 @@ mod tests {
     #[test]
     fn a_worker_that_lost_the_race_adopts_the_stored_key_on_its_tick() {
         let config = FilterConfig::default();
-        let keys = Keys::new(&config.shared_prefix);
+        let keys = Keys::new(&config.shared_data.shared_prefix);
         let host = FakeHost::new();
         host.set_request(&[("x-api-key", b"k-1")], b"");
         let mine = IdentityKey::new(&config);
@@ -156,7 +158,7 @@ mod tests {
     #[test]
     fn the_tick_makes_the_key_before_any_request_needs_it() {
         let config = FilterConfig::default();
-        let keys = Keys::new(&config.shared_prefix);
+        let keys = Keys::new(&config.shared_data.shared_prefix);
         let host = FakeHost::new();
         IdentityKey::new(&config).refresh(&host, &keys, &config);
         let stored = host.shared_value(&keys.identity_key()).unwrap();
@@ -171,7 +173,10 @@ mod tests {
         assert_eq!(host.shared_traffic().1, 0, "no write on the request path");
         // without credential headers the tick makes none
         let off = FilterConfig {
-            credential_headers: vec![],
+            identity: IdentityConfig {
+                credential_headers: vec![],
+                ..IdentityConfig::default()
+            },
             ..FilterConfig::default()
         };
         let other = FakeHost::new();
@@ -182,10 +187,13 @@ mod tests {
     #[test]
     fn a_configured_key_needs_no_shared_data_and_no_credential_no_identity() {
         let config = FilterConfig {
-            credential_key: Some("0123456789abcdef".into()),
+            identity: IdentityConfig {
+                credential_key: Some("0123456789abcdef".into()),
+                ..IdentityConfig::default()
+            },
             ..FilterConfig::default()
         };
-        let keys = Keys::new(&config.shared_prefix);
+        let keys = Keys::new(&config.shared_data.shared_prefix);
         let host = FakeHost::new();
         host.set_request(&[("authorization", b"Bearer ")], b"");
         assert_eq!(

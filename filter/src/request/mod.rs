@@ -99,19 +99,19 @@ impl RequestFlow {
         let config = &worker.config;
         // Only the header's owner names a pod. Another router (endpoint_header_owner: external)
         // set it before this filter and overwrote any client value: it is left as it is.
-        if config.endpoint_header_owner == EndpointHeaderOwner::Prewarm {
-            host.remove_request_header(&config.endpoint_header);
+        if config.routing.endpoint_header_owner == EndpointHeaderOwner::Prewarm {
+            host.remove_request_header(&config.routing.endpoint_header);
         }
         // only the filter's direct calls may name a pod for the direct cluster
-        host.remove_request_header(&config.direct_host_header);
+        host.remove_request_header(&config.direct.direct_host_header);
         // only the filter assigns experiment arms
-        host.remove_request_header(&config.arm_header);
+        host.remove_request_header(&config.routing.arm_header);
         host.count(Metric::RequestsSeen, 1);
         let is_post = host.request_header(":method").as_deref() == Some(b"POST");
         let endpoint = host
             .request_header(":path")
             .and_then(|p| String::from_utf8(p).ok())
-            .and_then(|p| config.endpoint_of(&p));
+            .and_then(|p| config.requests.endpoint_of(&p));
         let Some(endpoint) = endpoint.filter(|_| is_post) else {
             host.count(Metric::SkippedNotInference, 1);
             return Verdict::Continue;
@@ -127,11 +127,11 @@ impl RequestFlow {
             host.count(Metric::SkippedNoContentLength, 1);
             return Verdict::Continue;
         };
-        if length > config.max_body_bytes {
+        if length > config.requests.max_body_bytes {
             host.count(Metric::SkippedTooLarge, 1);
             return Verdict::Continue;
         }
-        let user = header_name(host, config.user_header.as_deref());
+        let user = header_name(host, config.identity.user_header.as_deref());
         // hashed now, while the headers are at hand; used only if the body names no user
         let credential = match user {
             None => worker.identity.identity(host, &worker.keys, config),
@@ -140,11 +140,11 @@ impl RequestFlow {
         self.inspecting = Some(Inspection {
             endpoint,
             buffered: 0,
-            tenant: header_name(host, config.tenant_header.as_deref()),
+            tenant: header_name(host, config.identity.tenant_header.as_deref()),
             user,
             credential,
             started_ms: host.now_ms(),
-            external_pick: (config.endpoint_header_owner == EndpointHeaderOwner::External)
+            external_pick: (config.routing.endpoint_header_owner == EndpointHeaderOwner::External)
                 .then(|| external_route::read_pick(host, config)),
         });
         // Routing must set a header, and the embedding cache may answer the request itself, so
@@ -152,8 +152,8 @@ impl RequestFlow {
         // Otherwise nothing is written to the headers: let them go, and observe from the
         // buffered body alone — which also works where that setting is unavailable (Istio's
         // WasmPlugin).
-        let may_answer = endpoint == Endpoint::Embeddings && config.embedding_cache.enabled();
-        if config.routing || may_answer {
+        let may_answer = endpoint == Endpoint::Embeddings && config.embeddings.cache.enabled();
+        if config.routing.enabled || may_answer {
             Verdict::Pause
         } else {
             Verdict::Continue
@@ -172,7 +172,7 @@ impl RequestFlow {
             return Verdict::Continue;
         };
         inspection.buffered = buffered;
-        if buffered > worker.config.max_body_bytes {
+        if buffered > worker.config.requests.max_body_bytes {
             // content-length lied; stop before Envoy's own limit is reached
             self.inspecting = None;
             host.count(Metric::SkippedTooLarge, 1);
@@ -240,7 +240,7 @@ impl RequestFlow {
             return Verdict::Continue;
         };
         let config = &worker.config;
-        let stop = config.bench_stop_after;
+        let stop = config.requests.bench_stop_after;
         if stop == Some(Stage::Headers) {
             return Verdict::Continue;
         }
@@ -251,13 +251,14 @@ impl RequestFlow {
         if stop == Some(Stage::Body) {
             return Verdict::Continue;
         }
-        let request = match parse_request(inspection.endpoint, &body, config.max_body_bytes) {
-            Ok(r) => r,
-            Err(_) => {
-                host.count(Metric::SkippedMalformed, 1);
-                return Verdict::Continue;
-            }
-        };
+        let request =
+            match parse_request(inspection.endpoint, &body, config.requests.max_body_bytes) {
+                Ok(r) => r,
+                Err(_) => {
+                    host.count(Metric::SkippedMalformed, 1);
+                    return Verdict::Continue;
+                }
+            };
         if stop == Some(Stage::Parse) {
             return Verdict::Continue;
         }
@@ -283,13 +284,13 @@ impl RequestFlow {
         user: Option<&str>,
         tenant: Option<&str>,
     ) -> Option<ArmChoice> {
-        if !worker.config.routing {
+        if !worker.config.routing.enabled {
             return None;
         }
         worker.table.refresh(host, &worker.keys);
         let table = worker.table.table()?;
         let arm = experiments::arm::assign(host, table.experiment.as_ref()?, user, tenant)?;
-        host.set_request_header(&worker.config.arm_header, arm.header.as_bytes());
+        host.set_request_header(&worker.config.routing.arm_header, arm.header.as_bytes());
         Some(arm)
     }
 
@@ -303,7 +304,7 @@ impl RequestFlow {
         let config = &worker.config;
         let canonical = canonical_prompt(&request);
         let chain = BlockChain::of(&request.model, canonical.as_bytes(), &worker.fingerprint);
-        if config.bench_stop_after == Some(Stage::Fingerprint) {
+        if config.requests.bench_stop_after == Some(Stage::Fingerprint) {
             // the index's keys too: the routing below computes them from the chain
             std::hint::black_box(PromptKeys::of(&chain, &worker.fingerprint));
             return;
@@ -311,7 +312,7 @@ impl RequestFlow {
         let body_user = request
             .user
             .as_deref()
-            .filter(|u| config.user_from_body && u.len() <= MAX_NAME_BYTES);
+            .filter(|u| config.identity.user_from_body && u.len() <= MAX_NAME_BYTES);
         let user = inspection.user.as_deref().or(body_user);
         // a streak's identity: the user, else the credential's (never an arm's unit: see
         // `credential`)
@@ -327,7 +328,7 @@ impl RequestFlow {
         let arm = self.assign_arm(host, worker, user, inspection.tenant.as_deref());
         let settings = arm.as_ref().map(|a| a.settings).unwrap_or_default();
         let sketched =
-            prewarm_core::tokens::truncate_to_tokens(&canonical, config.max_prefix_tokens);
+            prewarm_core::tokens::truncate_to_tokens(&canonical, config.requests.max_prefix_tokens);
         let observed = observe(
             host,
             config,
@@ -345,7 +346,7 @@ impl RequestFlow {
                 arm: settings,
             },
         );
-        if config.bench_stop_after == Some(Stage::Observe) {
+        if config.requests.bench_stop_after == Some(Stage::Observe) {
             return;
         }
         if settings.warmup {
@@ -365,7 +366,7 @@ impl RequestFlow {
                 self.success = Some(SuccessWatch::new(&request.model, prefix, asked));
             }
         }
-        if config.outcomes && request.endpoint != Endpoint::Embeddings {
+        if config.signals.outcomes && request.endpoint != Endpoint::Embeddings {
             let prefix = chain.routing_key(&worker.fingerprint);
             let mut watch = OutcomeWatch::new(
                 inspection.started_ms,
@@ -378,7 +379,7 @@ impl RequestFlow {
             }
             self.outcome = Some(watch);
         }
-        if !config.routing {
+        if !config.routing.enabled {
             host.count(Metric::UnroutedDisabled, 1);
             if let Some(pick) = inspection.external_pick {
                 self.record_external(host, worker, pick, &request.model, &chain);
@@ -391,8 +392,8 @@ impl RequestFlow {
         }
         let table = worker.table.view(settings.warmup);
         let keys = PromptKeys::of(&chain, &worker.fingerprint);
-        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
-            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms)
+        let mut store = SharedPrefixStore::new(host, &worker.keys, config.shared_data.prefix_slots)
+            .with_pending(&worker.prefix_pending, config.shared_data.prefix_horizon_ms)
             .with_reads(&worker.prefix_reads);
         let now = host.now_ms();
         let route = choose_pod(
@@ -403,14 +404,14 @@ impl RequestFlow {
                 store: &store,
                 keys: &keys,
                 now_ms: now,
-                horizon_ms: config.prefix_horizon_ms,
+                horizon_ms: config.shared_data.prefix_horizon_ms,
             },
-            config.endpoint_alternatives,
+            config.routing.endpoint_alternatives,
         );
         match route {
             Ok(route) => {
                 let value = route.header_value();
-                host.set_request_header(&config.endpoint_header, value.as_bytes());
+                host.set_request_header(&config.routing.endpoint_header, value.as_bytes());
                 host.count(Metric::Routed, 1);
                 if route.matched_blocks > 0 {
                     host.count(Metric::RoutedByPrefix, 1);
@@ -451,8 +452,8 @@ impl RequestFlow {
         };
         let keys = PromptKeys::of(chain, &worker.fingerprint);
         let config = &worker.config;
-        let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
-            .with_pending(&worker.prefix_pending, config.prefix_horizon_ms)
+        let mut store = SharedPrefixStore::new(host, &worker.keys, config.shared_data.prefix_slots)
+            .with_pending(&worker.prefix_pending, config.shared_data.prefix_horizon_ms)
             .with_reads(&worker.prefix_reads);
         self.record_served(
             host,
@@ -489,8 +490,8 @@ impl RequestFlow {
             served.keys,
             served.pod,
             served.now_ms,
-            config.prefix_slots.max(1),
-            config.prefix_horizon_ms,
+            config.shared_data.prefix_slots.max(1),
+            config.shared_data.prefix_horizon_ms,
         );
         if !queued {
             let refused = record(
@@ -498,7 +499,7 @@ impl RequestFlow {
                 served.keys,
                 served.pod,
                 served.now_ms,
-                config.prefix_horizon_ms,
+                config.shared_data.prefix_horizon_ms,
             );
             if refused > 0 {
                 host.count(Metric::PrefixWriteFailures, refused);
@@ -529,7 +530,7 @@ pub fn served_record(
     model: &str,
     chain: &BlockChain,
 ) -> Option<ServedRecord> {
-    (worker.config.direct_calls != DirectMode::Always).then(|| {
+    (worker.config.direct.direct_calls != DirectMode::Always).then(|| {
         ServedRecord::of(
             pod,
             model,

@@ -74,7 +74,7 @@ pub fn first_address(value: &[u8]) -> Result<&str, Unrecorded> {
 /// at hand.
 pub fn read_pick<H: Host + ?Sized>(host: &H, config: &FilterConfig) -> Result<String, Unrecorded> {
     let value = host
-        .request_header(&config.endpoint_header)
+        .request_header(&config.routing.endpoint_header)
         .ok_or(Unrecorded::Absent)?;
     first_address(&value).map(str::to_string)
 }

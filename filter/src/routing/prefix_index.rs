@@ -30,13 +30,13 @@ pub fn seed_from_table<H: Host + ?Sized>(host: &H, worker: &Worker, table: &Rout
         return;
     }
     let config = &worker.config;
-    let mut store = SharedPrefixStore::new(host, &worker.keys, config.prefix_slots)
+    let mut store = SharedPrefixStore::new(host, &worker.keys, config.shared_data.prefix_slots)
         .with_reads(&worker.prefix_reads);
     let refused = seed(
         &mut store,
         &table.prefixes,
         host.now_ms(),
-        config.prefix_horizon_ms,
+        config.shared_data.prefix_horizon_ms,
     );
     if refused > 0 {
         host.count(Metric::PrefixWriteFailures, refused);

@@ -73,7 +73,7 @@ pub fn observe<H: Host + ?Sized>(
     seen: Observation<'_>,
 ) -> Observed {
     let (tally, prompts) = tallies;
-    if !config.base_models.iter().any(|m| m == seen.model)
+    if !config.signals.base_models.iter().any(|m| m == seen.model)
         && !tally.adapter_request(seen.model, seen.tenant)
     {
         host.count(Metric::TallyOverflow, 1);
@@ -95,7 +95,7 @@ fn tally_prompt<H: Host + ?Sized>(
     prompts: &PromptTally,
     seen: &Observation<'_>,
 ) {
-    let fingerprint = config.fingerprint();
+    let fingerprint = config.requests.fingerprint();
     let Some(key) = seen.chain.routing_key(&fingerprint) else {
         return;
     };
@@ -160,18 +160,18 @@ fn fold_prompts<H: Host + ?Sized>(
     prompts: &PromptTally,
     now: u64,
 ) -> Vec<Signal> {
-    let fingerprint = config.fingerprint();
+    let fingerprint = config.requests.fingerprint();
     let mut signals = Vec::new();
-    prompts.fold(now, config.rate_window_ms, |key, group, fold| {
-        let slot = keys.shared_prompt(key.0, config.shared_prompt_slots);
-        let hot = update(host, &slot, config.cas_retries, |bytes| {
-            let mut slot = SharedPromptSlot::read(bytes, key.0, config.rate_window_ms);
+    prompts.fold(now, config.signals.rate_window_ms, |key, group, fold| {
+        let slot = keys.shared_prompt(key.0, config.shared_data.shared_prompt_slots);
+        let hot = update(host, &slot, config.shared_data.cas_retries, |bytes| {
+            let mut slot = SharedPromptSlot::read(bytes, key.0, config.signals.rate_window_ms);
             let hot = count_shared_prompt(
                 &mut slot.state,
                 fold.requests,
                 now,
                 group.can_signal(),
-                &config.triggers,
+                &config.signals.triggers,
             );
             (Some(slot.to_bytes()), hot)
         })
@@ -182,7 +182,13 @@ fn fold_prompts<H: Host + ?Sized>(
             let last = *group.common().last()?;
             let (streak_signalled, _) = count_pattern(host, config, keys, last, 0, now)?;
             hot.signalled_before |= streak_signalled;
-            shared_prefix_signal(group, hot, fold.keep_warm, &fingerprint, &config.triggers)
+            shared_prefix_signal(
+                group,
+                hot,
+                fold.keep_warm,
+                &fingerprint,
+                &config.signals.triggers,
+            )
         });
         if let Some(signal) = signal {
             if signal.shape.is_none() && group.unshaped() {
@@ -207,17 +213,19 @@ fn observe_user<H: Host + ?Sized>(
     seen: &Observation<'_>,
 ) -> Option<Observed> {
     let owner = Keys::owner_hash(user);
-    let key = keys.user(owner, config.user_slots);
-    let sketch = Sketch::of(seen.sketched, config.sketch_size);
-    let (state, decision) = update(host, &key, config.cas_retries, |bytes| {
+    let key = keys.user(owner, config.shared_data.user_slots);
+    let sketch = Sketch::of(seen.sketched, config.requests.sketch_size);
+    let (state, decision) = update(host, &key, config.shared_data.cas_retries, |bytes| {
         let previous = (read_u64(bytes, 0) == Some(owner))
-            .then(|| UserPattern::from_bytes(bytes.get(8..).unwrap_or(&[]), config.sketch_size))
+            .then(|| {
+                UserPattern::from_bytes(bytes.get(8..).unwrap_or(&[]), config.requests.sketch_size)
+            })
             .flatten();
         let (state, decision) = observe_prompt(
             previous.as_ref(),
             sketch.clone(),
             &seen.chain.blocks,
-            &config.triggers,
+            &config.signals.triggers,
         );
         let mut value = owner.to_le_bytes().to_vec();
         value.extend_from_slice(&state.to_bytes());
@@ -229,10 +237,10 @@ fn observe_user<H: Host + ?Sized>(
         let (was_signalled, rate) = count_pattern(host, config, keys, last, 1, now)?;
         let signal = decision.into_signal(
             seen.origin(),
-            &config.fingerprint(),
+            &config.requests.fingerprint(),
             was_signalled,
             rate,
-            &config.triggers,
+            &config.signals.triggers,
         );
         if signal.shape.is_none() && shape_expected(seen.request) {
             // past a shape's bounds: warmed as a completion of its text, counted
@@ -244,7 +252,7 @@ fn observe_user<H: Host + ?Sized>(
             adopted: None,
         });
     }
-    let hot = state.streak > config.triggers.similar_prompts;
+    let hot = state.streak > config.signals.triggers.similar_prompts;
     let last = *state.common.last()?;
     if !hot {
         return None;
@@ -267,9 +275,9 @@ fn count_pattern<H: Host + ?Sized>(
     uses: u32,
     now: u64,
 ) -> Option<(bool, f64)> {
-    let key = keys.pattern(pattern.0, config.pattern_slots);
-    update(host, &key, config.cas_retries, |bytes| {
-        let mut slot = RateSlot::read(bytes, pattern.0, config.rate_window_ms);
+    let key = keys.pattern(pattern.0, config.shared_data.pattern_slots);
+    update(host, &key, config.shared_data.cas_retries, |bytes| {
+        let mut slot = RateSlot::read(bytes, pattern.0, config.signals.rate_window_ms);
         let was_signalled = slot.flag;
         slot.window.record(now, uses);
         slot.flag = true;
@@ -290,14 +298,15 @@ fn count_adapter<H: Host + ?Sized>(
     now: u64,
 ) -> Option<Signal> {
     let owner = Keys::owner_hash(adapter);
-    let key = keys.adapter(owner, config.adapter_slots);
-    let (crossed, rate) = update(host, &key, config.cas_retries, |bytes| {
-        let mut slot = RateSlot::read(bytes, owner, config.rate_window_ms);
+    let key = keys.adapter(owner, config.shared_data.adapter_slots);
+    let (crossed, rate) = update(host, &key, config.shared_data.cas_retries, |bytes| {
+        let mut slot = RateSlot::read(bytes, owner, config.signals.rate_window_ms);
         // an adapter that cooled down while idle (no fold saw it below the rate) crosses anew
-        let was_hot = slot.flag && should_pin(slot.window.per_minute(now), &config.triggers);
+        let was_hot =
+            slot.flag && should_pin(slot.window.per_minute(now), &config.signals.triggers);
         slot.window.record(now, tallied.requests);
         let rate = slot.window.per_minute(now);
-        let hot = should_pin(rate, &config.triggers);
+        let hot = should_pin(rate, &config.signals.triggers);
         let crossed = hot && !was_hot;
         slot.flag = hot;
         (Some(slot.to_bytes()), (crossed, rate))
@@ -307,7 +316,7 @@ fn count_adapter<H: Host + ?Sized>(
             adapter: adapter.to_string(),
             tenant: tallied.tenant.clone(),
             rate_per_minute: rate,
-            priority: priority(rate, &config.triggers),
+            priority: priority(rate, &config.signals.triggers),
         })
     })
 }

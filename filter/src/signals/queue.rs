@@ -74,19 +74,20 @@ pub type OutcomeQueue = RecordQueue<OutcomeRecord>;
 /// What a batch may carry beside its envelope.
 fn records_budget(config: &FilterConfig) -> usize {
     config
+        .signals
         .max_batch_bytes
-        .saturating_sub(SignalBatch::envelope_bytes(&config.source))
+        .saturating_sub(SignalBatch::envelope_bytes(&config.gateway.source))
 }
 
 impl SignalQueue {
     pub fn new(config: &FilterConfig, keys: &Keys) -> Self {
         let budget = records_budget(config);
         Self {
-            ring: SharedRing::new(&keys.signals(), config.max_pending_signals),
-            max_record_bytes: config.max_signal_bytes,
-            max_batch_records: config.max_batch_signals,
+            ring: SharedRing::new(&keys.signals(), config.signals.max_pending_signals),
+            max_record_bytes: config.signals.max_signal_bytes,
+            max_batch_records: config.signals.max_batch_signals,
             batch_budget: budget - budget / 4 - budget / 8,
-            retries: config.cas_retries,
+            retries: config.shared_data.cas_retries,
             enqueued: Metric::SignalsEnqueued,
             dropped: Metric::SignalsDropped,
             deferred: RefCell::default(),
@@ -99,13 +100,13 @@ impl ServedQueue {
     /// A served record is a pod id, a model name (each at most core's name cap), a hash per
     /// 512-token shard of the fingerprinted prefix and two counts.
     pub fn served(config: &FilterConfig, keys: &Keys) -> Self {
-        let shards = config.max_prefix_tokens.div_ceil(512);
+        let shards = config.requests.max_prefix_tokens.div_ceil(512);
         Self {
-            ring: SharedRing::new(&keys.served(), config.max_pending_served),
+            ring: SharedRing::new(&keys.served(), config.signals.max_pending_served),
             max_record_bytes: shards.saturating_mul(24).saturating_add(1024),
             max_batch_records: MAX_SERVED_PER_BATCH,
             batch_budget: records_budget(config) / 4,
-            retries: config.cas_retries,
+            retries: config.shared_data.cas_retries,
             enqueued: Metric::ServedEnqueued,
             dropped: Metric::ServedDropped,
             deferred: RefCell::default(),
@@ -118,11 +119,11 @@ impl OutcomeQueue {
     /// An outcome record is three names (each at most core's name cap) and six numbers.
     pub fn outcomes(config: &FilterConfig, keys: &Keys) -> Self {
         Self {
-            ring: SharedRing::new(&keys.outcomes(), config.max_pending_outcomes),
+            ring: SharedRing::new(&keys.outcomes(), config.signals.max_pending_outcomes),
             max_record_bytes: 3 * MAX_NAME_BYTES + 256,
             max_batch_records: MAX_OUTCOMES_PER_BATCH,
             batch_budget: records_budget(config) / 8,
-            retries: config.cas_retries,
+            retries: config.shared_data.cas_retries,
             enqueued: Metric::OutcomesEnqueued,
             dropped: Metric::OutcomesDropped,
             deferred: RefCell::default(),
@@ -212,6 +213,7 @@ impl<T: Serialize + DeserializeOwned> RecordQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SignalsConfig;
     use crate::host::fake::FakeHost;
     use prewarm_core::wire::{PatternState, PinSignal, PrefillSignal, MAX_SIGNAL_BATCH_BYTES};
     use prewarm_core::{BlockHash, Endpoint};
@@ -248,8 +250,11 @@ mod tests {
     fn bounded_oldest_dropped_and_reported() {
         let h = FakeHost::new();
         let q = queue(FilterConfig {
-            max_pending_signals: 3,
-            max_batch_signals: 2,
+            signals: SignalsConfig {
+                max_pending_signals: 3,
+                max_batch_signals: 2,
+                ..SignalsConfig::default()
+            },
             ..FilterConfig::default()
         });
         q.enqueue(&h, (0..5).map(|i| pin(&format!("a{i}"))).collect());
@@ -277,13 +282,16 @@ mod tests {
     fn batches_from_a_full_queue_fit_the_gateway_limit() {
         let h = FakeHost::new();
         let config = FilterConfig {
-            max_batch_bytes: MAX_SIGNAL_BATCH_BYTES,
-            max_pending_signals: 40,
+            signals: SignalsConfig {
+                max_batch_bytes: MAX_SIGNAL_BATCH_BYTES,
+                max_pending_signals: 40,
+                ..SignalsConfig::default()
+            },
             ..FilterConfig::default()
         };
         let q = queue(config.clone());
-        let big = prefill(config.max_signal_bytes - (20 << 10));
-        let n = config.max_pending_signals;
+        let big = prefill(config.signals.max_signal_bytes - (20 << 10));
+        let n = config.signals.max_pending_signals;
         q.enqueue(&h, vec![big; n]);
         let mut sent = 0;
         for _ in 0..n {
@@ -292,8 +300,13 @@ mod tests {
                 break;
             }
             sent += taken.records.len();
-            let body = SignalBatch::new(config.source.clone(), u64::MAX, taken.records).encode();
-            assert!(body.len() <= config.max_batch_bytes, "{}", body.len());
+            let body =
+                SignalBatch::new(config.gateway.source.clone(), u64::MAX, taken.records).encode();
+            assert!(
+                body.len() <= config.signals.max_batch_bytes,
+                "{}",
+                body.len()
+            );
             assert!(SignalBatch::decode(&body).is_ok());
         }
         assert_eq!(sent, n, "every signal went out, none dropped");
@@ -347,7 +360,10 @@ mod tests {
     fn deferred_records_beyond_the_slots_drop_the_oldest_counted() {
         let h = FakeHost::new();
         let config = FilterConfig {
-            max_pending_served: 2,
+            signals: SignalsConfig {
+                max_pending_served: 2,
+                ..SignalsConfig::default()
+            },
             ..FilterConfig::default()
         };
         let q = ServedQueue::served(&config, &Keys::new("p/"));

@@ -3,7 +3,7 @@
 
 use prewarm_core::wire::Signal;
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, IdentityConfig, SignalsConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::root::RootTasks;
@@ -15,7 +15,10 @@ const TOKEN: &str = "sk-live-7f3a9c2e51d84b6e0c29";
 
 fn worker() -> Worker {
     Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     })
 }
@@ -101,8 +104,14 @@ fn a_user_in_the_body_is_the_identity_and_the_token_is_not_used() {
 fn without_credential_headers_configured_a_request_without_a_user_has_no_identity() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
-        credential_headers: vec![],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
+        identity: IdentityConfig {
+            credential_headers: vec![],
+            ..IdentityConfig::default()
+        },
         ..FilterConfig::default()
     });
     let n = three_similar(&host, &worker, |_| {

@@ -3,7 +3,7 @@
 
 use prewarm_core::wire::{PinSignal, Signal};
 
-use prewarm_filter::config::{DirectMode, DirectPod, FilterConfig};
+use prewarm_filter::config::{DirectConfig, DirectMode, DirectPod, FilterConfig, SignalsConfig};
 use prewarm_filter::host::fake::{FakeHost, RecordedCall};
 use prewarm_filter::host::Metric;
 use prewarm_filter::request::RequestFlow;
@@ -23,9 +23,15 @@ fn pods(n: usize) -> Vec<DirectPod> {
 
 fn standalone(n: usize, change: impl FnOnce(&mut FilterConfig)) -> Worker {
     let mut config = FilterConfig {
-        direct_calls: DirectMode::Always,
-        direct_pods: pods(n),
-        base_models: vec!["base".into()],
+        direct: DirectConfig {
+            direct_calls: DirectMode::Always,
+            direct_pods: pods(n),
+            ..DirectConfig::default()
+        },
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     };
     change(&mut config);
@@ -159,8 +165,8 @@ fn one_call_in_flight_per_pod_a_success_frees_it_a_failure_backs_off() {
 fn the_minute_budget_holds_across_workers() {
     let host = FakeHost::new();
     let other = host.sibling();
-    let worker = standalone(64, |c| c.direct_calls_per_min = 3);
-    let second = standalone(64, |c| c.direct_calls_per_min = 3);
+    let worker = standalone(64, |c| c.direct.direct_calls_per_min = 3);
+    let second = standalone(64, |c| c.direct.direct_calls_per_min = 3);
     let (mut r1, mut r2) = (RootTasks::default(), RootTasks::default());
     worker
         .queue
@@ -179,8 +185,8 @@ fn the_minute_budget_holds_across_workers() {
     // the prefill tokens are budgeted too: two prefixes of 512 tokens do not fit 600 a minute
     let host = FakeHost::new();
     let worker = standalone(2, |c| {
-        c.max_prefix_tokens = 512;
-        c.direct_prefill_tokens_per_min = 600;
+        c.requests.max_prefix_tokens = 512;
+        c.direct.direct_prefill_tokens_per_min = 600;
     });
     let t = template();
     let mut root = RootTasks::default();
@@ -238,7 +244,10 @@ fn when_gateway_down_the_filter_takes_over_after_the_streak_and_hands_back() {
     worker.table.install(
         1,
         prewarm_filter::direct::config::static_table(&FilterConfig {
-            direct_pods: pods(2),
+            direct: DirectConfig {
+                direct_pods: pods(2),
+                ..DirectConfig::default()
+            },
             ..FilterConfig::default()
         }),
     );
@@ -266,7 +275,10 @@ fn when_gateway_down_the_filter_takes_over_after_the_streak_and_hands_back() {
     // off: never, however long the gateway is down
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        direct_calls: DirectMode::Off,
+        direct: DirectConfig {
+            direct_calls: DirectMode::Off,
+            ..DirectConfig::default()
+        },
         ..FilterConfig::default()
     });
     let mut root = RootTasks::default();

@@ -2,7 +2,7 @@
 //! on a hit, what is stored from a pod's response, and every way a request or response is left
 //! alone.
 
-use prewarm_filter::config::{EmbeddingCacheConfig, FilterConfig};
+use prewarm_filter::config::{EmbeddingCacheConfig, EmbeddingsConfig, FilterConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::request::{RequestFlow, Verdict};
@@ -10,9 +10,11 @@ use prewarm_filter::worker::Worker;
 
 fn worker() -> Worker {
     Worker::new(FilterConfig {
-        embedding_cache: EmbeddingCacheConfig {
-            models: vec!["minilm".into()],
-            ..EmbeddingCacheConfig::default()
+        embeddings: EmbeddingsConfig {
+            cache: EmbeddingCacheConfig {
+                models: vec!["minilm".into()],
+                ..EmbeddingCacheConfig::default()
+            },
         },
         ..FilterConfig::default()
     })
@@ -166,10 +168,12 @@ fn failed_encoded_or_unparsable_responses_are_not_stored() {
 fn a_response_over_the_bound_is_passed_and_not_stored() {
     let host = FakeHost::new();
     let w = Worker::new(FilterConfig {
-        embedding_cache: EmbeddingCacheConfig {
-            models: vec!["minilm".into()],
-            max_response_bytes: 256,
-            ..EmbeddingCacheConfig::default()
+        embeddings: EmbeddingsConfig {
+            cache: EmbeddingCacheConfig {
+                models: vec!["minilm".into()],
+                max_response_bytes: 256,
+                ..EmbeddingCacheConfig::default()
+            },
         },
         ..FilterConfig::default()
     });
@@ -221,7 +225,7 @@ fn an_entry_expires_after_its_ttl() {
 /// Another Envoy worker: the same shared data, its own VM (and so its own cache).
 fn sibling(host: &FakeHost, config: EmbeddingCacheConfig) -> (FakeHost, Worker) {
     let worker = Worker::new(FilterConfig {
-        embedding_cache: config,
+        embeddings: EmbeddingsConfig { cache: config },
         ..FilterConfig::default()
     });
     (host.sibling(), worker)
@@ -262,7 +266,7 @@ fn what_one_worker_stored_answers_the_other_workers_through_the_shared_level() {
 fn without_shared_slots_each_worker_keeps_its_own() {
     let host = FakeHost::new();
     let w = Worker::new(FilterConfig {
-        embedding_cache: cached(0),
+        embeddings: EmbeddingsConfig { cache: cached(0) },
         ..FilterConfig::default()
     });
     let (mut flow, _) = request(&host, &w, ONE);
@@ -276,7 +280,7 @@ fn without_shared_slots_each_worker_keeps_its_own() {
 fn another_input_in_the_same_slot_is_a_miss_not_a_wrong_answer() {
     let host = FakeHost::new();
     let w = Worker::new(FilterConfig {
-        embedding_cache: cached(1),
+        embeddings: EmbeddingsConfig { cache: cached(1) },
         ..FilterConfig::default()
     });
     let (mut flow, _) = request(&host, &w, ONE);

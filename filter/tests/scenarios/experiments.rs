@@ -3,7 +3,7 @@
 use prewarm_core::experiment::{Arm, ArmRouting, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{RoutingTable, Signal};
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, IdentityConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::worker::Worker;
@@ -154,7 +154,10 @@ fn the_arm_with_routing_off_is_left_to_envoy() {
 #[test]
 fn without_a_user_the_tenant_then_the_connection_is_the_unit() {
     let config = FilterConfig {
-        user_from_body: false,
+        identity: IdentityConfig {
+            user_from_body: false,
+            ..IdentityConfig::default()
+        },
         ..FilterConfig::default()
     };
     let worker = Worker::new(config);

@@ -6,7 +6,7 @@
 use prewarm_core::wire::{RoutedPod, ServedRecord, Signal, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
-use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig};
+use prewarm_filter::config::{EndpointHeaderOwner, FilterConfig, RoutingConfig, SignalsConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::{Host, Metric};
 use prewarm_filter::request::{RequestFlow, Verdict};
@@ -20,9 +20,15 @@ const HEADER: &str = "x-gateway-destination-endpoint";
 
 fn external() -> FilterConfig {
     FilterConfig {
-        endpoint_header_owner: EndpointHeaderOwner::External,
-        routing: false,
-        base_models: vec!["m".into()],
+        routing: RoutingConfig {
+            enabled: false,
+            endpoint_header_owner: EndpointHeaderOwner::External,
+            ..RoutingConfig::default()
+        },
+        signals: SignalsConfig {
+            base_models: vec!["m".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     }
 }
@@ -253,7 +259,10 @@ fn prewarm_mode_strips_a_client_header_with_routing_on_or_off() {
     for routing in [true, false] {
         let host = FakeHost::new();
         let worker = Worker::new(FilterConfig {
-            routing,
+            routing: RoutingConfig {
+                enabled: routing,
+                ..RoutingConfig::default()
+            },
             ..FilterConfig::default()
         });
         // no table: the filter routes nothing, so whatever reaches the pod is the client's

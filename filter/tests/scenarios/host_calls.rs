@@ -3,7 +3,7 @@
 //! `--nocapture`) and bounded. Each host call takes Envoy's shared-data lock or crosses the
 //! VM boundary, so the request path's count must not grow with the prompt.
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, RequestsConfig};
 use prewarm_filter::host::fake::{FakeHost, HostCalls};
 use prewarm_filter::host::Metric;
 use prewarm_filter::worker::Worker;
@@ -161,7 +161,10 @@ fn a_stage_ladder_proxy_stops_each_request_after_its_stage() {
     ] {
         let host = FakeHost::new();
         let worker = Worker::new(FilterConfig {
-            bench_stop_after: stop,
+            requests: RequestsConfig {
+                bench_stop_after: stop,
+                ..RequestsConfig::default()
+            },
             ..FilterConfig::default()
         });
         with_one_pod_table(&host, &worker);

@@ -5,7 +5,7 @@ use prewarm_core::experiment::{Arm, ArmSettings, Experiment};
 use prewarm_core::wire::{OutcomeRecord, SignalBatch};
 use prewarm_core::{canonical_prompt, parse_request, BlockChain, Endpoint};
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, SignalsConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::{Host, Metric};
 use prewarm_filter::worker::Worker;
@@ -146,7 +146,10 @@ fn a_stream_reset_before_any_response_records_nothing() {
 fn outcomes_are_off_when_configured_so() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        outcomes: false,
+        signals: SignalsConfig {
+            outcomes: false,
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     assert_eq!(exchange(&host, &worker, false, "200", &["{}"], 5), None);

@@ -7,7 +7,9 @@ use prewarm_core::wire::{
 };
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{
+    FilterConfig, GatewayConfig, RequestsConfig, RoutingConfig, SharedDataConfig, SignalsConfig,
+};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::request::{RequestFlow, Verdict};
@@ -110,7 +112,10 @@ fn streak_signal(host: &FakeHost, worker: &Worker, extra: serde_json::Value) -> 
 fn a_chat_streaks_signal_carries_its_messages_tools_kwargs_and_salt_over_the_prefix() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     let extra = serde_json::json!({
@@ -135,7 +140,10 @@ fn a_chat_streaks_signal_carries_its_messages_tools_kwargs_and_salt_over_the_pre
 fn a_request_past_the_shape_bounds_is_observed_unshaped_counted_and_passes_untouched() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     let huge = "d".repeat(prewarm_core::warm_shape::MAX_SHAPE_JSON_BYTES);
@@ -150,7 +158,10 @@ fn a_request_past_the_shape_bounds_is_observed_unshaped_counted_and_passes_untou
 fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     let t = template();
@@ -211,7 +222,10 @@ fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
 fn body_user_is_the_fallback_and_users_are_kept_apart() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["m".into()],
+        signals: SignalsConfig {
+            base_models: vec!["m".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     let t = template();
@@ -354,7 +368,10 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
 fn skips_leave_the_request_untouched() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        max_body_bytes: 1000,
+        requests: RequestsConfig {
+            max_body_bytes: 1000,
+            ..RequestsConfig::default()
+        },
         ..FilterConfig::default()
     });
     // no content-length
@@ -415,7 +432,10 @@ fn skips_leave_the_request_untouched() {
 fn tick_sends_one_batch_and_counts_the_reply() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        gateway_token: Some("s3cret".into()),
+        gateway: GatewayConfig {
+            gateway_token: Some("s3cret".into()),
+            ..GatewayConfig::default()
+        },
         ..FilterConfig::default()
     });
     for i in 0..6 {
@@ -603,9 +623,12 @@ fn refused_dispatch_is_counted() {
 fn shared_key_space_is_bounded_by_the_slots() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        user_slots: 4,
-        adapter_slots: 2,
-        pattern_slots: 2,
+        shared_data: SharedDataConfig {
+            user_slots: 4,
+            adapter_slots: 2,
+            pattern_slots: 2,
+            ..SharedDataConfig::default()
+        },
         ..FilterConfig::default()
     });
     for i in 0..50 {
@@ -632,7 +655,10 @@ fn shared_key_space_is_bounded_by_the_slots() {
 fn without_routing_the_headers_are_not_held_and_the_body_is_still_observed() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        routing: false,
+        routing: RoutingConfig {
+            enabled: false,
+            ..RoutingConfig::default()
+        },
         ..FilterConfig::default()
     });
     worker
@@ -860,7 +886,10 @@ fn succeeded(signals: &[Signal]) -> u32 {
 fn a_successful_answer_to_a_hot_prefix_is_success_feedback_and_a_truncated_one_is_not() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     });
     let t = template();

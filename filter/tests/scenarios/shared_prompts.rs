@@ -6,7 +6,7 @@ use prewarm_core::experiment::{Arm, ArmSettings, Experiment, Unit};
 use prewarm_core::wire::{PatternState, PrefillSignal, Signal};
 use prewarm_core::{BlockChain, FingerprintConfig};
 
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, SharedDataConfig, SignalsConfig};
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::root::RootTasks;
@@ -39,7 +39,10 @@ fn body(k: usize, question: &str) -> Vec<u8> {
 
 fn worker() -> Worker {
     Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
         ..FilterConfig::default()
     })
 }
@@ -256,9 +259,15 @@ fn a_prompt_seen_once_never_copies_its_text() {
 fn the_tally_and_the_shared_slots_stay_bounded_under_a_flood_of_distinct_prompts() {
     let host = FakeHost::new();
     let worker = Worker::new(FilterConfig {
-        base_models: vec!["base".into()],
-        shared_prompt_slots: 64,
-        shared_prompt_tally_bytes: 64 << 10,
+        signals: SignalsConfig {
+            base_models: vec!["base".into()],
+            ..SignalsConfig::default()
+        },
+        shared_data: SharedDataConfig {
+            shared_prompt_slots: 64,
+            shared_prompt_tally_bytes: 64 << 10,
+            ..SharedDataConfig::default()
+        },
         ..FilterConfig::default()
     });
     for i in 0..(MAX_GROUPS + 300) {

@@ -21,7 +21,7 @@
 
 use prewarm_core::wire::{ServedRecord, Signal, SignalBatch, MAX_SERVED_PER_BATCH};
 use prewarm_core::{parse_request, Endpoint};
-use prewarm_filter::config::FilterConfig;
+use prewarm_filter::config::{FilterConfig, SignalsConfig};
 use prewarm_filter::host::memory::MemoryHost;
 use prewarm_filter::request::served_record;
 use prewarm_filter::request::success::SuccessWatch;
@@ -48,7 +48,10 @@ impl FilterVm {
     /// A VM with the filter's defaults, `base_model` named a base model (never pinned).
     pub fn new(base_model: &str) -> Self {
         let config = FilterConfig {
-            base_models: vec![base_model.to_string()],
+            signals: SignalsConfig {
+                base_models: vec![base_model.to_string()],
+                ..SignalsConfig::default()
+            },
             ..FilterConfig::default()
         };
         Self {
@@ -77,11 +80,15 @@ impl FilterVm {
         let Ok(body) = serde_json::to_vec(&body) else {
             return;
         };
-        let Ok(request) = parse_request(Endpoint::Completions, &body, config.max_body_bytes) else {
+        let Ok(request) =
+            parse_request(Endpoint::Completions, &body, config.requests.max_body_bytes)
+        else {
             return;
         };
-        let sketched =
-            prewarm_core::tokens::truncate_to_tokens(r.canonical, config.max_prefix_tokens);
+        let sketched = prewarm_core::tokens::truncate_to_tokens(
+            r.canonical,
+            config.requests.max_prefix_tokens,
+        );
         let observed = observe(
             &self.host,
             config,
@@ -123,7 +130,7 @@ impl FilterVm {
         if now_ms < self.next_tick_ms {
             return Vec::new();
         }
-        let period = self.worker.config.tick_period_ms.max(1);
+        let period = self.worker.config.gateway.tick_period_ms.max(1);
         self.host.set_now(now_ms);
         let tallied = self.worker.tally.take();
         let signals = fold_tally(
@@ -139,7 +146,7 @@ impl FilterVm {
         let mut served = std::mem::take(&mut self.served).into_iter().peekable();
         let mut batches = Vec::new();
         while !signals.is_empty() || served.peek().is_some() {
-            let source = self.worker.config.source.clone();
+            let source = self.worker.config.gateway.source.clone();
             let mut batch = SignalBatch::new(source, now_ms, std::mem::take(&mut signals));
             batch.served = served.by_ref().take(MAX_SERVED_PER_BATCH).collect();
             batches.push(batch);
