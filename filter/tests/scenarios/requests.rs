@@ -7,14 +7,19 @@ use prewarm_core::wire::{
 };
 use prewarm_core::{BlockChain, FingerprintConfig, PlacementCandidate};
 
-use prewarm_filter::config::{
-    FilterConfig, GatewayConfig, RequestsConfig, RoutingConfig, SharedDataConfig, SignalsConfig,
-};
+use prewarm_filter::config::FilterConfig;
 use prewarm_filter::host::fake::FakeHost;
 use prewarm_filter::host::Metric;
 use prewarm_filter::request::{RequestFlow, Verdict};
 use prewarm_filter::root::RootTasks;
 use prewarm_filter::worker::Worker;
+
+/// A worker with the defaults and `model` a base model (never pinned).
+pub(crate) fn with_base_model(model: &str) -> Worker {
+    let mut config = FilterConfig::default();
+    config.signals.base_models = vec![model.into()];
+    Worker::new(config)
+}
 
 pub(crate) fn chat_body(model: &str, system: &str, question: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
@@ -111,13 +116,7 @@ fn streak_signal(host: &FakeHost, worker: &Worker, extra: serde_json::Value) -> 
 #[test]
 fn a_chat_streaks_signal_carries_its_messages_tools_kwargs_and_salt_over_the_prefix() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        signals: SignalsConfig {
-            base_models: vec!["base".into()],
-            ..SignalsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let worker = with_base_model("base");
     let extra = serde_json::json!({
         "tools": [{"type": "function", "function": {"name": "lookup_order"}}],
         "chat_template_kwargs": {"enable_thinking": false},
@@ -139,13 +138,7 @@ fn a_chat_streaks_signal_carries_its_messages_tools_kwargs_and_salt_over_the_pre
 #[test]
 fn a_request_past_the_shape_bounds_is_observed_unshaped_counted_and_passes_untouched() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        signals: SignalsConfig {
-            base_models: vec!["base".into()],
-            ..SignalsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let worker = with_base_model("base");
     let huge = "d".repeat(prewarm_core::warm_shape::MAX_SHAPE_JSON_BYTES);
     let extra = serde_json::json!({"tools": [{"type": "function", "description": huge}]});
     let p = streak_signal(&host, &worker, extra);
@@ -157,13 +150,7 @@ fn a_request_past_the_shape_bounds_is_observed_unshaped_counted_and_passes_untou
 #[test]
 fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        signals: SignalsConfig {
-            base_models: vec!["base".into()],
-            ..SignalsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let worker = with_base_model("base");
     let t = template();
     for (i, q) in ["first question?", "second question?", "third question?"]
         .iter()
@@ -221,13 +208,7 @@ fn three_similar_prompts_make_one_prefill_with_their_common_prefix() {
 #[test]
 fn body_user_is_the_fallback_and_users_are_kept_apart() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        signals: SignalsConfig {
-            base_models: vec!["m".into()],
-            ..SignalsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let worker = with_base_model("m");
     let t = template();
     for (user, q) in [("a", "q1"), ("b", "q2"), ("a", "q3"), ("b", "q4")] {
         let body = serde_json::to_vec(
@@ -367,13 +348,9 @@ fn client_endpoint_header_is_removed_and_the_table_routes() {
 #[test]
 fn skips_leave_the_request_untouched() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        requests: RequestsConfig {
-            max_body_bytes: 1000,
-            ..RequestsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let mut config = FilterConfig::default();
+    config.requests.max_body_bytes = 1000;
+    let worker = Worker::new(config);
     // no content-length
     host.set_request(
         &[
@@ -431,13 +408,9 @@ fn skips_leave_the_request_untouched() {
 #[test]
 fn tick_sends_one_batch_and_counts_the_reply() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        gateway: GatewayConfig {
-            gateway_token: Some("s3cret".into()),
-            ..GatewayConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let mut config = FilterConfig::default();
+    config.gateway.gateway_token = Some("s3cret".into());
+    let worker = Worker::new(config);
     for i in 0..6 {
         send(
             &host,
@@ -622,15 +595,11 @@ fn refused_dispatch_is_counted() {
 #[test]
 fn shared_key_space_is_bounded_by_the_slots() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        shared_data: SharedDataConfig {
-            user_slots: 4,
-            adapter_slots: 2,
-            pattern_slots: 2,
-            ..SharedDataConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let mut config = FilterConfig::default();
+    config.shared_data.user_slots = 4;
+    config.shared_data.adapter_slots = 2;
+    config.shared_data.pattern_slots = 2;
+    let worker = Worker::new(config);
     for i in 0..50 {
         let user = format!("user-{i}");
         send(
@@ -654,13 +623,9 @@ fn shared_key_space_is_bounded_by_the_slots() {
 #[test]
 fn without_routing_the_headers_are_not_held_and_the_body_is_still_observed() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        routing: RoutingConfig {
-            enabled: false,
-            ..RoutingConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let mut config = FilterConfig::default();
+    config.routing.enabled = false;
+    let worker = Worker::new(config);
     worker
         .table
         .install(7, table(&[("p1", "127.0.0.1:1001", &[])]));
@@ -885,13 +850,7 @@ fn succeeded(signals: &[Signal]) -> u32 {
 #[test]
 fn a_successful_answer_to_a_hot_prefix_is_success_feedback_and_a_truncated_one_is_not() {
     let host = FakeHost::new();
-    let worker = Worker::new(FilterConfig {
-        signals: SignalsConfig {
-            base_models: vec!["base".into()],
-            ..SignalsConfig::default()
-        },
-        ..FilterConfig::default()
-    });
+    let worker = with_base_model("base");
     let t = template();
     let stop = r#"{"choices":[{"index":0,"message":{"content":"ok"},"finish_reason":"stop"}]}"#;
     let length = r#"{"choices":[{"index":0,"message":{"content":"o"},"finish_reason":"length"}]}"#;
