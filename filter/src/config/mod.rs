@@ -11,10 +11,12 @@
 //! still name the flat key. Rules between sections are [`FilterConfig::validate`]'s.
 //!
 //! serde's `flatten` refuses an unknown key without listing the accepted ones, which an operator
-//! needs to see a typo's right spelling (and `tests/docs_match_code.rs` reads them): the
-//! top-level keys are checked first against the union of the sections' keys, read from serde
-//! itself ([`field_names`]), and an unknown one is refused with that list.
+//! needs to see a typo's right spelling (and `tests/docs_match_code.rs` reads them), and takes a
+//! repeated key silently: the top-level keys are checked as they are read against the union of
+//! the sections' keys, read from serde itself ([`field_names`]); an unknown one is refused with
+//! that list, a repeated one by name ([`CheckedKeys`]).
 
+mod checked_keys;
 mod field_names;
 mod gateway;
 mod identity;
@@ -26,9 +28,9 @@ mod signals;
 use std::sync::OnceLock;
 
 use prewarm_core::wire::SignalBatch;
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
+use self::checked_keys::CheckedKeys;
 use self::field_names::field_names;
 pub use self::gateway::GatewayConfig;
 pub use self::identity::{IdentityConfig, MAX_CREDENTIAL_HEADERS};
@@ -44,8 +46,8 @@ pub use crate::request::stage::Stage;
 /// top level). Durations are milliseconds, sizes bytes.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 // `remote = "Self"`: the derive becomes an inherent `FilterConfig::deserialize`, which the
-// `Deserialize` impl below calls once the top-level keys are known to be accepted ones (called
-// alone it still refuses an unknown key, `deny_unknown_fields`, but without the list).
+// `Deserialize` impl below calls with the top-level keys checked (called alone it still refuses
+// an unknown key, `deny_unknown_fields`, but without the list, and takes a repeated one).
 #[serde(remote = "Self", default, deny_unknown_fields)]
 pub struct FilterConfig {
     /// Calls to the gateway and the tick.
@@ -94,15 +96,13 @@ pub fn top_level_keys() -> &'static [&'static str] {
 }
 
 impl<'de> Deserialize<'de> for FilterConfig {
-    /// Refuses an unknown top-level key as serde refuses one of a plain struct, listing every
-    /// accepted key, then reads the sections.
+    /// Reads the sections with the top-level keys checked as they are read
+    /// ([`CheckedKeys`]: an unknown key is refused listing every accepted one).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let object = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
-        let keys = top_level_keys();
-        if let Some(unknown) = object.keys().find(|k| !keys.contains(&k.as_str())) {
-            return Err(D::Error::unknown_field(unknown, keys));
-        }
-        FilterConfig::deserialize(serde_json::Value::Object(object)).map_err(D::Error::custom)
+        FilterConfig::deserialize(CheckedKeys {
+            inner: deserializer,
+            keys: top_level_keys(),
+        })
     }
 }
 

@@ -220,3 +220,12 @@ fn rules_between_sections_name_their_field() {
         ]
     );
 }
+
+#[test]
+fn a_repeated_key_is_refused_by_name_at_every_level() {
+    let e = FilterConfig::from_json(br#"{"tick_period_ms":500,"tick_period_ms":5}"#).unwrap_err();
+    assert!(e[0].contains("duplicate field `tick_period_ms`"), "{e:?}");
+    let e = FilterConfig::from_json(br#"{"embedding_cache":{"ttl_ms":5000,"ttl_ms":9000}}"#)
+        .unwrap_err();
+    assert!(e[0].contains("duplicate field `ttl_ms`"), "{e:?}");
+}
