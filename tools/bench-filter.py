@@ -221,17 +221,18 @@ def main() -> int:
 
 def host_calls() -> list[str]:
     """Host calls of a routed chat request by body size, counted on the filter's native host
-    double (the scenario test `host_call`): the same code the wasm build runs, every host call
-    it makes counted by kind."""
+    double (the scenario tests `host_call` and `new_prompts_host_calls`): the same code the wasm
+    build runs, every host call it makes counted by kind; and what a new prompt costs with its
+    share of the tick (its index keys and records are written there)."""
     out = subprocess.run(
-        ["cargo", "test", "-q", "-p", "prewarm-filter", "--test", "scenarios", "host_call", "--", "--nocapture",
+        ["cargo", "test", "-q", "-p", "prewarm-filter", "--test", "scenarios", "host_calls", "--", "--nocapture",
          "--test-threads=1"],
         cwd=REPO, capture_output=True, text=True, check=True)
     out = (out.stdout + out.stderr).splitlines()
-    start = next((i for i, line in enumerate(out) if "host calls of a routed" in line), None)
-    if start is None:
+    if not any("host calls of a routed" in line for line in out):
         raise RuntimeError("the host_call scenario printed no counts")
-    return [line for line in out[start + 1:] if " KB, " in line]
+    return ([line for line in out if " KB, " in line]
+            + [line for line in out if " KB: request path" in line])
 
 
 def own_cpu(r: dict, name: str) -> float:
@@ -313,8 +314,9 @@ def write_doc(results: list[dict], inspected: int, routed: int, calls: list[str]
                   "the user's pattern, tallies; the last column: routing, the index lookups and the served and",
                   "outcome records, i.e. the whole filter.", "", *ladder_lines(results)]
     lines += ["", "Host calls of a routed chat request (request, answer and end; counted by kind on the filter's",
-              "native host double, `cargo test -p prewarm-filter --test scenarios host_call -- --nocapture`;",
-              "goal ≤ 16 shared-data and metric calls whatever the prompt length):", "", "```", *calls, "```"]
+              "native host double, `cargo test -p prewarm-filter --test scenarios host_calls -- --nocapture`;",
+              "goal ≤ 16 shared-data and metric calls whatever the prompt length); then a new prompt's, 100 a tick,",
+              "with its share of the tick, where its index keys and its served and outcome records are written:", "", "```", *calls, "```"]
     lines += [
         "",
         "\"Filter loaded, inspecting nothing\" is the floor any proxy-wasm filter pays here (a VM context per",
