@@ -17,11 +17,11 @@ fn placed_keys(text: &str) -> Vec<u64> {
     PromptKeys::of(&BlockChain::of("base", text.as_bytes(), &fp), &fp).placed()
 }
 
-/// The table's placed prefixes once two pods warmed `texts` and keep-warm ran.
-fn placed_after_warming(texts: &[String]) -> Vec<Vec<u64>> {
+/// A fleet of `pods` pods (`p0`, `p1`, …), each up and warming from 1 s.
+fn fleet_warming(pods: usize) -> Fleet {
     let config = GatewayConfig::default();
     let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
-    for i in 0..2 {
+    for i in 0..pods {
         let id = format!("p{i}");
         let spec = PodSpec::new(id.clone(), format!("10.0.0.{i}:8000"));
         fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
@@ -34,6 +34,12 @@ fn placed_after_warming(texts: &[String]) -> Vec<Vec<u64>> {
         fleet.on_models(&id, Vec::new(), 1_000);
         assert!(fleet.start_warmup(&id, 1_000));
     }
+    fleet
+}
+
+/// The table's placed prefixes once two pods warmed `texts` and keep-warm ran.
+fn placed_after_warming(texts: &[String]) -> Vec<Vec<u64>> {
+    let mut fleet = fleet_warming(2);
     let hot = texts.iter().map(|t| hot_signal(t)).collect();
     let (ack, mut actions) = fleet.on_signals(SignalBatch::new("test", 0, hot), 2_000);
     assert_eq!(ack.prefills, texts.len(), "{ack:?}");
@@ -72,21 +78,7 @@ fn a_prefix_reaching_the_fingerprint_cut_is_not_seeded() {
 /// more pods.
 #[test]
 fn a_hot_prefixs_holders_are_the_pods_every_shard_is_modelled_on() {
-    let config = GatewayConfig::default();
-    let mut fleet = Fleet::new(config.fleet(), 1_000, 0);
-    for i in 0..4 {
-        let id = format!("p{i}");
-        let spec = PodSpec::new(id.clone(), format!("10.0.0.{i}:8000"));
-        fleet.add_pod(config.pod_shape(&spec), 1_000).unwrap();
-        let check = HealthCheck {
-            ok: true,
-            load: Some(PodLoad::default()),
-            process_start_s: None,
-        };
-        fleet.on_check(&id, check, 1_000);
-        fleet.on_models(&id, Vec::new(), 1_000);
-        assert!(fleet.start_warmup(&id, 1_000));
-    }
+    let mut fleet = fleet_warming(4);
     let fp = FingerprintConfig::default();
     let text: String = (0..600).map(|i| format!("shared{i} ")).collect();
     let chain = BlockChain::of("base", text.as_bytes(), &fp);
