@@ -203,8 +203,8 @@ function renderHeatmap(view) {
   document.getElementById("heatmap-empty").hidden = adapters.length > 0;
 }
 
-// Where each prefix is placed: the pod whose plan lists it, marked `(warming)` while that pod
-// is not in the routing table yet.
+// Where each prefix is placed: the pods whose plans list it (several when a joining pod's plan
+// took a prefix held on two pods), each marked `(warming)` while not in the routing table yet.
 function placements(pods) {
   const placed = new Map();
   for (const p of pods) {
