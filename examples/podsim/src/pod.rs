@@ -506,22 +506,39 @@ impl Pod {
     /// Leading prompt tokens of `canonical_prompt` whose full blocks are cached for `adapter`
     /// (`None` = base model), without the `prompt_tokens − 1` cap and without touching the LRU.
     pub fn cached_prefix_tokens(&self, adapter: Option<&str>, canonical_prompt: &str) -> usize {
+        self.cached_tokens_of(&self.prompt_hashes(adapter, canonical_prompt))
+    }
+
+    /// The full-block hashes this pod's cache keys `canonical_prompt` by for `adapter` (`None`
+    /// = base model): the same on every pod of one configuration, so a caller looking the
+    /// prompt up on many pods hashes it once.
+    pub fn prompt_hashes(&self, adapter: Option<&str>, canonical_prompt: &str) -> Vec<u64> {
+        let key = adapter.unwrap_or(&self.config.served_model_name);
+        prompt_block_hashes(key, canonical_prompt.as_bytes(), self.cache.block_bytes())
+    }
+
+    /// Leading tokens of a prompt of block `hashes` ([`Self::prompt_hashes`]) cached here.
+    pub fn cached_tokens_of(&self, hashes: &[u64]) -> usize {
         if !self.config.enable_prefix_caching {
             return 0;
         }
-        let key = adapter.unwrap_or(&self.config.served_model_name);
-        let hashes =
-            prompt_block_hashes(key, canonical_prompt.as_bytes(), self.cache.block_bytes());
-        self.cache.cached_prefix_blocks(&hashes) * self.config.block_size
+        self.cache.cached_prefix_blocks(hashes) * self.config.block_size
     }
 
     /// The cached tokens a request with this prompt would get now (capped at
     /// `prompt_tokens − 1`). No side effects.
     pub fn would_hit_tokens(&self, adapter: Option<&str>, canonical_prompt: &str) -> usize {
         let prompt_tokens = prewarm_core::tokens::token_count(canonical_prompt.len());
+        self.would_hit_of(
+            &self.prompt_hashes(adapter, canonical_prompt),
+            prompt_tokens,
+        )
+    }
+
+    /// [`Self::would_hit_tokens`] of a prompt of `prompt_tokens` already hashed.
+    pub fn would_hit_of(&self, hashes: &[u64], prompt_tokens: usize) -> usize {
         let cap = prompt_tokens.saturating_sub(1) / self.config.block_size * self.config.block_size;
-        self.cached_prefix_tokens(adapter, canonical_prompt)
-            .min(cap)
+        self.cached_tokens_of(hashes).min(cap)
     }
 
     /// The state at `now` (advancing the clock first).

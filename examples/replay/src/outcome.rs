@@ -15,6 +15,10 @@ pub struct Outcome {
     pub pod: usize,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    /// Prompt tokens another pod had cached beyond `cached_tokens` when the request was
+    /// routed (the best pod's hit minus this one's): what routing lost. `None` where the
+    /// pods' caches are not visible (live runs, the oracle's bound).
+    pub cached_elsewhere_tokens: Option<u64>,
     pub ttft_s: f64,
     /// Whether its adapter held a GPU slot on arrival (`None`: base model).
     pub adapter_hit: Option<bool>,
@@ -28,6 +32,11 @@ pub struct PolicyReport {
     pub requests: usize,
     pub failed: usize,
     pub token_hit_ratio: Option<f64>,
+    /// Share of prompt tokens cached on another pod than the one a request was routed to,
+    /// beyond what that pod had ([`Outcome::cached_elsewhere_tokens`]): the routing's part of
+    /// the misses; `token_hit_ratio` + this is what routing to the best cache would have hit
+    /// that moment, before the cache effects of routing differently.
+    pub cached_elsewhere_ratio: Option<f64>,
     pub ttft_p50_ms: Option<f64>,
     pub ttft_p95_ms: Option<f64>,
     pub ttft_p99_ms: Option<f64>,
@@ -104,6 +113,17 @@ pub fn token_hit_ratio<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> O
     (prompt > 0).then(|| cached as f64 / prompt as f64)
 }
 
+/// Tokens cached on another pod over prompt tokens; `None` unless every outcome says what
+/// the other pods held.
+pub fn cached_elsewhere_ratio(outcomes: &[Outcome]) -> Option<f64> {
+    let (mut prompt, mut elsewhere) = (0u64, 0u64);
+    for o in outcomes {
+        prompt += o.prompt_tokens;
+        elsewhere += o.cached_elsewhere_tokens?;
+    }
+    (prompt > 0).then(|| elsewhere as f64 / prompt as f64)
+}
+
 /// Whether `o` falls in its pod's first window after a join or restart event.
 pub fn on_new_pod(o: &Outcome, windows: &[Vec<f64>]) -> bool {
     windows.get(o.pod).is_some_and(|w| {
@@ -147,6 +167,7 @@ pub fn summarize(
         requests: outcomes.len(),
         failed,
         token_hit_ratio: token_hit_ratio(outcomes),
+        cached_elsewhere_ratio: cached_elsewhere_ratio(outcomes),
         ttft_p50_ms: percentile(&mut ttft, 50.0),
         ttft_p95_ms: percentile(&mut ttft, 95.0),
         ttft_p99_ms: percentile(&mut ttft, 99.0),
@@ -212,6 +233,7 @@ mod tests {
             pod,
             prompt_tokens: 1,
             cached_tokens: 0,
+            cached_elsewhere_tokens: None,
             ttft_s: 0.1,
             adapter_hit: None,
             gold: false,
@@ -241,6 +263,7 @@ mod tests {
             pod,
             prompt_tokens: 100,
             cached_tokens: 50,
+            cached_elsewhere_tokens: Some(if pod == 0 { 0 } else { 30 }),
             ttft_s,
             adapter_hit: Some(pod == 0),
             gold: pod == 0,
@@ -261,6 +284,8 @@ mod tests {
         ];
         let r = summarize("p", &outs, 0, None, &windows);
         assert_eq!(r.token_hit_ratio, Some(0.5));
+        // pod 1's two requests each missed 30 tokens another pod held: 60 of 400
+        assert_eq!(r.cached_elsewhere_ratio, Some(0.15));
         assert_eq!(r.new_pod_requests, 1);
         assert_eq!(r.new_pod_ttft_p95_ms, Some(900.0));
         assert_eq!(r.steady_ttft_p95_ms, Some(300.0));
@@ -268,5 +293,14 @@ mod tests {
         assert_eq!(r.gold_adapter_hit_ratio, Some(1.0));
         let no_events = summarize("p", &outs, 0, None, &[vec![], vec![]]);
         assert_eq!(no_events.new_pod_ttft_p95_ms, None);
+    }
+
+    #[test]
+    fn cached_elsewhere_is_unknown_unless_every_request_says_it() {
+        let mut outs = vec![o(100.0, 0, 0.1), o(200.0, 1, 0.1)];
+        assert_eq!(cached_elsewhere_ratio(&outs), Some(0.15));
+        outs[0].cached_elsewhere_tokens = None;
+        assert_eq!(cached_elsewhere_ratio(&outs), None);
+        assert_eq!(cached_elsewhere_ratio(&[]), None);
     }
 }

@@ -178,6 +178,7 @@ pub fn outcomes(records: &[Record]) -> Outcomes {
             pod: index,
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens.min(r.prompt_tokens),
+            cached_elsewhere_tokens: None,
             ttft_s: ttft_ms / 1000.0,
             adapter_hit: r.adapter_hit,
             gold: r.tier == Some(Tier::Gold),

@@ -22,9 +22,10 @@ fn f(v: Option<f64>, digits: usize) -> String {
 }
 
 /// Column headers of the text table, and the cells of one row, in the same order.
-const HEADERS: [&str; 13] = [
+const HEADERS: [&str; 14] = [
     "policy",
     "tok_hit",
+    "elsewhere",
     "p50_ms",
     "p95_ms",
     "p99_ms",
@@ -39,9 +40,10 @@ const HEADERS: [&str; 13] = [
 ];
 
 /// Markdown headers, same order as [`HEADERS`].
-const MD_HEADERS: [&str; 13] = [
+const MD_HEADERS: [&str; 14] = [
     "policy",
     "token hit",
+    "cached on another pod",
     "TTFT p50 ms",
     "TTFT p95 ms",
     "TTFT p99 ms",
@@ -55,10 +57,11 @@ const MD_HEADERS: [&str; 13] = [
     "peak minute load",
 ];
 
-fn cells(p: &PolicyReport) -> [String; 13] {
+fn cells(p: &PolicyReport) -> [String; 14] {
     [
         p.policy.clone(),
         f(p.token_hit_ratio, 4),
+        f(p.cached_elsewhere_ratio, 4),
         f(p.ttft_p50_ms, 1),
         f(p.ttft_p95_ms, 1),
         f(p.ttft_p99_ms, 1),

@@ -289,3 +289,34 @@ fn shared_prefill_compute_queues_a_piled_pod() {
         ttft(&shared)
     );
 }
+
+#[test]
+fn a_request_sent_away_from_its_cache_counts_what_another_pod_held() {
+    // one prompt, again and again, on 4 pods: round robin sends its 2nd to 4th requests to
+    // pods that never saw it while pod 0 holds it (1,520 tokens: every full block but the one
+    // with the last token); affinity always sends it to the pod holding it
+    let trace: Vec<TraceRequest> = (0..8)
+        .map(|i| request(i * 1000, &[1, 2, 3], 1536))
+        .collect();
+    let assignment = assign(&trace, None, 1, 0.1, 0.2);
+    let policies = [
+        "round_robin".to_string(),
+        "first_shard_affinity".to_string(),
+    ];
+    let runs = run_policies(&trace, &assignment, &fleet(4, 4096), &[], &policies);
+    let elsewhere = |policy: &str| -> Vec<u64> {
+        let run = runs.iter().find(|r| r.policy == policy).unwrap();
+        run.outcomes
+            .iter()
+            .map(|o| o.cached_elsewhere_tokens.unwrap())
+            .collect()
+    };
+    assert_eq!(elsewhere("round_robin"), [0, 1520, 1520, 1520, 0, 0, 0, 0]);
+    assert_eq!(elsewhere("first_shard_affinity"), [0; 8]);
+    let reports = summaries(&runs, &fleet(4, 4096), &[]);
+    let rr = reports.iter().find(|r| r.policy == "round_robin").unwrap();
+    assert_eq!(
+        rr.cached_elsewhere_ratio,
+        Some(3.0 * 1520.0 / (8.0 * 1536.0))
+    );
+}

@@ -110,6 +110,22 @@ impl Fleet {
             .is_some_and(|p| p.pod.gpu_adapters().contains(&adapter))
     }
 
+    /// The most cached tokens a request for `adapter` (`None`: the base model) with
+    /// `canonical_prompt` would get on any pod now, as admission counts them (the last token
+    /// never cached). No side effects: what a router that saw every cache could have had.
+    pub fn best_hit_tokens(&self, adapter: Option<&str>, canonical_prompt: &str) -> usize {
+        let Some(first) = self.pods.first() else {
+            return 0;
+        };
+        let hashes = first.pod.prompt_hashes(adapter, canonical_prompt);
+        let prompt_tokens = prewarm_core::tokens::token_count(canonical_prompt.len());
+        self.pods
+            .iter()
+            .map(|p| p.pod.would_hit_of(&hashes, prompt_tokens))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Submits a request to pod `index` at `now_s`.
     pub fn serve(
         &mut self,

@@ -218,6 +218,7 @@ pub fn envelope(input: &OracleInput<'_>, policies: &[&[Outcome]]) -> Vec<Outcome
             pod,
             prompt_tokens: prompt,
             cached_tokens: hit,
+            cached_elsewhere_tokens: None,
             ttft_s: ttft,
             adapter_hit,
             gold: input.gold.get(i).copied().unwrap_or(false),

@@ -152,6 +152,7 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
             canonical_prompt: canonical.clone(),
             max_tokens: Some(r.output_length),
         };
+        let best_hit = fleet.best_hit_tokens(adapter.as_deref(), &canonical) as u64;
         match fleet.serve(pod, now, &spec) {
             Ok(admission) => {
                 run.outcomes.push(Outcome {
@@ -160,6 +161,9 @@ pub fn run_policy(setup: &Setup<'_>, make: &PolicyFactory) -> Result<PolicyRun, 
                     pod,
                     prompt_tokens: admission.prompt_tokens as u64,
                     cached_tokens: admission.cached_tokens as u64,
+                    cached_elsewhere_tokens: Some(
+                        best_hit.saturating_sub(admission.cached_tokens as u64),
+                    ),
                     ttft_s: admission.ttft_seconds,
                     adapter_hit,
                     gold: tier == Tier::Gold,
