@@ -50,11 +50,18 @@
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod (the *holder*) wins when the entry is younger than the horizon
 //!    and not common, its pod is in the pool and keeps the request (below), and the request
-//!    goes on past it: a conversation's next turn, or a new question on a template. A repeat
-//!    (a prompt ending where the entry ends) goes by step 4, where the gateway places and
-//!    warms it; a prompt longer than its keys (cut at [`MAX_SHARDS`] or at the fingerprint's
-//!    `max_prefix_tokens`) always goes on past them — before, an agent session's turns past
-//!    32,768 tokens read as repeats and were placed afresh whenever their pod was busy.
+//!    finds there at least as much as it brings: its matched blocks are at least half of the
+//!    blocks it keys ([`finds_most`]) — a conversation's next turn, a new question on a
+//!    template, a repeat. The holder has every matched block, whatever follows them, so a
+//!    repeat (a prompt ending where the entry ends) sticks too. A request that brings more new
+//!    tokens than it finds is mostly new content, and where new content goes is step 4's
+//!    placement (bounded load, so the fleet's KV fills evenly): the holder's cache would save
+//!    it less than half its prefill, and its new blocks would evict as much of the holder's.
+//!    It is SGLang's router's `cache_threshold` rule with the threshold where "found" and
+//!    "brought" are equal, the point where neither side of that exchange is larger. A prompt
+//!    longer than the index (past [`MAX_SHARDS`] or the fingerprint's `max_prefix_tokens`) is
+//!    judged on the blocks the index keys: an agent session's context past them is on the
+//!    pod of its deepest key too.
 //!
 //!    The holder keeps the request while the wait there costs no more than moving it: when the
 //!    table prices a move (`prefill_us_per_token`) and gives the holder's `wait_ms`, it keeps
@@ -162,19 +169,11 @@ pub fn eviction_horizon_ms(kv_tokens: u64, prefill_tokens_per_s: f64) -> u64 {
 pub struct PromptKeys {
     blocks: Vec<u64>,
     per_shard: usize,
-    /// Whether the prompt goes on for at least a block past `blocks` (cut at [`MAX_SHARDS`] or
-    /// at the fingerprint's `max_prefix_tokens`): a match at the last key is then no repeat.
-    cut: bool,
 }
 
 impl PromptKeys {
     pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
-        let mut keys = Self::of_blocks(&chain.blocks, fingerprint);
-        // the fingerprint stopped at its cap and the prompt went on (a token count rounds its
-        // last partial block up, so "a block more than was hashed" cannot tell a cut prompt)
-        let hashed = chain.blocks.len().saturating_mul(fingerprint.block_tokens);
-        keys.cut |= fingerprint.reaches_cap(chain.blocks.len()) && chain.prompt_tokens > hashed;
-        keys
+        Self::of_blocks(&chain.blocks, fingerprint)
     }
 
     /// The keys of a prompt of `blocks` (a hot prefix's chain, say).
@@ -184,7 +183,6 @@ impl PromptKeys {
         Self {
             blocks: blocks.iter().take(limit).map(|b| b.0).collect(),
             per_shard,
-            cut: blocks.len() > limit,
         }
     }
 
@@ -324,22 +322,6 @@ pub struct PrefixMatch {
     /// Blocks of the prompt it covers.
     pub blocks: usize,
     pub entry: PrefixEntry,
-    /// Whether the prompt goes on past it.
-    pub continues: bool,
-}
-
-impl PrefixMatch {
-    /// Whether the prompt branches off a path an earlier prompt already continued: the entry is
-    /// interior and this prompt goes on past it differently (its next key was not found).
-    pub fn branches(&self) -> bool {
-        self.entry.interior && self.continues
-    }
-
-    /// Whether the prompt continues one that ended there (a conversation's next turn): the
-    /// entry is not interior and this prompt goes on past it.
-    pub fn continues_a_leaf(&self) -> bool {
-        !self.entry.interior && self.continues
-    }
 }
 
 /// The last index in `0..n` at which `probe` finds an entry, by binary search (assuming hits
@@ -386,11 +368,7 @@ pub fn longest_match<S: PrefixStore + ?Sized>(
     }) {
         best = Some((from.saturating_add(i).saturating_add(1), entry));
     }
-    let found = best.map(|(blocks, entry)| PrefixMatch {
-        blocks,
-        entry,
-        continues: blocks < keys.blocks.len() || keys.cut,
-    });
+    let found = best.map(|(blocks, entry)| PrefixMatch { blocks, entry });
     (found, reads)
 }
 
@@ -412,6 +390,12 @@ fn common_blocks<S: PrefixStore + ?Sized>(
     found.map_or(0, |(k, _)| {
         k.saturating_add(1).saturating_mul(keys.per_shard)
     })
+}
+
+/// Whether a prompt finds at its deepest match at least as many blocks as it brings past it
+/// (module doc, step 3): matched blocks at least half of the blocks the index keys of it.
+pub fn finds_most(found: &PrefixMatch, keys: &PromptKeys) -> bool {
+    found.blocks.saturating_mul(2) >= keys.blocks.len()
 }
 
 /// A request's route by the prefix rule.
@@ -471,7 +455,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
     let (found, mut reads) = longest_match(store, keys);
     let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
     let holder = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && m.continues && !m.entry.common())
+        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.entry.common() && finds_most(m, keys))
         .and_then(|m| {
             let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
             Some((pod, m.blocks))

@@ -337,15 +337,50 @@ fn a_prompt_longer_than_the_index_sees_continues_past_its_deepest_key() {
         (r.primary.id.as_str(), r.matched_blocks),
         (holder.as_str(), 512)
     );
-    // a prompt that ends within the index is a repeat: placed by rendezvous, whatever its
-    // last partial block (3,071 bytes: 255 past the last full block, 64 tokens rounded up)
+}
+
+#[test]
+fn a_repeat_sticks_to_the_pod_holding_it() {
+    // a prompt ending where its deepest entry ends: that pod holds every block it matched,
+    // whatever its last partial block (3,071 bytes: 255 past the last full block), not where
+    // rendezvous would place it
+    let t = table(4, Some(1.25));
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
     for (conv, bytes) in [(2, 3_000), (3, 3_071)] {
         let short = prompt(0, conv, bytes);
-        let (placed, other) = rendezvous_and_other(&t, &short);
+        let (_, other) = rendezvous_and_other(&t, &short);
         record(&mut store, &short, &other, 0, HORIZON);
         let r = route_prefix(&t, "m", &short, &store, 1, HORIZON).unwrap();
-        assert_eq!(r.primary.id, placed, "{bytes} bytes");
+        assert_eq!(
+            (r.primary.id.as_str(), r.matched_blocks),
+            (other.as_str(), short.blocks.len()),
+            "{bytes} bytes"
+        );
     }
+}
+
+#[test]
+fn a_prompt_bringing_more_than_it_finds_is_placed_like_a_new_one() {
+    // 8 blocks of template found on one pod, 23 new ones brought: the request is mostly new
+    // content, placed by rendezvous (its first shard, the template's), not kept by the holder
+    let t = table(4, None);
+    let a = prompt(2_048, 1, 1_000);
+    let (placed, other) = rendezvous_and_other(&t, &a);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &a, &other, 0, HORIZON);
+    let long = prompt(2_048, 2, 6_000);
+    let r = route_prefix(&t, "m", &long, &store, 1, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (placed.as_str(), 0)
+    );
+    // one that finds as much as it brings stays with the template's pod
+    let even = prompt(2_048, 3, 2_048);
+    let r = route_prefix(&t, "m", &even, &store, 1, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (other.as_str(), 8)
+    );
 }
 
 #[test]
@@ -353,11 +388,11 @@ fn a_branch_sticks_to_its_prefixs_pod_until_the_prefix_is_common() {
     // a template (one shard) another conversation went on past: a branch off it sticks to
     // that pod, not to where its first shard would place it
     let t = table(4, None);
-    let a = prompt(2_048, 1, 3_000);
+    let a = prompt(2_048, 1, 1_000);
     let (_, other) = rendezvous_and_other(&t, &a);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
     record(&mut store, &a, &other, 0, HORIZON);
-    let b = prompt(2_048, 2, 3_000);
+    let b = prompt(2_048, 2, 1_000);
     let r = route_prefix(&t, "m", &b, &store, 1, HORIZON).unwrap();
     assert_eq!(r.primary.id, other);
     assert!(r.matched_blocks >= 8, "matched {}", r.matched_blocks);
@@ -533,12 +568,12 @@ fn a_seeded_prefix_takes_its_branches_to_the_warmed_pod() {
     // a template served on one pod; the gateway warmed it on another and seeds the index
     let t = table(4, None);
     let template = prompt(2_048, 0, 0);
-    let a = prompt(2_048, 1, 3_000);
+    let a = prompt(2_048, 1, 1_000);
     let (_, old) = rendezvous_and_other(&t, &a);
     let warmed = t.pods.iter().find(|p| p.id != old).unwrap().id.clone();
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
     record(&mut store, &a, &old, 0, HORIZON);
-    let b = prompt(2_048, 2, 3_000);
+    let b = prompt(2_048, 2, 1_000);
     assert_eq!(
         route_prefix(&t, "m", &b, &store, 1, HORIZON)
             .unwrap()

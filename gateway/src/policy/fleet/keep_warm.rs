@@ -18,13 +18,18 @@ use super::action::{Action, Cause};
 use super::{adapter_calls, Fleet};
 use crate::policy::candidates_for;
 
-/// The fleet's keep-warm period: when the next is due, and the prefixes the last one placed
-/// (which every table carries until the next). Invariant: the placed prefixes change only when
-/// a period is due, so filters seed their index from one view a period, not one a tick.
+/// The fleet's keep-warm period: when the next is due, and the prefixes the last placement
+/// placed (which every table carries until the next) among which routable pods. Invariant: the
+/// placed prefixes change only when a period is due or the routable pods change, so filters
+/// seed their index from one view a period, not one a tick — and a pod that becomes routable
+/// is in the same table as the prefixes its warm-up prefilled, so the requests that continue
+/// them go to it from its first table on (the filter's rule keeps a request on the pod its
+/// index names, and a seed is what names the new pod).
 #[derive(Debug, Clone, Default)]
 pub struct KeepWarmPeriod {
     next_ms: u64,
     placed: Vec<PlacedPrefix>,
+    among: Vec<String>,
 }
 
 impl KeepWarmPeriod {
@@ -33,10 +38,28 @@ impl KeepWarmPeriod {
         now_ms >= self.next_ms
     }
 
-    /// A period ran at `now_ms` and placed `placed`; the next is due `period_ms` later.
-    pub fn ran(&mut self, now_ms: u64, period_ms: u64, placed: Vec<PlacedPrefix>) {
-        self.placed = placed;
+    /// A period ran at `now_ms` and placed `placed` among the routable pods `among`; the next
+    /// is due `period_ms` later.
+    pub fn ran(
+        &mut self,
+        now_ms: u64,
+        period_ms: u64,
+        placed: Vec<PlacedPrefix>,
+        among: Vec<String>,
+    ) {
         self.next_ms = now_ms.saturating_add(period_ms.max(1));
+        self.replace(placed, among);
+    }
+
+    /// Whether the placed prefixes were placed among exactly the routable pods `among`.
+    pub fn placed_among(&self, among: &[String]) -> bool {
+        self.among == among
+    }
+
+    /// The routable pods changed between periods to `among`: the placement is `placed` now.
+    pub fn replace(&mut self, placed: Vec<PlacedPrefix>, among: Vec<String>) {
+        self.placed = placed;
+        self.among = among;
     }
 
     /// The prefixes the last period placed.
@@ -139,11 +162,11 @@ mod tests {
     fn the_first_period_is_due_at_once_and_the_next_a_period_later() {
         let mut period = KeepWarmPeriod::default();
         assert!(period.due(0));
-        period.ran(5_000, 1_000, Vec::new());
+        period.ran(5_000, 1_000, Vec::new(), Vec::new());
         assert!(!period.due(5_999));
         assert!(period.due(6_000));
         // a zero period still moves time on: one period a millisecond, not one a call
-        period.ran(6_000, 0, Vec::new());
+        period.ran(6_000, 0, Vec::new(), Vec::new());
         assert!(!period.due(6_000));
         assert!(period.due(6_001));
     }

@@ -463,11 +463,16 @@ impl Fleet {
         let mut actions = self.warmup_steps(now_ms);
         let keep_warm_due = self.keep_warm_period.due(now_ms);
         self.refresh_placement(keep_warm_due, now_ms);
+        let routable = self.routable_ids(now_ms);
         if keep_warm_due {
             actions.extend(self.keep_warm(now_ms));
             let placed = self.placed_prefixes(now_ms);
             let period_ms = self.config.keep_warm_period_ms;
-            self.keep_warm_period.ran(now_ms, period_ms, placed);
+            self.keep_warm_period
+                .ran(now_ms, period_ms, placed, routable);
+        } else if !self.keep_warm_period.placed_among(&routable) {
+            let placed = self.placed_prefixes(now_ms);
+            self.keep_warm_period.replace(placed, routable);
         }
         self.rebuild_table(now_ms);
         self.emit(actions)

@@ -106,3 +106,61 @@ fn a_hot_prefixs_holders_are_the_pods_every_shard_is_modelled_on() {
         assert_eq!(fleet_wide, on >= COMMON_HOLDERS, "served on {served_on:?}");
     }
 }
+
+/// Answers every call of `actions` at once at `now`, then ticks.
+fn answer_and_tick(fleet: &mut Fleet, actions: Vec<Action>, now: u64) -> Vec<Action> {
+    for action in actions {
+        match action {
+            Action::Prefill(p) => fleet.prefill_done(&p, PrefillOutcome::Ok, now),
+            Action::Adapters(calls) => fleet.adapters_done(&calls, &[], now),
+        }
+    }
+    fleet.tick(now + TICK_MS)
+}
+
+#[test]
+fn a_joining_pod_is_listed_with_the_prefixes_its_warm_up_prefilled() {
+    let config = GatewayConfig::default();
+    let mut fleet = fleet_warming(2);
+    let texts: Vec<String> = (0..24)
+        .map(|t| (0..600).map(|i| format!("template{t} word{i} ")).collect())
+        .collect();
+    let hot = texts.iter().map(|t| hot_signal(t)).collect();
+    let (_, mut actions) = fleet.on_signals(SignalBatch::new("test", 0, hot), 2_000);
+    let mut now = 2_000;
+    for _ in 0..100 {
+        actions = answer_and_tick(&mut fleet, actions, now);
+        now += TICK_MS;
+    }
+    let spec = PodSpec::new("p2".to_string(), "10.0.0.2:8000".to_string());
+    fleet.add_pod(config.pod_shape(&spec), now).unwrap();
+    let check = HealthCheck {
+        ok: true,
+        load: Some(PodLoad::default()),
+        process_start_s: None,
+    };
+    fleet.on_check("p2", check, now);
+    fleet.on_models("p2", Vec::new(), now);
+    assert!(fleet.start_warmup("p2", now));
+    // tick by tick until the table lists it: that table already names it for the prefixes it
+    // won, though no keep-warm period came due since it joined (they run a second apart)
+    let listed = |fleet: &Fleet| fleet.table().pods.iter().any(|p| p.id == "p2");
+    let mut ticks = 0;
+    while !listed(&fleet) && ticks < 100 {
+        actions = answer_and_tick(&mut fleet, actions, now);
+        now += TICK_MS;
+        ticks += 1;
+    }
+    assert!(listed(&fleet), "the joining pod never became routable");
+    let on_new = fleet
+        .table()
+        .prefixes
+        .iter()
+        .filter(|p| p.pod == "p2")
+        .count();
+    assert!(
+        on_new > 0,
+        "after {ticks} ticks: {:?}",
+        fleet.table().prefixes
+    );
+}

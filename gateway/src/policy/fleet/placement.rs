@@ -355,6 +355,14 @@ impl Fleet {
             .record(now_ms, 1);
     }
 
+    /// The ids of the pods routable at `now_ms`, in id order.
+    pub fn routable_ids(&self, now_ms: u64) -> Vec<String> {
+        self.routable_candidates(now_ms)
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect()
+    }
+
     /// The routable pods as placement candidates: the members the filters see in the table.
     pub fn routable_candidates(&self, now_ms: u64) -> Vec<PlacementCandidate<'_>> {
         self.pods
