@@ -459,9 +459,16 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
             settle().await;
         }
         if at == next_tick {
+            let generation = gw.state().fleet.table().generation;
             spawn_all(gw.tick());
             settle().await;
             next_tick += TICK_MS;
+            // a table the tick changed: the filter seeds its placed prefixes when it adopts it,
+            // as the evaluator seeds them at its tick
+            let table = gw.state().fleet.table().clone();
+            if table.generation != generation {
+                index.seed(&table.prefixes, at);
+            }
         }
         while let Some((i, r)) = next.next_if(|(_, r)| (r.at_s * 1000.0).round() as u64 == at) {
             let chain = BlockChain::of(&r.model, r.text.as_bytes(), &fp);

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use prewarm_core::prefix::{
     eviction_horizon_ms, record, route_prefix, seed, MemoryStore, PromptKeys, DEFAULT_SLOTS,
 };
-use prewarm_core::wire::{RoutingTable, SignalBatch};
+use prewarm_core::wire::{PlacedPrefix, RoutingTable, SignalBatch};
 use prewarm_core::{BlockChain, FingerprintConfig};
 use prewarm_gateway::config::{GatewayConfig, PodSpec};
 use prewarm_gateway::policy::fleet::{
@@ -171,6 +171,12 @@ pub struct PrefixIndex {
 }
 
 impl PrefixIndex {
+    /// Writes a table's placed prefixes into the index at `now_ms`, as the filter does when it
+    /// adopts the table (core's `prefix::seed`).
+    pub fn seed(&mut self, prefixes: &[PlacedPrefix], now_ms: u64) {
+        seed(&mut self.store, prefixes, now_ms, self.horizon_ms);
+    }
+
     /// The filter's default slots, with the horizon of `fleet`'s pods: their KV capacity over
     /// their prefill rate (core's `eviction_horizon_ms`).
     pub fn for_fleet(fleet: &Fleet) -> Self {
@@ -382,13 +388,7 @@ impl Prewarm {
         // a new table: its placed prefixes go into the index, as the filter writes them when
         // it adopts the table (a second later there; at once here)
         if self.core.table().generation != generation {
-            let table = self.core.table();
-            seed(
-                &mut self.index.store,
-                &table.prefixes,
-                ms(now_s),
-                self.index.horizon_ms,
-            );
+            self.index.seed(&self.core.table().prefixes, ms(now_s));
         }
     }
 }
