@@ -262,8 +262,10 @@ def test_the_report_finds_envoys_own_balancing_worse_than_prefix_routing(tmp_pat
 
 
 def test_a_new_pods_first_requests_of_hot_prefixes_are_a_cohort_of_their_own(tmp_path):
-    """Each of 40 users asks about its own template twice (a hot prefix), then a third pod joins
-    and each asks twice more. The report's `new_pods.first_requests` holds exactly the first of
+    """Each of 40 users asks about its own template three times (a hot prefix: the filter's
+    default streak), then a third pod joins and each asks twice more; the templates the joining
+    pod's warm-up prefilled move to it (a repeat stays with the pod holding it unless the gateway
+    placed it elsewhere). The report's `new_pods.first_requests` holds exactly the first of
     those the new pod served of each template (the prefix identity in the outcome records is the
     prompt's routing key, the same in both arms), and none of the pod's second requests."""
     spec = StackSpec(pods=2, spare_pods=1, podsim_flags=["--time-scale", "1", "--prefill-overhead-ms", "2",
@@ -275,14 +277,14 @@ def test_a_new_pods_first_requests_of_hot_prefixes_are_a_cohort_of_their_own(tmp
         stack.wait_envoy_routes(*[p.address for p in stack.pods])
         users = range(40)
         for u in users:
-            for k in range(2):
+            for k in range(3):
                 stack.completion(question(3000 + u, k), user=f"user-{u}")
         new = stack.join_spare(0)
         wait_until(lambda: new.id in stack.routed_ids(), 60, interval=0.1, what="the new pod routed")
         stack.wait_envoy_routes(new.address)
         on_new: dict[int, int] = {}
         for u in users:
-            for k in (2, 3):
+            for k in (3, 4):
                 pod, _ = stack.completion(question(3000 + u, k), user=f"user-{u}")
                 if pod is new:
                     on_new[u] = on_new.get(u, 0) + 1
