@@ -45,14 +45,8 @@ fn placed_after_warming(texts: &[String]) -> Vec<Vec<u64>> {
     assert_eq!(ack.prefills, texts.len(), "{ack:?}");
     let mut now = 2_000;
     for _ in 0..200 {
-        for action in actions {
-            match action {
-                Action::Prefill(p) => fleet.prefill_done(&p, PrefillOutcome::Ok, now),
-                Action::Adapters(calls) => fleet.adapters_done(&calls, &[], now),
-            }
-        }
+        actions = answer_and_tick(&mut fleet, actions, now);
         now += TICK_MS;
-        actions = fleet.tick(now);
     }
     fleet
         .table()
