@@ -16,6 +16,7 @@ pub mod embed_cache;
 pub mod experiment;
 pub mod fingerprint;
 pub mod identity;
+pub mod kv_events;
 pub mod placement;
 pub mod prefix;
 pub mod published_load;
