@@ -10,6 +10,7 @@ use crate::config::{Engine, PodConfig, PrefillCompute};
 use crate::profile::LatencyProfile;
 use crate::server::errors::ErrorFormat;
 use crate::server::fleet::{pod_addrs, MAX_PODS};
+use crate::server::kv_events::KvEventsConfig;
 use crate::server::ServerConfig;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -138,6 +139,11 @@ pub struct Args {
     /// How message content reaches the template: auto (detected), string or openai (parts).
     #[arg(long, value_enum, default_value = "auto")]
     pub chat_template_content_format: ContentFormatArg,
+    /// KV-cache events as vLLM's flag takes them, e.g.
+    /// `{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:5557"}` (ZeroMQ PUB; with
+    /// `--pods N` pod i binds the port + i).
+    #[arg(long)]
+    pub kv_events_config: Option<String>,
     /// Seconds to let in-flight replies finish after SIGTERM.
     #[arg(long, default_value_t = 5.0)]
     pub shutdown_grace_seconds: f64,
@@ -236,6 +242,18 @@ impl Args {
         )
         .map_err(|e| problems.push(e))
         .ok();
+        let kv_events = match self
+            .kv_events_config
+            .as_deref()
+            .map(KvEventsConfig::from_flag)
+        {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                problems.push(e);
+                None
+            }
+            None => None,
+        };
         let pod = PodConfig {
             served_model_name: self
                 .served_model_name
@@ -275,6 +293,7 @@ impl Args {
             max_body_bytes: self.max_body_bytes,
             embedding_dim: self.embedding_dim,
             chat_template: Arc::new(chat_template),
+            kv_events,
         })
     }
 

@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use crate::adapters::{AdapterSets, AdapterSpec};
 use crate::config::{Engine, PodConfig, PrefillCompute};
-use crate::prefix_cache::{prompt_block_hashes, salted_prompt_block_hashes, BlockId, BlockPool};
+use crate::prefix_cache::{
+    prompt_block_hashes, salted_prompt_block_hashes, BlockId, BlockPool, PoolEvent,
+};
 use crate::request::RequestSpec;
 use crate::schedule::{adapters_at, earliest_start, micros, BatchLimits, Interval};
 
@@ -195,6 +197,17 @@ impl Pod {
             prefill_free_at: 0.0,
             config,
         })
+    }
+
+    /// Starts logging the prefix cache's changes for KV-cache events (see
+    /// [`crate::prefix_cache::PoolEvent`]); the server publishes them.
+    pub fn log_kv_events(&mut self) {
+        self.cache.log_events();
+    }
+
+    /// The prefix cache's changes since the last call, oldest first.
+    pub fn take_kv_events(&mut self) -> Vec<PoolEvent> {
+        self.cache.take_events()
     }
 
     pub fn config(&self) -> &PodConfig {

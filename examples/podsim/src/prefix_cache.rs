@@ -10,6 +10,10 @@
 //! - A finished request returns its blocks in reverse order, so its deepest block is evicted
 //!   first.
 //!
+//! - With its event log on ([`BlockPool::log_events`]), every hash that enters the index and
+//!   every hash evicted from it is logged in order, as vLLM's KV-cache events report them: a
+//!   block enters when a request's prefill allocates it, not when the request finishes.
+//!
 //! Nothing here scans all blocks: lookups are hash-map probes along one prompt's chain.
 
 use std::collections::HashMap;
@@ -27,6 +31,15 @@ struct Block {
     refs: u32,
 }
 
+/// A change to the pool's hash index, for the KV-cache events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolEvent {
+    /// `hash` was registered; `parent` is the hash of the block before it in its prompt's chain.
+    Stored { hash: u64, parent: Option<u64> },
+    /// `hash` was evicted.
+    Removed { hash: u64 },
+}
+
 /// The pool of KV blocks with its hash index and free queue.
 #[derive(Debug, Clone)]
 pub struct BlockPool {
@@ -34,6 +47,8 @@ pub struct BlockPool {
     blocks: Vec<Block>,
     free: LruQueue<BlockId>,
     index: HashMap<u64, BlockId>,
+    /// The index's changes since the last [`BlockPool::take_events`]; `None`: not logged.
+    events: Option<Vec<PoolEvent>>,
 }
 
 /// The chained hashes of a prompt's full blocks, seeded by the cache key (adapter or base name).
@@ -83,6 +98,23 @@ impl BlockPool {
             blocks: vec![Block::default(); num_blocks.max(1)],
             free,
             index: HashMap::new(),
+            events: None,
+        }
+    }
+
+    /// Starts logging the index's changes (see [`PoolEvent`]).
+    pub fn log_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes logged since the last call, oldest first (empty when not logging).
+    pub fn take_events(&mut self) -> Vec<PoolEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn log(&mut self, event: PoolEvent) {
+        if let Some(events) = self.events.as_mut() {
+            events.push(event);
         }
     }
 
@@ -140,6 +172,7 @@ impl BlockPool {
             };
             if let Some(old) = self.blocks.get_mut(id).and_then(|b| b.hash.take()) {
                 self.index.remove(&old);
+                self.log(PoolEvent::Removed { hash: old });
             }
             if let Some(&h) = hashes.get(position) {
                 // A hash already cached elsewhere stays with its first block, as in vLLM.
@@ -148,6 +181,8 @@ impl BlockPool {
                     if let Some(b) = self.blocks.get_mut(id) {
                         b.hash = Some(h);
                     }
+                    let parent = position.checked_sub(1).and_then(|p| hashes.get(p)).copied();
+                    self.log(PoolEvent::Stored { hash: h, parent });
                 }
             }
             if let Some(b) = self.blocks.get_mut(id) {
@@ -205,6 +240,46 @@ mod tests {
         // Same text, other adapter: nothing shared.
         let b = prompt_block_hashes("adapter", b"aaaabbbbcccc", 4);
         assert_eq!(pool.cached_prefix_blocks(&b), 0);
+    }
+
+    #[test]
+    fn the_event_log_reports_every_hash_registered_and_evicted_in_order() {
+        let mut pool = BlockPool::new(4, 4); // 3 usable blocks
+        assert!(pool.take_events().is_empty(), "not logging by default");
+        pool.log_events();
+        let a = prompt_block_hashes("m", b"aaaabbbb", 4);
+        let held = pool.allocate(&a, 0, 2);
+        pool.release(&held);
+        let b = prompt_block_hashes("m", b"ccccdddd", 4);
+        let hit = pool.cached_prefix_blocks(&a);
+        assert_eq!(hit, 2);
+        let held_b = pool.allocate(&b, 0, 2);
+        assert_eq!(
+            pool.take_events(),
+            vec![
+                PoolEvent::Stored {
+                    hash: a[0],
+                    parent: None
+                },
+                PoolEvent::Stored {
+                    hash: a[1],
+                    parent: Some(a[0])
+                },
+                // the free queue's front: the pool's never-used block, then a's deepest block
+                PoolEvent::Stored {
+                    hash: b[0],
+                    parent: None
+                },
+                PoolEvent::Removed { hash: a[1] },
+                PoolEvent::Stored {
+                    hash: b[1],
+                    parent: Some(b[0])
+                },
+            ]
+        );
+        assert!(pool.take_events().is_empty());
+        pool.release(&held_b);
+        assert_eq!(pool.cached_blocks(), 3);
     }
 
     #[test]

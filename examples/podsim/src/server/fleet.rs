@@ -41,8 +41,18 @@ pub async fn start_fleet(
     addrs: &[String],
 ) -> Result<Vec<RunningServer>, StartError> {
     let mut started = Vec::with_capacity(addrs.len());
-    for addr in addrs {
-        match start(config.clone(), modules, addr).await {
+    for (i, addr) in addrs.iter().enumerate() {
+        let mut config = config.clone();
+        if let Some(events) = &config.kv_events {
+            match events.for_pod(i) {
+                Ok(e) => config.kv_events = Some(e),
+                Err(e) => {
+                    stop_fleet(started, Duration::ZERO).await;
+                    return Err(StartError::Config(e));
+                }
+            }
+        }
+        match start(config, modules, addr).await {
             Ok(server) => started.push(server),
             Err(e) => {
                 stop_fleet(started, Duration::ZERO).await;

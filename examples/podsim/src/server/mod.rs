@@ -22,6 +22,7 @@ pub mod embeddings;
 pub mod errors;
 pub mod fleet;
 pub mod inference;
+pub mod kv_events;
 pub mod lora;
 pub mod metrics;
 pub mod models;
@@ -64,6 +65,8 @@ pub struct ServerConfig {
     pub embedding_dim: usize,
     /// The served model's chat template (default: the built-in Llama 3.1 layout).
     pub chat_template: Arc<ChatTemplate>,
+    /// `--kv-events-config`: where the pod publishes its KV-cache events (default: nowhere).
+    pub kv_events: Option<kv_events::KvEventsConfig>,
 }
 
 impl ServerConfig {
@@ -77,6 +80,7 @@ impl ServerConfig {
             max_body_bytes: 8 << 20,
             embedding_dim: 384,
             chat_template: Arc::new(ChatTemplate::builtin()),
+            kv_events: None,
         }
     }
 }

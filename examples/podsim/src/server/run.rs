@@ -34,12 +34,18 @@ pub struct RunningServer {
     pub state: Arc<AppState>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    /// The KV-event publisher's step loop, when `--kv-events-config` enabled it.
+    kv_events: Option<JoinHandle<()>>,
 }
 
 impl RunningServer {
     /// Stops accepting, lets in-flight replies finish for at most `grace`, then returns with
     /// the listener closed (the port is free again).
     pub async fn stop(mut self, grace: Duration) {
+        if let Some(publisher) = self.kv_events.take() {
+            publisher.abort();
+            let _ = publisher.await;
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -87,7 +93,16 @@ pub async fn start(
         addr: addr.to_string(),
         source,
     })?;
+    let kv_events = config.kv_events.clone();
     let state = AppState::new(config, pod);
+    let kv_events = match kv_events {
+        Some(c) => Some(
+            super::kv_events::start_publisher(state.clone(), &c)
+                .await
+                .map_err(StartError::Config)?,
+        ),
+        None => None,
+    };
     let app = router(state.clone());
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -102,5 +117,6 @@ pub async fn start(
         state,
         shutdown: Some(tx),
         task,
+        kv_events,
     })
 }

@@ -1,0 +1,315 @@
+//! KV-cache events, published as vLLM publishes them (`--kv-events-config`): a ZeroMQ PUB
+//! socket bound at `endpoint`, one message `[topic, sequence, payload]` for each step that
+//! changed the prefix cache (core's [`prewarm_core::kv_events`] writes the payload as vLLM 0.32
+//! does).
+//!
+//! - A *step* is [`STEP`] of real time: every step the publisher takes the pod model's logged
+//!   changes (blocks registered at allocation, blocks evicted) and sends them as one batch,
+//!   registrations that continue one chain grouped into one `BlockStored`, consecutive evictions
+//!   into one `BlockRemoved`. A step with no change sends nothing (vLLM sends no empty batch).
+//! - Sequence numbers start at 0 with the process (a restarted podsim starts again at 0, as a
+//!   restarted vLLM does) and grow by one a batch.
+//! - podsim has no tokenizer: each block's `token_ids` are `block_size` stand-in ids derived
+//!   from the block's hash — the right count, not the prompt's tokens. Hashes are podsim's own
+//!   chained block hashes (integers), parents as the pod model chains them.
+//! - With `--pods N`, pod *i* binds the endpoint's port + *i*, as vLLM offsets it by the data
+//!   parallel rank.
+//! - No replay socket: `replay_endpoint` is refused at start. Events published while no
+//!   subscriber is connected are lost (ZeroMQ PUB drops them), as they are from vLLM.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use prewarm_core::kv_events::{encode_batch, encode_sequence, KvEvent, KvEventBatch, Medium};
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+use zeromq::{Socket, SocketSend, ZmqMessage};
+
+use super::AppState;
+use crate::prefix_cache::PoolEvent;
+
+/// How often logged changes are published (vLLM publishes once a scheduler step).
+pub const STEP: Duration = Duration::from_millis(20);
+
+/// vLLM's `--kv-events-config` JSON, the fields podsim reads (others are refused by name).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvEventsFlag {
+    #[serde(default)]
+    pub enable_kv_cache_events: bool,
+    #[serde(default)]
+    pub publisher: Option<String>,
+    #[serde(default = "default_endpoint")]
+    pub endpoint: String,
+    #[serde(default)]
+    pub replay_endpoint: Option<String>,
+    #[serde(default)]
+    pub topic: String,
+    /// Accepted for compatibility (podsim keeps no replay buffer, queues nothing).
+    #[serde(default)]
+    pub buffer_steps: Option<u64>,
+    #[serde(default)]
+    pub hwm: Option<u64>,
+    #[serde(default)]
+    pub max_queue_size: Option<u64>,
+}
+
+fn default_endpoint() -> String {
+    "tcp://*:5557".into()
+}
+
+/// Where and under which topic a pod publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEventsConfig {
+    /// `tcp://HOST:PORT` (`*` is bound as every interface, as ZeroMQ reads it).
+    pub endpoint: String,
+    pub topic: String,
+}
+
+impl KvEventsConfig {
+    /// The flag's JSON read: `None` when events are not enabled, or the problem naming the field.
+    pub fn from_flag(json: &str) -> Result<Option<Self>, String> {
+        let flag: KvEventsFlag =
+            serde_json::from_str(json).map_err(|e| format!("--kv-events-config: {e}"))?;
+        let publisher = flag
+            .publisher
+            .as_deref()
+            .unwrap_or(if flag.enable_kv_cache_events {
+                "zmq"
+            } else {
+                "null"
+            });
+        match publisher {
+            "null" => return Ok(None),
+            "zmq" if flag.enable_kv_cache_events => {}
+            "zmq" => {
+                return Err(
+                    "--kv-events-config: publisher: \"zmq\": needs enable_kv_cache_events: true"
+                        .into(),
+                )
+            }
+            other => {
+                return Err(format!(
+                    "--kv-events-config: publisher: {other:?}: must be \"zmq\" or \"null\""
+                ))
+            }
+        }
+        if flag.replay_endpoint.is_some() {
+            return Err(
+                "--kv-events-config: replay_endpoint: podsim keeps no replay buffer".into(),
+            );
+        }
+        Self::endpoint_port(&flag.endpoint)?;
+        Ok(Some(Self {
+            endpoint: flag.endpoint,
+            topic: flag.topic,
+        }))
+    }
+
+    fn endpoint_port(endpoint: &str) -> Result<(&str, u16), String> {
+        endpoint
+            .strip_prefix("tcp://")
+            .and_then(|hp| hp.rsplit_once(':'))
+            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+            .filter(|(h, _)| !h.is_empty())
+            .ok_or_else(|| {
+                format!("--kv-events-config: endpoint: {endpoint:?}: must be tcp://HOST:PORT")
+            })
+    }
+
+    /// The config of the `index`-th pod of a fleet: the port offset by `index`.
+    pub fn for_pod(&self, index: usize) -> Result<Self, String> {
+        let (host, port) = Self::endpoint_port(&self.endpoint)?;
+        let port = u16::try_from(index)
+            .ok()
+            .and_then(|i| port.checked_add(i))
+            .ok_or_else(|| {
+                format!("--kv-events-config: endpoint: port {port} + {index} passes 65535")
+            })?;
+        Ok(Self {
+            endpoint: format!("tcp://{host}:{port}"),
+            topic: self.topic.clone(),
+        })
+    }
+
+    fn bind_address(&self) -> String {
+        self.endpoint.replace("tcp://*:", "tcp://0.0.0.0:")
+    }
+}
+
+/// Groups a step's pool changes into vLLM's events (see the module docs).
+pub fn events_of(changes: &[PoolEvent], block_size: usize) -> Vec<KvEvent> {
+    let mut events: Vec<KvEvent> = Vec::new();
+    for change in changes {
+        match (*change, events.last_mut()) {
+            (
+                PoolEvent::Stored { hash, parent },
+                Some(KvEvent::Stored {
+                    blocks, token_ids, ..
+                }),
+            ) if parent.is_some() && parent == blocks.last().copied() => {
+                blocks.push(hash);
+                token_ids.extend(stand_in_tokens(hash, block_size));
+            }
+            (PoolEvent::Removed { hash }, Some(KvEvent::Removed { blocks, .. })) => {
+                blocks.push(hash);
+            }
+            (PoolEvent::Stored { hash, parent }, _) => events.push(KvEvent::Stored {
+                blocks: vec![hash],
+                parent,
+                token_ids: stand_in_tokens(hash, block_size).collect(),
+                block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
+                lora_id: None,
+                medium: Medium::Gpu,
+            }),
+            (PoolEvent::Removed { hash }, _) => events.push(KvEvent::Removed {
+                blocks: vec![hash],
+                medium: Medium::Gpu,
+            }),
+        }
+    }
+    events
+}
+
+fn stand_in_tokens(hash: u64, block_size: usize) -> impl Iterator<Item = u32> {
+    (0..block_size as u64).map(move |i| (hash.rotate_left(i as u32) & 0x7fff_ffff) as u32)
+}
+
+/// Binds the pod's publisher and starts its step loop; the pod model starts logging.
+pub async fn start_publisher(
+    state: Arc<AppState>,
+    config: &KvEventsConfig,
+) -> Result<JoinHandle<()>, String> {
+    let mut socket = zeromq::PubSocket::new();
+    socket
+        .bind(&config.bind_address())
+        .await
+        .map_err(|e| format!("kv events: bind {}: {e}", config.endpoint))?;
+    state.lock_pod().log_kv_events();
+    let topic = config.topic.clone();
+    let block_size = state.config.pod.block_size;
+    Ok(tokio::spawn(async move {
+        let mut seq: i64 = 0;
+        let mut step = tokio::time::interval(STEP);
+        step.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            step.tick().await;
+            let changes = state.lock_pod().take_kv_events();
+            if changes.is_empty() {
+                continue;
+            }
+            let ts = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let batch = KvEventBatch {
+                ts,
+                events: events_of(&changes, block_size),
+                data_parallel_rank: None,
+            };
+            let frames: Vec<Bytes> = vec![
+                topic.clone().into_bytes().into(),
+                encode_sequence(seq).to_vec().into(),
+                encode_batch(&batch).into(),
+            ];
+            let Ok(message) = ZmqMessage::try_from(frames) else {
+                continue;
+            };
+            // no subscriber is no error; a failed send loses the batch, as a full PUB queue does
+            let _ = socket.send(message).await;
+            seq += 1;
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_steps_changes_become_one_stored_event_a_chain_and_one_removed_event_a_run() {
+        let changes = [
+            PoolEvent::Stored {
+                hash: 1,
+                parent: None,
+            },
+            PoolEvent::Stored {
+                hash: 2,
+                parent: Some(1),
+            },
+            PoolEvent::Removed { hash: 9 },
+            PoolEvent::Removed { hash: 8 },
+            PoolEvent::Stored {
+                hash: 3,
+                parent: Some(2),
+            },
+            PoolEvent::Stored {
+                hash: 5,
+                parent: Some(4),
+            },
+        ];
+        let events = events_of(&changes, 2);
+        let blocks: Vec<_> = events
+            .iter()
+            .map(|e| match e {
+                KvEvent::Stored {
+                    blocks,
+                    parent,
+                    token_ids,
+                    ..
+                } => {
+                    assert_eq!(token_ids.len(), blocks.len() * 2);
+                    ("stored", blocks.clone(), *parent)
+                }
+                KvEvent::Removed { blocks, .. } => ("removed", blocks.clone(), None),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            blocks,
+            vec![
+                ("stored", vec![1, 2], None),
+                ("removed", vec![9, 8], None),
+                ("stored", vec![3], Some(2)),
+                ("stored", vec![5], Some(4)),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_flag_reads_as_vllm_reads_it() {
+        assert_eq!(KvEventsConfig::from_flag("{}"), Ok(None));
+        assert_eq!(
+            KvEventsConfig::from_flag(r#"{"enable_kv_cache_events": true}"#),
+            Ok(Some(KvEventsConfig {
+                endpoint: "tcp://*:5557".into(),
+                topic: String::new()
+            }))
+        );
+        let c = KvEventsConfig::from_flag(
+            r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:6000", "topic": "kv"}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.for_pod(2).unwrap().endpoint, "tcp://127.0.0.1:6002");
+        for (json, field) in [
+            (
+                r#"{"enable_kv_cache_events": true, "endpoint": "ipc:///x"}"#,
+                "endpoint",
+            ),
+            (
+                r#"{"enable_kv_cache_events": true, "replay_endpoint": "tcp://*:5558"}"#,
+                "replay_endpoint",
+            ),
+            (r#"{"publisher": "zmq"}"#, "publisher"),
+            (
+                r#"{"enable_kv_cache_events": true, "publisher": "kafka"}"#,
+                "publisher",
+            ),
+            (r#"{"enable_kv_cache_events": true, "nope": 1}"#, "nope"),
+        ] {
+            let e = KvEventsConfig::from_flag(json).unwrap_err();
+            assert!(e.contains(field), "{json}: {e}");
+        }
+    }
+}
