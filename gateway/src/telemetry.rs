@@ -21,7 +21,10 @@
 //! | `prewarm_snapshot_fallbacks_total` | counter | `reason` (previous_generation / none_usable / refused) |
 //! | `prewarm_snapshots_written_total` | counter | `outcome` (ok / error / refused: the restore refused, see `state.on_unusable_snapshot`) |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
-//! | `prewarm_pod_restarts_total` | counter | `pod`, `evidence` (start_time: `process_start_time_seconds` changed / counters: a prefix-cache counter went down) — restarts of pods that were up, each re-warmed as a joining pod (`policy::fleet::restart`) |
+//! | `prewarm_pod_restarts_total` | counter | `pod`, `evidence` (start_time: `process_start_time_seconds` changed / counters: a prefix-cache counter went down / kv_events: the engine's KV-cache events showed a new process or a cleared cache) — restarts of pods that were up, each re-warmed as a joining pod (`policy::fleet::restart`) |
+//! | `prewarm_kv_event_batches_total` | counter | `pod`, `outcome` (applied / undecodable / missed: sequence numbers skipped) — the pods' KV-cache event batches (`service::kv_events`) |
+//! | `prewarm_kv_event_blocks_total` | counter | `pod`, `kind` (stored / removed: GPU blocks the events reported / offloaded: blocks of an offload tier / dropped: stores past the ledger's bound) |
+//! | `prewarm_pod_engine_cached_blocks` | gauge | `pod` (GPU blocks the pod's KV-cache events say it holds; see `complete` in `GET /admin/pods`) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |
 //! | `prewarm_adapter_auto_rollbacks_total` | counter | `reason` (inconsistent: a rollout left the holders on different versions; errors: more than 0.5 % of its requests erred during its watch) |
 //! | `prewarm_experiment_arm_weight` | gauge | `experiment`, `arm` (the running experiment's arms' shares of the units) |
@@ -107,6 +110,9 @@ pub struct Telemetry {
     pub snapshots_written: Family<Labels, Counter>,
     pub pods: Family<Labels, Gauge>,
     pub pod_restarts: PodFamily<Counter>,
+    pub kv_event_batches: PodFamily<Counter>,
+    pub kv_event_blocks: PodFamily<Counter>,
+    pub engine_cached_blocks: PodFamily<Gauge>,
     pub auto_rollbacks: Family<Labels, Counter>,
     pub gold_pool_pods: Gauge,
     pub experiment_arm_weight: Family<Labels, Gauge<f64, AtomicU64>>,
@@ -170,6 +176,9 @@ impl Telemetry {
             snapshots_written: Family::default(),
             pods: Family::default(),
             pod_restarts: PodFamily::default(),
+            kv_event_batches: PodFamily::default(),
+            kv_event_blocks: PodFamily::default(),
+            engine_cached_blocks: PodFamily::default(),
             auto_rollbacks: Family::default(),
             gold_pool_pods: Gauge::default(),
             experiment_arm_weight: Family::default(),
@@ -287,6 +296,21 @@ impl Telemetry {
             "prewarm_pod_restarts",
             "Restarts of pods that were up (re-warmed as joining pods), by evidence",
             t.pod_restarts.family.clone(),
+        );
+        registry.register(
+            "prewarm_kv_event_batches",
+            "KV-cache event batches read from the pods, by outcome",
+            t.kv_event_batches.family.clone(),
+        );
+        registry.register(
+            "prewarm_kv_event_blocks",
+            "Blocks the pods' KV-cache events reported, by kind",
+            t.kv_event_blocks.family.clone(),
+        );
+        registry.register(
+            "prewarm_pod_engine_cached_blocks",
+            "GPU blocks the pod's KV-cache events say it holds",
+            t.engine_cached_blocks.family.clone(),
         );
         registry.register(
             "prewarm_gold_pool_pods",
@@ -526,9 +550,12 @@ impl Telemetry {
             &self.adapter_loads,
             &self.adapter_unloads,
             &self.pod_restarts,
+            &self.kv_event_batches,
+            &self.kv_event_blocks,
         ] {
             family.forget(pod);
         }
+        self.engine_cached_blocks.forget(pod);
         self.hit_ratio.forget(pod);
         self.kv_hit_gap.forget(pod);
     }
@@ -553,6 +580,13 @@ impl Telemetry {
         self.kv_hit_gap.with(&labels(&[("pod", pod)]), |g| {
             g.set(gap);
         });
+    }
+
+    pub fn set_engine_cached_blocks(&self, pod: &str, blocks: usize) {
+        self.engine_cached_blocks
+            .with(&labels(&[("pod", pod)]), |g| {
+                g.set(i64::try_from(blocks).unwrap_or(i64::MAX));
+            });
     }
 
     pub fn set_pods(&self, state: &str, n: i64) {

@@ -294,6 +294,7 @@ impl Args {
             embedding_dim: self.embedding_dim,
             chat_template: Arc::new(chat_template),
             kv_events,
+            dev_mode: false,
         })
     }
 
@@ -339,8 +340,9 @@ fn flag_problem(problem: &str) -> String {
     }
 }
 
-/// vLLM's reading of `VLLM_ALLOW_RUNTIME_LORA_UPDATING`: "1" or "true", any case.
-pub fn runtime_lora_allowed(value: Option<&str>) -> bool {
+/// vLLM's reading of a boolean environment variable (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`,
+/// `VLLM_SERVER_DEV_MODE`): "1" or "true", any case.
+pub fn vllm_env_flag(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"))
 }
 
@@ -358,7 +360,7 @@ mod tests {
             (Some("yes"), false),
             (None, false),
         ] {
-            assert_eq!(runtime_lora_allowed(v), want, "{v:?}");
+            assert_eq!(vllm_env_flag(v), want, "{v:?}");
         }
     }
 

@@ -6,22 +6,23 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use podsim::cli::{runtime_lora_allowed, Args};
+use podsim::cli::{vllm_env_flag, Args};
 use podsim::server::fleet::{start_fleet, stop_fleet};
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let allow = runtime_lora_allowed(
-        std::env::var("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
-            .ok()
-            .as_deref(),
-    );
+    let env_flag = |name: &str| vllm_env_flag(std::env::var(name).ok().as_deref());
+    let allow = env_flag("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
     let mut problems = Vec::new();
     let addrs = args.listen_addrs().map_err(|p| problems.push(p)).ok();
     let config = args
         .server_config(allow)
         .map_err(|p| problems.extend(p))
         .ok();
+    let config = config.map(|mut c| {
+        c.dev_mode = env_flag("VLLM_SERVER_DEV_MODE");
+        c
+    });
     let (Some(addrs), Some(config)) = (addrs, config) else {
         for p in problems {
             eprintln!("podsim: {p}");

@@ -205,6 +205,13 @@ impl Pod {
         self.cache.log_events();
     }
 
+    /// vLLM's `POST /reset_prefix_cache` at `now`: drops every cached block when no request
+    /// holds one; false (nothing changed) otherwise.
+    pub fn reset_prefix_cache(&mut self, now: f64) -> bool {
+        self.advance(now);
+        self.cache.reset()
+    }
+
     /// The prefix cache's changes since the last call, oldest first.
     pub fn take_kv_events(&mut self) -> Vec<PoolEvent> {
         self.cache.take_events()

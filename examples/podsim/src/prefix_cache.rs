@@ -38,6 +38,8 @@ pub enum PoolEvent {
     Stored { hash: u64, parent: Option<u64> },
     /// `hash` was evicted.
     Removed { hash: u64 },
+    /// Every hash was dropped ([`BlockPool::reset`]).
+    Cleared,
 }
 
 /// The pool of KV blocks with its hash index and free queue.
@@ -203,6 +205,20 @@ impl BlockPool {
         }
     }
 
+    /// vLLM's `reset_prefix_cache`: drops every hash, when no request holds a block (else
+    /// nothing changes and it answers false).
+    pub fn reset(&mut self) -> bool {
+        if self.free.len() < self.usable_blocks() {
+            return false;
+        }
+        self.index.clear();
+        for b in &mut self.blocks {
+            b.hash = None;
+        }
+        self.log(PoolEvent::Cleared);
+        true
+    }
+
     /// Returns a finished request's blocks: in reverse order, so its deepest block reaches the
     /// front of the free queue first and is evicted first.
     pub fn release(&mut self, held: &[BlockId]) {
@@ -278,8 +294,13 @@ mod tests {
             ]
         );
         assert!(pool.take_events().is_empty());
+        assert!(!pool.reset(), "a request holds blocks");
         pool.release(&held_b);
         assert_eq!(pool.cached_blocks(), 3);
+        assert!(pool.reset());
+        assert_eq!(pool.cached_blocks(), 0);
+        assert_eq!(pool.cached_prefix_blocks(&a), 0);
+        assert_eq!(pool.take_events(), vec![PoolEvent::Cleared]);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::config::{EngineKind, PodSpec};
 use crate::engine::PodLoad;
+use crate::policy::fleet::engine_blocks::EngineBlocksView;
 use crate::policy::fleet::{FleetPod, PodHealth};
 use crate::policy::lora::AdapterResidency;
 use crate::policy::warmup::WarmupStatus;
@@ -61,6 +62,12 @@ pub struct PodDetail {
     pub resident_shards: usize,
     pub modelled_hit_ratio: Option<f64>,
     pub warmup: Option<WarmupStatus>,
+    /// What its engine's KV-cache events say (`policy::fleet::engine_blocks`): null until the
+    /// first batch, or without `kv_events` in its spec.
+    pub kv_events: Option<EngineBlocksView>,
+    /// Whether the gateway is connected to the pod's KV-event publisher now (null without
+    /// `kv_events` in its spec).
+    pub kv_events_connected: Option<bool>,
     /// Recent errors, oldest first, each prefixed by its time in ms.
     pub errors: Vec<String>,
 }
@@ -101,6 +108,12 @@ pub fn detail(pod: &FleetPod, io: &PodEntry, now_ms: u64) -> PodDetail {
         resident_shards: pod.kv.resident_shards(),
         modelled_hit_ratio: pod.kv.hit_ratio(),
         warmup: pod.warmup.status(now_ms),
+        kv_events: pod.engine_blocks.view(),
+        kv_events_connected: io
+            .spec
+            .kv_events
+            .as_ref()
+            .map(|_| io.kv_events.as_ref().is_some_and(|s| s.connected())),
         errors: io.errors.iter().cloned().collect(),
     }
 }

@@ -51,6 +51,12 @@ pub struct PodSpec {
     /// KV blocks on the GPU, when `vllm:cache_config_info` does not say (default 8,192).
     #[serde(default)]
     pub num_blocks: Option<usize>,
+    /// `host:port` where the pod publishes its KV-cache events (vLLM's `--kv-events-config`
+    /// `endpoint`, ZeroMQ over TCP; default none: the gateway models the cache from the traffic
+    /// it sees and the pod's counters alone). See `docs/routing.md`, "What the gateway knows of
+    /// a pod's cache".
+    #[serde(default)]
+    pub kv_events: Option<String>,
 }
 
 fn unit() -> f64 {
@@ -72,6 +78,7 @@ impl PodSpec {
             max_cpu_loras: None,
             block_size: None,
             num_blocks: None,
+            kv_events: None,
         }
     }
 
@@ -108,6 +115,11 @@ impl PodSpec {
                 p.push(format!("{at}.block_size: {b}: must be 1..4096"));
             }
         }
+        if let Some(e) = &self.kv_events {
+            if !is_pod_address(e) {
+                p.push(format!("{at}.kv_events: {e:?}: {ADDRESS_RULE}"));
+            }
+        }
         if let Some(n) = self.num_blocks {
             if n == 0 || n > 1 << 26 {
                 p.push(format!("{at}.num_blocks: {n}: must be 1..67108864"));
@@ -139,6 +151,11 @@ pub struct DnsDiscovery {
     /// Registered-adapter capacity of discovered pods (default: `max_loras`).
     #[serde(default)]
     pub max_cpu_loras: Option<usize>,
+    /// The port where every discovered pod publishes its KV-cache events (vLLM's
+    /// `--kv-events-config` endpoint port; default none). A pod's events are read from the
+    /// resolved address at this port.
+    #[serde(default)]
+    pub kv_events_port: Option<u16>,
 }
 
 fn default_port() -> u16 {
@@ -185,6 +202,11 @@ pub struct PodsConfig {
     /// Share of the pods that serve gold tenants' adapters, the others serving the other tiers'
     /// (`policy::pools`), set by hand; 0 (default): sized from demand with `tier_pools`.
     pub gold_pool_share: f64,
+    /// `host:port` where the gateway listens for pods that *send* their KV-cache events (vLLM
+    /// connects its publisher to a non-wildcard `--kv-events-config` endpoint, e.g.
+    /// `{"endpoint": "tcp://prewarm-gateway:5557", "topic": "<pod address>"}`); a message's
+    /// topic names its pod: the pod's `id` or its `address` (default none).
+    pub kv_events_listen: Option<String>,
 }
 
 impl Default for PodsConfig {
@@ -203,6 +225,7 @@ impl Default for PodsConfig {
             adapter_replicas: 1,
             tier_pools: true,
             gold_pool_share: 0.0,
+            kv_events_listen: None,
         }
     }
 }

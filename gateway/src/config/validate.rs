@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+use prewarm_core::address::{is_pod_address, ADDRESS_RULE};
 use prewarm_core::wire::MAX_RESIDENT_ADAPTERS;
 
 use super::GatewayConfig;
@@ -142,6 +143,11 @@ fn pods_problems(config: &GatewayConfig, p: &mut Vec<String>) {
         p.extend(pod.problems(&at));
         if !seen.insert(pod.id.as_str()) {
             p.push(format!("{at}.id: {:?}: duplicate pod id", pod.id));
+        }
+    }
+    if let Some(listen) = &pods.kv_events_listen {
+        if !is_pod_address(listen) {
+            p.push(format!("pods.kv_events_listen: {listen:?}: {ADDRESS_RULE}"));
         }
     }
     if let Some(dns) = &pods.dns {

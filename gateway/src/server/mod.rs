@@ -146,11 +146,19 @@ pub async fn serve(
     let gateway = Gateway::new(config);
     let restored = gateway.restore();
     tracing::info!(generation = ?restored.generation, "state restored");
+    let kv_listener = match gateway.listen_kv_events().await {
+        Ok(task) => task,
+        Err(e) => {
+            eprintln!("prewarm-gateway: {e}: cannot bind");
+            return 1;
+        }
+    };
     if let Some(filter_local) = filter_local {
         println!("prewarm-gateway serving filters on http://{filter_local}");
     }
     println!("prewarm-gateway listening on http://{local}");
-    let tasks = tasks::spawn_all(&gateway);
+    let mut tasks = tasks::spawn_all(&gateway);
+    tasks.extend(kv_listener);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let g = gateway.clone();
     tokio::spawn(async move {

@@ -46,6 +46,8 @@ pub struct PodEntry {
     pub versions: BTreeMap<String, LoadedAdapter>,
     pub errors: VecDeque<String>,
     pub adapter_ops: AdapterOps,
+    /// The subscription to its KV-cache events, once the health round started it.
+    pub kv_events: Option<super::kv_events::Subscription>,
 }
 
 /// Adapter calls in flight on a pod and a counter of their starts and ends: a reconciliation
@@ -116,6 +118,7 @@ impl Gateway {
                 versions: BTreeMap::new(),
                 errors: VecDeque::new(),
                 adapter_ops: AdapterOps::default(),
+                kv_events: None,
             },
         );
         Ok(())

@@ -171,6 +171,7 @@ impl Gateway {
     /// One health round: every pod checked (`reconcile`: its `/v1/models` too), in pool order.
     pub async fn health_round(self: &Arc<Self>, reconcile: bool) {
         let started = std::time::Instant::now();
+        self.ensure_kv_subscriptions();
         let checks = self
             .pod_ids()
             .into_iter()
@@ -211,17 +212,26 @@ async fn health_loop(gateway: Arc<Gateway>) {
     }
 }
 
-/// The KV models' modelled hit ratios and their gaps to the pods' own counters.
+/// The KV models' modelled hit ratios, their gaps to the pods' own counters, and the blocks the
+/// pods' KV-cache events say they hold.
 fn export_kv_model(gateway: &Gateway, now: u64) {
-    let (ratios, gaps) = {
+    let (ratios, gaps, held) = {
         let state = gateway.state();
         let gaps: Vec<(String, f64)> = state
             .fleet
             .pods()
             .filter_map(|p| Some((p.shape.id.clone(), p.kv_hit_gap?)))
             .collect();
-        (state.fleet.modelled_hit_ratios(now), gaps)
+        let held: Vec<(String, usize)> = state
+            .fleet
+            .pods()
+            .filter_map(|p| Some((p.shape.id.clone(), p.engine_blocks.view()?.cached_blocks)))
+            .collect();
+        (state.fleet.modelled_hit_ratios(now), gaps, held)
     };
+    for (pod, blocks) in held {
+        gateway.telemetry.set_engine_cached_blocks(&pod, blocks);
+    }
     for (pod, ratio) in ratios {
         gateway.telemetry.set_hit_ratio(&pod, ratio);
     }
@@ -329,6 +339,10 @@ async fn discover(gateway: &Gateway, dns: &DnsDiscovery) {
                 spec.engine = dns.engine;
                 spec.max_loras = dns.max_loras;
                 spec.max_cpu_loras = dns.max_cpu_loras;
+                spec.kv_events = dns.kv_events_port.and_then(|port| {
+                    let (host, _) = addr.rsplit_once(':')?;
+                    Some(format!("{host}:{port}"))
+                });
                 if let Err(e) = gateway.add_pod(spec, PodSource::Dns) {
                     tracing::warn!(address = %addr, error = %e, "discovered pod refused");
                 }

@@ -1,8 +1,10 @@
 //! KV-cache events, published as vLLM publishes them (`--kv-events-config`): a ZeroMQ PUB
-//! socket bound at `endpoint`, one message `[topic, sequence, payload]` for each step that
-//! changed the prefix cache (core's [`prewarm_core::kv_events`] writes the payload as vLLM 0.32
-//! does).
+//! socket, one message `[topic, sequence, payload]` for each step that changed the prefix cache
+//! (core's [`prewarm_core::kv_events`] writes the payload as vLLM 0.32 does).
 //!
+//! - Like vLLM, the socket *binds* a wildcard endpoint (`tcp://*:5557`, `tcp://[::]:5557`) and
+//!   *connects* to any other (`tcp://gateway:5557`: the subscriber binds). A connected socket
+//!   that loses its peer connects again at the next step (libzmq reconnects by itself).
 //! - A *step* is [`STEP`] of real time: every step the publisher takes the pod model's logged
 //!   changes (blocks registered at allocation, blocks evicted) and sends them as one batch,
 //!   registrations that continue one chain grouped into one `BlockStored`, consecutive evictions
@@ -133,6 +135,11 @@ impl KvEventsConfig {
         })
     }
 
+    /// vLLM's rule: wildcard endpoints are bound, others connected to.
+    fn binds(&self) -> bool {
+        self.endpoint.contains('*') || self.endpoint.contains("::")
+    }
+
     fn bind_address(&self) -> String {
         self.endpoint.replace("tcp://*:", "tcp://0.0.0.0:")
     }
@@ -167,6 +174,7 @@ pub fn events_of(changes: &[PoolEvent], block_size: usize) -> Vec<KvEvent> {
                 blocks: vec![hash],
                 medium: Medium::Gpu,
             }),
+            (PoolEvent::Cleared, _) => events.push(KvEvent::Cleared),
         }
     }
     events
@@ -176,16 +184,59 @@ fn stand_in_tokens(hash: u64, block_size: usize) -> impl Iterator<Item = u32> {
     (0..block_size as u64).map(move |i| (hash.rotate_left(i as u32) & 0x7fff_ffff) as u32)
 }
 
-/// Binds the pod's publisher and starts its step loop; the pod model starts logging.
+/// How long a connecting publisher waits for its subscriber within one step.
+const CONNECT_WAIT: Duration = Duration::from_millis(200);
+
+/// The publisher's socket: bound once, or connected (again after its peer went away).
+struct Link {
+    config: KvEventsConfig,
+    socket: Option<zeromq::PubSocket>,
+    events: Option<futures::channel::mpsc::Receiver<zeromq::SocketEvent>>,
+}
+
+impl Link {
+    /// The socket to send on: a connected one that lost its peer is dropped, and one is
+    /// connected when none is (waiting at most [`CONNECT_WAIT`]).
+    async fn socket(&mut self) -> Option<&mut zeromq::PubSocket> {
+        let lost = self.events.as_mut().is_some_and(|events| {
+            std::iter::from_fn(|| events.try_recv().ok())
+                .any(|e| matches!(e, zeromq::SocketEvent::Disconnected(_)))
+        });
+        if lost {
+            self.socket = None;
+        }
+        if self.socket.is_none() {
+            let mut socket = zeromq::PubSocket::new();
+            let events = socket.monitor();
+            let connect = socket.connect(&self.config.endpoint);
+            if let Ok(Ok(())) = tokio::time::timeout(CONNECT_WAIT, connect).await {
+                self.socket = Some(socket);
+                self.events = Some(events);
+            }
+        }
+        self.socket.as_mut()
+    }
+}
+
+/// Binds the pod's publisher (or prepares its connection) and starts its step loop; the pod
+/// model starts logging.
 pub async fn start_publisher(
     state: Arc<AppState>,
     config: &KvEventsConfig,
 ) -> Result<JoinHandle<()>, String> {
-    let mut socket = zeromq::PubSocket::new();
-    socket
-        .bind(&config.bind_address())
-        .await
-        .map_err(|e| format!("kv events: bind {}: {e}", config.endpoint))?;
+    let mut link = Link {
+        config: config.clone(),
+        socket: None,
+        events: None,
+    };
+    if config.binds() {
+        let mut socket = zeromq::PubSocket::new();
+        socket
+            .bind(&config.bind_address())
+            .await
+            .map_err(|e| format!("kv events: bind {}: {e}", config.endpoint))?;
+        link.socket = Some(socket);
+    }
     state.lock_pod().log_kv_events();
     let topic = config.topic.clone();
     let block_size = state.config.pod.block_size;
@@ -195,6 +246,12 @@ pub async fn start_publisher(
         step.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             step.tick().await;
+            // connected ahead of the first change, so that its batch finds the subscriber
+            let Some(socket) = link.socket().await else {
+                // no subscriber to connect to: what changed is lost, as a PUB without peers drops it
+                seq += i64::from(!state.lock_pod().take_kv_events().is_empty());
+                continue;
+            };
             let changes = state.lock_pod().take_kv_events();
             if changes.is_empty() {
                 continue;
@@ -212,12 +269,11 @@ pub async fn start_publisher(
                 encode_sequence(seq).to_vec().into(),
                 encode_batch(&batch).into(),
             ];
-            let Ok(message) = ZmqMessage::try_from(frames) else {
-                continue;
-            };
-            // no subscriber is no error; a failed send loses the batch, as a full PUB queue does
-            let _ = socket.send(message).await;
             seq += 1;
+            if let Ok(message) = ZmqMessage::try_from(frames) {
+                // a batch no subscriber takes is lost, as from vLLM
+                let _ = socket.send(message).await;
+            }
         }
     }))
 }

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub chat_template: Arc<ChatTemplate>,
     /// `--kv-events-config`: where the pod publishes its KV-cache events (default: nowhere).
     pub kv_events: Option<kv_events::KvEventsConfig>,
+    /// `VLLM_SERVER_DEV_MODE` is 1 or true: vLLM's development routes
+    /// (`POST /reset_prefix_cache`).
+    pub dev_mode: bool,
 }
 
 impl ServerConfig {
@@ -81,6 +84,7 @@ impl ServerConfig {
             embedding_dim: 384,
             chat_template: Arc::new(ChatTemplate::builtin()),
             kv_events: None,
+            dev_mode: false,
         }
     }
 }
@@ -151,6 +155,12 @@ async fn health() -> StatusCode {
     StatusCode::OK
 }
 
+/// vLLM's development route: `{"success": bool}` (false while a request holds blocks).
+async fn reset_prefix_cache(State(state): State<Arc<AppState>>) -> Response {
+    let success = state.lock_pod().reset_prefix_cache(state.clock.now());
+    axum::Json(serde_json::json!({ "success": success })).into_response()
+}
+
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     {
         let mut pod = state.lock_pod();
@@ -189,6 +199,9 @@ pub fn router(state: Arc<AppState>) -> Router {
                 .route("/unload_lora_adapter", post(lora::sglang_unload));
         }
         _ => {}
+    }
+    if config.dev_mode && config.pod.engine == Engine::Vllm {
+        router = router.route("/reset_prefix_cache", post(reset_prefix_cache));
     }
     router
         .fallback(errors::route_not_found)

@@ -10,7 +10,8 @@
 //!
 //! - inputs: [`Fleet::add_pod`]/[`Fleet::remove_pod`], [`Fleet::on_check`] (a health check
 //!   with its scrape; a pod that restarted while up re-joins, [`restart`]),
-//!   [`Fleet::on_models`], [`Fleet::on_signals`], [`Fleet::on_served`], operator pins
+//!   [`Fleet::on_models`], [`Fleet::on_signals`], [`Fleet::on_served`], the engine's KV-cache
+//!   events ([`Fleet::on_kv_events`], [`engine_blocks`]), operator pins
 //!   ([`Fleet::pin_adapter`], [`Fleet::unpin_adapter`], [`Fleet::remove_adapter`]); a pod's
 //!   prefix-cache counters reconcile its KV model ([`FleetPod`]);
 //! - [`Fleet::tick`], every [`TICK_MS`]: the warm-ups' next steps, keep-warm every
@@ -36,6 +37,7 @@ mod action;
 #[cfg(test)]
 mod admission_tests;
 mod busy;
+pub mod engine_blocks;
 mod experiment;
 #[cfg(test)]
 mod external_loads_tests;
@@ -89,6 +91,10 @@ pub const TICK_MS: u64 = 100;
 
 /// Pods the fleet holds at most.
 pub const MAX_PODS: usize = 4096;
+
+/// Most block hashes a pod's KV-event ledger holds (~40 MB of hashes at 8 bytes and the set's
+/// overhead); the ledger's own bound is 4 × the pod's capacity, under this.
+pub const MAX_ENGINE_BLOCKS: u64 = 4_000_000;
 
 /// The policies' configuration sections, as the gateway's config file has them.
 #[derive(Debug, Clone)]
@@ -288,6 +294,30 @@ impl Fleet {
             process_start_s: None,
         };
         self.on_check(id, check, now_ms)
+    }
+
+    /// A batch of `id`'s KV-cache events with sequence number `seq` ([`engine_blocks`]). A batch
+    /// that shows the pod's cache lost (a new process, a clear) makes its next health check a
+    /// restart. `None`: no such pod.
+    pub fn on_kv_events(
+        &mut self,
+        id: &str,
+        seq: i64,
+        batch: &prewarm_core::kv_events::KvEventBatch,
+        now_ms: u64,
+    ) -> Option<engine_blocks::CacheChange> {
+        let pod = self.pods.get_mut(id)?;
+        let bound = pod
+            .kv
+            .config()
+            .capacity_blocks
+            .saturating_mul(4)
+            .min(MAX_ENGINE_BLOCKS) as usize;
+        let change = pod.engine_blocks.apply(seq, batch, bound, now_ms);
+        if change != engine_blocks::CacheChange::Kept && pod.health == PodHealth::Up {
+            pod.restart.note_cache_lost();
+        }
+        Some(change)
     }
 
     /// A health check of `id`. A pod that was up and whose scrape shows a restart

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::busy::BusyShare;
+use super::engine_blocks::EngineBlocks;
 use super::restart::RestartWatch;
 use super::wait::QueueWait;
 use crate::policy::lora::LoraSlots;
@@ -135,6 +136,8 @@ pub struct FleetPod {
     pub wait: QueueWait,
     /// What its scrapes say of its process, to tell a restart (see [`super::restart`]).
     pub restart: RestartWatch,
+    /// What its engine's KV-cache events say its cache holds (see [`super::engine_blocks`]).
+    pub engine_blocks: EngineBlocks,
 }
 
 /// Scrapes an excess of computed tokens must last before the model ages by it. Served records
@@ -206,6 +209,7 @@ impl FleetPod {
             busy: BusyShare::default(),
             wait: QueueWait::default(),
             restart: RestartWatch::default(),
+            engine_blocks: EngineBlocks::default(),
         }
     }
 
@@ -282,6 +286,7 @@ impl FleetPod {
         self.epoch = self.epoch.saturating_add(1);
         self.warmup.reset_for_rejoin();
         self.kv.reset();
+        self.engine_blocks.note_rejoin();
         self.busy = BusyShare::default();
         self.wait = QueueWait::default();
         self.lora = LoraResidency::new(self.lora.slots(), lora.clone());

@@ -52,6 +52,9 @@ pub enum RestartEvidence {
     StartTime,
     /// A prefix-cache counter went down.
     Counters,
+    /// The engine's KV-cache events showed a new process or a cleared cache
+    /// ([`super::engine_blocks`]).
+    KvEvents,
 }
 
 impl RestartEvidence {
@@ -59,6 +62,7 @@ impl RestartEvidence {
         match self {
             RestartEvidence::StartTime => "start_time",
             RestartEvidence::Counters => "counters",
+            RestartEvidence::KvEvents => "kv_events",
         }
     }
 }
@@ -72,12 +76,20 @@ pub struct RestartWatch {
     hits: Option<u64>,
     /// Restarts of the pod detected while it was up (since the gateway started).
     restarts: u64,
+    /// The engine's KV-cache events showed the cache lost since the last scrape.
+    cache_lost: bool,
 }
 
 impl RestartWatch {
     /// The process start time last seen, unix seconds.
     pub fn start_time_s(&self) -> Option<f64> {
         self.start_time_s
+    }
+
+    /// The engine's KV-cache events showed the cache lost (a new process, or a clear): the next
+    /// scrape of a pod that is up is a restart whatever it shows.
+    pub(super) fn note_cache_lost(&mut self) {
+        self.cache_lost = true;
     }
 
     /// Restarts detected while the pod was up, since the gateway started.
@@ -103,6 +115,7 @@ impl RestartWatch {
         self.start_time_s = start_time_s.or(self.start_time_s);
         self.queries = load.prefix_cache_queries.or(self.queries);
         self.hits = load.prefix_cache_hits.or(self.hits);
+        let cache_lost = std::mem::take(&mut self.cache_lost);
         let evidence = if !up {
             // a pod coming back from down (or never up) joins anyway: only a new baseline
             None
@@ -110,6 +123,8 @@ impl RestartWatch {
             Some(RestartEvidence::StartTime)
         } else if counters_down {
             Some(RestartEvidence::Counters)
+        } else if cache_lost {
+            Some(RestartEvidence::KvEvents)
         } else {
             None
         };
@@ -186,6 +201,41 @@ mod tests {
         );
         assert_eq!(w.start_time_s(), Some(160.5));
         assert_eq!(w.restarts(), 1);
+    }
+
+    #[test]
+    fn a_cache_the_events_showed_lost_is_a_restart_at_the_next_scrape_of_an_up_pod() {
+        let mut w = RestartWatch::default();
+        w.observe(true, Some(100.0), &load(Some(10), Some(0)));
+        w.note_cache_lost();
+        assert_eq!(
+            w.observe(true, Some(100.0), &load(Some(20), Some(5))),
+            Some(RestartEvidence::KvEvents),
+            "same process, growing counters: only the events show it"
+        );
+        assert_eq!(
+            w.observe(true, Some(100.0), &load(Some(30), Some(5))),
+            None,
+            "once"
+        );
+        w.note_cache_lost();
+        assert_eq!(
+            w.observe(true, Some(200.0), &load(Some(0), Some(0))),
+            Some(RestartEvidence::StartTime),
+            "the scrape's own evidence names it first"
+        );
+        w.note_cache_lost();
+        assert_eq!(
+            w.observe(false, None, &load(None, None)),
+            None,
+            "a pod not up joins anyway"
+        );
+        assert_eq!(
+            w.observe(true, None, &load(None, None)),
+            None,
+            "and the note is spent"
+        );
+        assert_eq!(w.restarts(), 2);
     }
 
     #[test]
