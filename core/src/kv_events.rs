@@ -124,7 +124,20 @@ enum Value {
     Str(String),
     Bin(Vec<u8>),
     Array(Vec<Value>),
+    /// An array of integers only (token ids, integer hashes), read without a value each.
+    Ints(Vec<i128>),
     Map(Vec<(Value, Value)>),
+}
+
+impl Value {
+    /// The elements of an array (integers as values), `None` for anything else.
+    fn into_items(self) -> Option<Vec<Value>> {
+        match self {
+            Value::Array(items) => Some(items),
+            Value::Ints(ints) => Some(ints.into_iter().map(Value::Int).collect()),
+            _ => None,
+        }
+    }
 }
 
 struct Reader<'a> {
@@ -236,11 +249,38 @@ impl<'a> Reader<'a> {
         if n > self.rest.len() {
             return Err(bad(field, "declares more elements than the payload holds"));
         }
+        let start = self.rest;
+        if let Some(ints) = self.ints(n, field)? {
+            return Ok(Value::Ints(ints));
+        }
+        self.rest = start;
         let mut items = Vec::with_capacity(n);
         for _ in 0..n {
             items.push(self.value(depth + 1, field)?);
         }
         Ok(Value::Array(items))
+    }
+
+    /// `n` integers, or `None` at the first element that is not one (the caller rewinds).
+    fn ints(&mut self, n: usize, field: &'static str) -> Result<Option<Vec<i128>>, KvEventError> {
+        let mut ints = Vec::with_capacity(n);
+        for _ in 0..n {
+            let marker = self.uint(1, field)? as u8;
+            ints.push(match marker {
+                0x00..=0x7f => i128::from(marker),
+                0xe0..=0xff => i128::from(marker as i8),
+                0xcc => i128::from(self.uint(1, field)?),
+                0xcd => i128::from(self.uint(2, field)?),
+                0xce => i128::from(self.uint(4, field)?),
+                0xcf => i128::from(self.uint(8, field)?),
+                0xd0 => i128::from(self.sint(1, field)?),
+                0xd1 => i128::from(self.sint(2, field)?),
+                0xd2 => i128::from(self.sint(4, field)?),
+                0xd3 => i128::from(self.sint(8, field)?),
+                _ => return Ok(None),
+            });
+        }
+        Ok(Some(ints))
     }
 
     fn map(&mut self, n: usize, depth: usize, field: &'static str) -> Result<Value, KvEventError> {
@@ -267,6 +307,7 @@ fn block_of(v: &Value, field: &'static str) -> Result<EngineBlock, KvEventError>
 fn blocks_of(v: Option<&Value>, field: &'static str) -> Result<Vec<EngineBlock>, KvEventError> {
     match v {
         Some(Value::Array(items)) => items.iter().map(|h| block_of(h, field)).collect(),
+        Some(Value::Ints(ints)) => Ok(ints.iter().map(|&i| i as u64).collect()),
         _ => Err(bad(field, "must be an array")),
     }
 }
@@ -330,6 +371,10 @@ fn event_of(v: &Value) -> Result<KvEvent, KvEventError> {
                         _ => Err(bad("token_ids", "must be integers")),
                     })
                     .collect::<Result<Vec<_>, _>>()?,
+                Some(Value::Ints(ts)) => ts
+                    .iter()
+                    .map(|&i| u32::try_from(i).map_err(|_| bad("token_ids", "out of range")))
+                    .collect::<Result<Vec<_>, _>>()?,
                 _ => return Err(bad("token_ids", "must be an array")),
             };
             let block_size = int_of(fields.get(4, "block_size"), "block_size")?
@@ -363,15 +408,16 @@ pub fn decode_batch(payload: &[u8]) -> Result<KvEventBatch, KvEventError> {
         return Err(KvEventError::TooLarge(payload.len()));
     }
     let mut reader = Reader { rest: payload };
-    let Value::Array(fields) = reader.value(0, "batch")? else {
+    let Some(fields) = reader.value(0, "batch")?.into_items() else {
         return Err(bad("batch", "must be an array"));
     };
-    let ts = match fields.first() {
-        Some(Value::Float(t)) => *t,
-        Some(Value::Int(i)) => *i as f64,
+    let mut fields = fields.into_iter();
+    let ts = match fields.next() {
+        Some(Value::Float(t)) => t,
+        Some(Value::Int(i)) => i as f64,
         _ => return Err(bad("ts", "must be a number")),
     };
-    let Some(Value::Array(events)) = fields.get(1) else {
+    let Some(events) = fields.next().and_then(Value::into_items) else {
         return Err(bad("events", "must be an array"));
     };
     if events.len() > MAX_EVENTS {
@@ -380,7 +426,7 @@ pub fn decode_batch(payload: &[u8]) -> Result<KvEventBatch, KvEventError> {
     Ok(KvEventBatch {
         ts,
         events: events.iter().map(event_of).collect::<Result<_, _>>()?,
-        data_parallel_rank: int_of(fields.get(2), "data_parallel_rank")?,
+        data_parallel_rank: int_of(fields.next().as_ref(), "data_parallel_rank")?,
     })
 }
 
