@@ -13,6 +13,8 @@ kv_events`) — binds every interface, so it is tested in the gateway's own test
   development route) is a restart with evidence `kv_events`: the pod is re-warmed as a joining
   pod (new epoch).
 - A restarted pod is one restart, whichever of its scrape and its events shows it first.
+- Batches the gateway missed — here all those a pod published before the gateway started — are
+  asked for again from the pod's replay socket (`kv_events_replay`), so the ledger is exact.
 """
 from __future__ import annotations
 
@@ -37,11 +39,13 @@ def events_flag(port: int) -> str:
                        "endpoint": f"tcp://127.0.0.1:{port}", "topic": "p"})
 
 
-def gateway_for(tmp_path, address: str, events_port: int, name: str = "gateway"):
+def gateway_for(tmp_path, address: str, events_port: int, name: str = "gateway", replay_port=None):
+    pod = {"id": "p", "address": address}
+    if replay_port:
+        pod["kv_events_replay"] = f"127.0.0.1:{replay_port}"
     return start_gateway(tmp_path, {
         "pods": {"health_interval_ms": 100, "unhealthy_after": 50,
-                 "kv_events_listen": f"127.0.0.1:{events_port}",
-                 "static": [{"id": "p", "address": address}]},
+                 "kv_events_listen": f"127.0.0.1:{events_port}", "static": [pod]},
     }, name=name)
 
 
@@ -107,6 +111,32 @@ def test_the_gateway_holds_the_blocks_a_podsim_pod_registered_and_not_those_it_e
         pod.stop()
 
 
+def test_batches_published_before_the_gateway_listened_are_replayed(tmp_path):
+    port, replay = free_port(), free_port()
+    flag = json.loads(events_flag(port)) | {"replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    pod, url = start_podsim(tmp_path, "--kv-events-config", json.dumps(flag), "--time-scale", "1000")
+    gw = None
+    try:
+        expected = 0
+        for i in range(4):
+            expected += complete(url, template_text(i, 64 * 4 * 5))["usage"]["prompt_tokens"] // BLOCK_TOKENS
+            time.sleep(0.05)  # all published before any subscriber (one batch or several)
+        gw = gateway_for(tmp_path, url.removeprefix("http://"), port, replay_port=replay)
+        connected(url)
+        expected += complete(url, template_text(9, 64 * 4 * 5))["usage"]["prompt_tokens"] // BLOCK_TOKENS
+        wait_until(lambda: (detail(gw)["kv_events"] or {}).get("cached_blocks") == expected, 10,
+                   what=f"the ledger at {expected} blocks: {detail(gw)['kv_events']}")
+        ledger = detail(gw)["kv_events"]
+        assert ledger["complete"] and ledger["missed_batches"] == 0 and ledger["last_seq"] >= 1, ledger
+        replayed = 'prewarm_kv_event_batches_total{pod="p",outcome="replayed"}'
+        assert any(l.startswith(replayed) and float(l.rsplit(" ", 1)[1]) >= 1
+                   for l in gw.get("/metrics").text.splitlines()), "batches replayed"
+    finally:
+        if gw:
+            gw.proc.stop()
+        pod.stop()
+
+
 def test_a_cache_reset_no_scrape_shows_re_warms_the_pod_and_a_restart_counts_once(tmp_path):
     port = free_port()
     flags = ("--kv-events-config", events_flag(port), "--time-scale", "1000", "--enable-prompt-tokens-details")
@@ -151,38 +181,45 @@ def test_a_cache_reset_no_scrape_shows_re_warms_the_pod_and_a_restart_counts_onc
 
 
 @requires_vllm
-def test_a_real_vllms_kv_events_reach_the_gateway(tmp_path):
+def test_a_real_vllms_kv_events_reach_the_gateway_and_its_replay_fills_what_was_missed(tmp_path):
     models = tiny_models(tmp_path / "models")
-    port = free_port()
-    proc, url = start_vllm(tmp_path, models.llama, *LLAMA_FLAGS, "--kv-events-config", events_flag(port),
+    port, replay = free_port(), free_port()
+    flag = json.loads(events_flag(port)) | {"replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    proc, url = start_vllm(tmp_path, models.llama, *LLAMA_FLAGS, "--kv-events-config", json.dumps(flag),
                            env={"VLLM_SERVER_DEV_MODE": "1"})
-    gw = gateway_for(tmp_path, url.removeprefix("http://"), port)
+    gw = None
     try:
+        served = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
+
+        def chat(app: int) -> int:
+            messages = [{"role": "system", "content": template_text(app, 64 * 4 * 8)},
+                        {"role": "user", "content": "What is item 7?"}]
+            r = requests.post(f"{url}/v1/chat/completions",
+                              json={"model": served, "messages": messages, "max_tokens": 1}, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens"]
+
+        before = chat(3)  # published while nothing listens: only the replay socket keeps it
+        gw = gateway_for(tmp_path, url.removeprefix("http://"), port, replay_port=replay)
         connected(url)
         wait_until(lambda: detail(gw)["routable"], 60, what="the vLLM pod routable")
         epoch = detail(gw)["epoch"]
-        served = requests.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
-        messages = [{"role": "system", "content": template_text(3, 64 * 4 * 8)},
-                    {"role": "user", "content": "What is item 7?"}]
-        r = requests.post(f"{url}/v1/chat/completions",
-                          json={"model": served, "messages": messages, "max_tokens": 1}, timeout=120)
-        assert r.status_code == 200, r.text
-        prompt_tokens = r.json()["usage"]["prompt_tokens"]
-        wait_until(lambda: (detail(gw)["kv_events"] or {}).get("stored", 0) > 0, 30,
-                   what="vLLM's BlockStored events applied")
+        after = chat(4)
+        wait_until(lambda: (detail(gw)["kv_events"] or {}).get("last_seq", -1) >= 1, 30,
+                   what="vLLM's second batch applied")
         ledger = detail(gw)["kv_events"]
-        print(f"\nvLLM kv events: {prompt_tokens} prompt tokens; ledger {ledger}")
-        assert ledger["missed_batches"] == 0 and ledger["unknown"] == 0, ledger
-        assert 0 < ledger["cached_blocks"] <= prompt_tokens, ledger
+        print(f"\nvLLM kv events: {before} and {after} prompt tokens; ledger {ledger}")
+        assert ledger["complete"] and ledger["missed_batches"] == 0 and ledger["unknown"] == 0, ledger
+        block = detail(gw)["load"]["block_size"]  # from vllm:cache_config_info (128 on CPU)
+        assert ledger["cached_blocks"] == before // block + after // block, ledger
 
         reset = requests.post(f"{url}/reset_prefix_cache", timeout=30)
         assert reset.json().get("success") is True, reset.text
-        # vLLM publishes the clear with its next scheduler step's batch: the next request's
-        requests.post(f"{url}/v1/chat/completions",
-                      json={"model": served, "messages": messages, "max_tokens": 1}, timeout=120)
+        chat(5)  # vLLM publishes the clear with its next scheduler step's batch
         wait_until(lambda: detail(gw)["epoch"] > epoch, 30, what="the pod re-joined after vLLM reset its cache")
         assert restarts(gw, "kv_events") == 1
         assert detail(gw)["kv_events"]["cleared"] >= 1
     finally:
-        gw.proc.stop()
+        if gw:
+            gw.proc.stop()
         proc.stop(grace=10)

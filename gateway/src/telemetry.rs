@@ -22,7 +22,7 @@
 //! | `prewarm_snapshots_written_total` | counter | `outcome` (ok / error / refused: the restore refused, see `state.on_unusable_snapshot`) |
 //! | `prewarm_pods` | gauge | `state` (up / down / warming) |
 //! | `prewarm_pod_restarts_total` | counter | `pod`, `evidence` (start_time: `process_start_time_seconds` changed / counters: a prefix-cache counter went down / kv_events: the engine's KV-cache events showed a new process or a cleared cache) — restarts of pods that were up, each re-warmed as a joining pod (`policy::fleet::restart`) |
-//! | `prewarm_kv_event_batches_total` | counter | `pod`, `outcome` (applied / undecodable / missed: sequence numbers skipped) — the pods' KV-cache event batches (`service::kv_events`) |
+//! | `prewarm_kv_event_batches_total` | counter | `pod`, `outcome` (applied / undecodable / missed: sequence numbers skipped / replayed: missed batches read again from the pod's replay socket / unknown_topic, pod `-`: a listener message naming no pod) — the pods' KV-cache event batches (`service::kv_events`) |
 //! | `prewarm_kv_event_blocks_total` | counter | `pod`, `kind` (stored / removed: GPU blocks the events reported / offloaded: blocks of an offload tier / dropped: stores past the ledger's bound) |
 //! | `prewarm_pod_engine_cached_blocks` | gauge | `pod` (GPU blocks the pod's KV-cache events say it holds; see `complete` in `GET /admin/pods`) |
 //! | `prewarm_gold_pool_pods` | gauge | — (pods in the gold tier pool; 0: one pool for every tier) |

@@ -57,6 +57,11 @@ pub struct PodSpec {
     /// a pod's cache".
     #[serde(default)]
     pub kv_events: Option<String>,
+    /// `host:port` of the pod's replay socket (vLLM's `--kv-events-config` `replay_endpoint`,
+    /// which it binds): batches the gateway missed are asked for there (default none: a gap
+    /// stays a gap).
+    #[serde(default)]
+    pub kv_events_replay: Option<String>,
 }
 
 fn unit() -> f64 {
@@ -79,6 +84,7 @@ impl PodSpec {
             block_size: None,
             num_blocks: None,
             kv_events: None,
+            kv_events_replay: None,
         }
     }
 
@@ -115,9 +121,14 @@ impl PodSpec {
                 p.push(format!("{at}.block_size: {b}: must be 1..4096"));
             }
         }
-        if let Some(e) = &self.kv_events {
-            if !is_pod_address(e) {
-                p.push(format!("{at}.kv_events: {e:?}: {ADDRESS_RULE}"));
+        for (field, value) in [
+            ("kv_events", &self.kv_events),
+            ("kv_events_replay", &self.kv_events_replay),
+        ] {
+            if let Some(e) = value {
+                if !is_pod_address(e) {
+                    p.push(format!("{at}.{field}: {e:?}: {ADDRESS_RULE}"));
+                }
             }
         }
         if let Some(n) = self.num_blocks {
@@ -156,6 +167,9 @@ pub struct DnsDiscovery {
     /// resolved address at this port.
     #[serde(default)]
     pub kv_events_port: Option<u16>,
+    /// The port of every discovered pod's replay socket (default none).
+    #[serde(default)]
+    pub kv_events_replay_port: Option<u16>,
 }
 
 fn default_port() -> u16 {

@@ -28,10 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use prewarm_core::kv_events::{decode_batch, decode_sequence, KvEventError};
+use prewarm_core::kv_events::{decode_batch, decode_sequence, KvEventBatch, KvEventError};
 use tokio::task::JoinHandle;
 use zeromq::{Socket, SocketRecv, ZmqMessage};
 
+use super::kv_replay::fetch_replay;
 use super::Gateway;
 use crate::policy::fleet::engine_blocks::{CacheChange, EngineBlockCounts};
 use crate::telemetry::Telemetry;
@@ -127,7 +128,7 @@ impl Gateway {
                             .map(|t| String::from_utf8_lossy(t).into_owned());
                         match topic.and_then(|t| g.pod_of_topic(&t)) {
                             Some(id) => {
-                                let _ = g.on_kv_message(&id, message);
+                                let _ = g.on_kv_message(&id, message).await;
                             }
                             None => Telemetry::count(
                                 &g.telemetry.kv_event_batches,
@@ -155,8 +156,11 @@ impl Gateway {
             .map(|p| p.spec.id.clone())
     }
 
-    /// Applies one message of pod `id`'s publisher. A decoding error is returned (and counted).
-    pub fn on_kv_message(&self, id: &str, message: ZmqMessage) -> Result<(), KvEventError> {
+    /// Applies one message of pod `id`'s publisher, after the batches before it that the
+    /// gateway missed when the pod has a replay socket (`kv_events_replay`): a gap in the
+    /// sequence numbers, or a first batch that is not its process's first. A decoding error is
+    /// returned (and counted).
+    pub async fn on_kv_message(&self, id: &str, message: ZmqMessage) -> Result<(), KvEventError> {
         let decoded = decode_message(message);
         let (seq, batch) = match decoded {
             Ok(d) => d,
@@ -171,6 +175,51 @@ impl Gateway {
                 return Err(e);
             }
         };
+        self.catch_up(id, seq).await;
+        self.apply_kv_batch(id, seq, &batch);
+        Ok(())
+    }
+
+    /// Replays what pod `id` published before batch `seq` that the ledger has not read.
+    async fn catch_up(&self, id: &str, seq: i64) {
+        let (missing_from, replay) = {
+            let state = self.state();
+            let next = state.fleet.pod(id).map(|p| p.engine_blocks.next_seq());
+            let replay = state
+                .pods
+                .get(id)
+                .and_then(|p| p.spec.kv_events_replay.clone());
+            (next, replay)
+        };
+        let from = match missing_from {
+            Some(Some(next)) if seq > next => next,
+            Some(None) if seq > 0 => 0,
+            _ => return,
+        };
+        let Some(address) = replay else {
+            return;
+        };
+        match fetch_replay(&address, from, seq).await {
+            Ok(batches) => {
+                Telemetry::add(
+                    &self.telemetry.kv_event_batches,
+                    &[("pod", id), ("outcome", "replayed")],
+                    batches.len() as u64,
+                );
+                for (s, b) in batches {
+                    self.apply_kv_batch(id, s, &b);
+                }
+            }
+            Err(e) => {
+                if let Some(pod) = self.state().pods.get_mut(id) {
+                    pod.note_error(format!("kv events: replay from {from}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Applies batch `seq` to pod `id`'s ledger, counting what it held.
+    fn apply_kv_batch(&self, id: &str, seq: i64, batch: &KvEventBatch) {
         let now = self.now();
         let (before, change, after) = {
             let mut state = self.state();
@@ -179,7 +228,7 @@ impl Gateway {
                 .pod(id)
                 .map(|p| p.engine_blocks.counts())
                 .unwrap_or_default();
-            let change = state.fleet.on_kv_events(id, seq, &batch, now);
+            let change = state.fleet.on_kv_events(id, seq, batch, now);
             let after = state
                 .fleet
                 .pod(id)
@@ -197,7 +246,6 @@ impl Gateway {
             }
             _ => {}
         }
-        Ok(())
     }
 
     fn count_kv_events(&self, id: &str, before: &EngineBlockCounts, after: &EngineBlockCounts) {
@@ -247,9 +295,7 @@ impl Gateway {
     }
 }
 
-fn decode_message(
-    message: ZmqMessage,
-) -> Result<(i64, prewarm_core::kv_events::KvEventBatch), KvEventError> {
+fn decode_message(message: ZmqMessage) -> Result<(i64, KvEventBatch), KvEventError> {
     let frames = message.into_vec();
     let [_topic, seq, payload] = frames.as_slice() else {
         return Err(KvEventError::Frames(frames.len()));
@@ -293,7 +339,7 @@ async fn read_events(
                     };
                     match received {
                         Ok(message) => {
-                            let _ = g.on_kv_message(&id, message);
+                            let _ = g.on_kv_message(&id, message).await;
                         }
                         Err(e) => {
                             tracing::info!(pod = %id, %endpoint, error = %e, "kv events: connection lost");

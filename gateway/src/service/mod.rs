@@ -21,6 +21,7 @@ pub mod actions;
 pub mod adapters;
 pub mod experiments;
 pub mod kv_events;
+pub mod kv_replay;
 pub mod persist;
 pub mod planning;
 pub mod pods;

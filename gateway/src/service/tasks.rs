@@ -339,10 +339,12 @@ async fn discover(gateway: &Gateway, dns: &DnsDiscovery) {
                 spec.engine = dns.engine;
                 spec.max_loras = dns.max_loras;
                 spec.max_cpu_loras = dns.max_cpu_loras;
-                spec.kv_events = dns.kv_events_port.and_then(|port| {
+                let at_port = |port: Option<u16>| {
                     let (host, _) = addr.rsplit_once(':')?;
-                    Some(format!("{host}:{port}"))
-                });
+                    Some(format!("{host}:{}", port?))
+                };
+                spec.kv_events = at_port(dns.kv_events_port);
+                spec.kv_events_replay = at_port(dns.kv_events_replay_port);
                 if let Err(e) = gateway.add_pod(spec, PodSource::Dns) {
                     tracing::warn!(address = %addr, error = %e, "discovered pod refused");
                 }

@@ -163,6 +163,11 @@ impl EngineBlocks {
         self.rejoined = true;
     }
 
+    /// The sequence number the next batch should carry (`None` before the first).
+    pub fn next_seq(&self) -> Option<i64> {
+        self.last_seq.map(|s| s.saturating_add(1))
+    }
+
     /// Whether the engine reported `block` stored and not since removed.
     pub fn holds(&self, block: EngineBlock) -> bool {
         self.held.contains(&block)

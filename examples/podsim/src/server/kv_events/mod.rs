@@ -16,20 +16,24 @@
 //!   chained block hashes (integers), parents as the pod model chains them.
 //! - With `--pods N`, pod *i* binds the endpoint's port + *i*, as vLLM offsets it by the data
 //!   parallel rank.
-//! - No replay socket: `replay_endpoint` is refused at start. Events published while no
-//!   subscriber is connected are lost (ZeroMQ PUB drops them), as they are from vLLM.
+//! - Events published while no subscriber is connected are lost (ZeroMQ PUB drops them), as
+//!   they are from vLLM; with a `replay_endpoint` the last `buffer_steps` batches (default
+//!   10,000) can be asked for again ([`replay`]).
+//!
+//! Parts: the flag and the grouping of a step's changes here, the socket and the step loop in
+//! [`publisher`], the replay buffer and its ROUTER socket in [`replay`].
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+pub mod publisher;
+pub mod replay;
 
-use axum::body::Bytes;
-use prewarm_core::kv_events::{encode_batch, encode_sequence, KvEvent, KvEventBatch, Medium};
+use std::time::Duration;
+
+use prewarm_core::kv_events::{KvEvent, Medium};
 use serde::Deserialize;
-use tokio::task::JoinHandle;
-use zeromq::{Socket, SocketSend, ZmqMessage};
 
-use super::AppState;
 use crate::prefix_cache::PoolEvent;
+
+pub use publisher::start_publisher;
 
 /// How often logged changes are published (vLLM publishes once a scheduler step).
 pub const STEP: Duration = Duration::from_millis(20);
@@ -48,9 +52,10 @@ pub struct KvEventsFlag {
     pub replay_endpoint: Option<String>,
     #[serde(default)]
     pub topic: String,
-    /// Accepted for compatibility (podsim keeps no replay buffer, queues nothing).
-    #[serde(default)]
-    pub buffer_steps: Option<u64>,
+    /// Batches the replay socket keeps (default 10,000, as vLLM).
+    #[serde(default = "default_buffer_steps")]
+    pub buffer_steps: usize,
+    /// Accepted for compatibility (podsim queues nothing).
     #[serde(default)]
     pub hwm: Option<u64>,
     #[serde(default)]
@@ -61,12 +66,20 @@ fn default_endpoint() -> String {
     "tcp://*:5557".into()
 }
 
+fn default_buffer_steps() -> usize {
+    10_000
+}
+
 /// Where and under which topic a pod publishes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEventsConfig {
     /// `tcp://HOST:PORT` (`*` is bound as every interface, as ZeroMQ reads it).
     pub endpoint: String,
     pub topic: String,
+    /// `tcp://HOST:PORT` of the replay socket (always bound, as vLLM binds it).
+    pub replay_endpoint: Option<String>,
+    /// Batches kept for replay.
+    pub buffer_steps: usize,
 }
 
 impl KvEventsConfig {
@@ -97,41 +110,58 @@ impl KvEventsConfig {
                 ))
             }
         }
-        if flag.replay_endpoint.is_some() {
-            return Err(
-                "--kv-events-config: replay_endpoint: podsim keeps no replay buffer".into(),
-            );
+        Self::endpoint_port(&flag.endpoint, "endpoint")?;
+        if let Some(replay) = &flag.replay_endpoint {
+            Self::endpoint_port(replay, "replay_endpoint")?;
         }
-        Self::endpoint_port(&flag.endpoint)?;
+        if !(1..=1_000_000).contains(&flag.buffer_steps) {
+            return Err(format!(
+                "--kv-events-config: buffer_steps: {}: must be 1..1000000",
+                flag.buffer_steps
+            ));
+        }
         Ok(Some(Self {
             endpoint: flag.endpoint,
             topic: flag.topic,
+            replay_endpoint: flag.replay_endpoint,
+            buffer_steps: flag.buffer_steps,
         }))
     }
 
-    fn endpoint_port(endpoint: &str) -> Result<(&str, u16), String> {
+    fn endpoint_port<'a>(endpoint: &'a str, field: &str) -> Result<(&'a str, u16), String> {
         endpoint
             .strip_prefix("tcp://")
             .and_then(|hp| hp.rsplit_once(':'))
             .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
             .filter(|(h, _)| !h.is_empty())
             .ok_or_else(|| {
-                format!("--kv-events-config: endpoint: {endpoint:?}: must be tcp://HOST:PORT")
+                format!("--kv-events-config: {field}: {endpoint:?}: must be tcp://HOST:PORT")
             })
     }
 
-    /// The config of the `index`-th pod of a fleet: the port offset by `index`.
-    pub fn for_pod(&self, index: usize) -> Result<Self, String> {
-        let (host, port) = Self::endpoint_port(&self.endpoint)?;
+    /// `endpoint` with its port offset by `index`.
+    fn offset(endpoint: &str, index: usize, field: &str) -> Result<String, String> {
+        let (host, port) = Self::endpoint_port(endpoint, field)?;
         let port = u16::try_from(index)
             .ok()
             .and_then(|i| port.checked_add(i))
             .ok_or_else(|| {
-                format!("--kv-events-config: endpoint: port {port} + {index} passes 65535")
+                format!("--kv-events-config: {field}: port {port} + {index} passes 65535")
             })?;
+        Ok(format!("tcp://{host}:{port}"))
+    }
+
+    /// The config of the `index`-th pod of a fleet: the ports offset by `index`.
+    pub fn for_pod(&self, index: usize) -> Result<Self, String> {
         Ok(Self {
-            endpoint: format!("tcp://{host}:{port}"),
+            endpoint: Self::offset(&self.endpoint, index, "endpoint")?,
             topic: self.topic.clone(),
+            replay_endpoint: self
+                .replay_endpoint
+                .as_deref()
+                .map(|r| Self::offset(r, index, "replay_endpoint"))
+                .transpose()?,
+            buffer_steps: self.buffer_steps,
         })
     }
 
@@ -140,8 +170,8 @@ impl KvEventsConfig {
         self.endpoint.contains('*') || self.endpoint.contains("::")
     }
 
-    fn bind_address(&self) -> String {
-        self.endpoint.replace("tcp://*:", "tcp://0.0.0.0:")
+    fn bind_address(endpoint: &str) -> String {
+        endpoint.replace("tcp://*:", "tcp://0.0.0.0:")
     }
 }
 
@@ -182,100 +212,6 @@ pub fn events_of(changes: &[PoolEvent], block_size: usize) -> Vec<KvEvent> {
 
 fn stand_in_tokens(hash: u64, block_size: usize) -> impl Iterator<Item = u32> {
     (0..block_size as u64).map(move |i| (hash.rotate_left(i as u32) & 0x7fff_ffff) as u32)
-}
-
-/// How long a connecting publisher waits for its subscriber within one step.
-const CONNECT_WAIT: Duration = Duration::from_millis(200);
-
-/// The publisher's socket: bound once, or connected (again after its peer went away).
-struct Link {
-    config: KvEventsConfig,
-    socket: Option<zeromq::PubSocket>,
-    events: Option<futures::channel::mpsc::Receiver<zeromq::SocketEvent>>,
-}
-
-impl Link {
-    /// The socket to send on: a connected one that lost its peer is dropped, and one is
-    /// connected when none is (waiting at most [`CONNECT_WAIT`]).
-    async fn socket(&mut self) -> Option<&mut zeromq::PubSocket> {
-        let lost = self.events.as_mut().is_some_and(|events| {
-            std::iter::from_fn(|| events.try_recv().ok())
-                .any(|e| matches!(e, zeromq::SocketEvent::Disconnected(_)))
-        });
-        if lost {
-            self.socket = None;
-        }
-        if self.socket.is_none() {
-            let mut socket = zeromq::PubSocket::new();
-            let events = socket.monitor();
-            let connect = socket.connect(&self.config.endpoint);
-            if let Ok(Ok(())) = tokio::time::timeout(CONNECT_WAIT, connect).await {
-                self.socket = Some(socket);
-                self.events = Some(events);
-            }
-        }
-        self.socket.as_mut()
-    }
-}
-
-/// Binds the pod's publisher (or prepares its connection) and starts its step loop; the pod
-/// model starts logging.
-pub async fn start_publisher(
-    state: Arc<AppState>,
-    config: &KvEventsConfig,
-) -> Result<JoinHandle<()>, String> {
-    let mut link = Link {
-        config: config.clone(),
-        socket: None,
-        events: None,
-    };
-    if config.binds() {
-        let mut socket = zeromq::PubSocket::new();
-        socket
-            .bind(&config.bind_address())
-            .await
-            .map_err(|e| format!("kv events: bind {}: {e}", config.endpoint))?;
-        link.socket = Some(socket);
-    }
-    state.lock_pod().log_kv_events();
-    let topic = config.topic.clone();
-    let block_size = state.config.pod.block_size;
-    Ok(tokio::spawn(async move {
-        let mut seq: i64 = 0;
-        let mut step = tokio::time::interval(STEP);
-        step.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        loop {
-            step.tick().await;
-            // connected ahead of the first change, so that its batch finds the subscriber
-            let Some(socket) = link.socket().await else {
-                // no subscriber to connect to: what changed is lost, as a PUB without peers drops it
-                seq += i64::from(!state.lock_pod().take_kv_events().is_empty());
-                continue;
-            };
-            let changes = state.lock_pod().take_kv_events();
-            if changes.is_empty() {
-                continue;
-            }
-            let ts = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            let batch = KvEventBatch {
-                ts,
-                events: events_of(&changes, block_size),
-                data_parallel_rank: None,
-            };
-            let frames: Vec<Bytes> = vec![
-                topic.clone().into_bytes().into(),
-                encode_sequence(seq).to_vec().into(),
-                encode_batch(&batch).into(),
-            ];
-            seq += 1;
-            if let Ok(message) = ZmqMessage::try_from(frames) {
-                // a batch no subscriber takes is lost, as from vLLM
-                let _ = socket.send(message).await;
-            }
-        }
-    }))
 }
 
 #[cfg(test)]
@@ -339,7 +275,9 @@ mod tests {
             KvEventsConfig::from_flag(r#"{"enable_kv_cache_events": true}"#),
             Ok(Some(KvEventsConfig {
                 endpoint: "tcp://*:5557".into(),
-                topic: String::new()
+                topic: String::new(),
+                replay_endpoint: None,
+                buffer_steps: 10_000,
             }))
         );
         let c = KvEventsConfig::from_flag(
@@ -354,8 +292,12 @@ mod tests {
                 "endpoint",
             ),
             (
-                r#"{"enable_kv_cache_events": true, "replay_endpoint": "tcp://*:5558"}"#,
+                r#"{"enable_kv_cache_events": true, "replay_endpoint": "udp://x"}"#,
                 "replay_endpoint",
+            ),
+            (
+                r#"{"enable_kv_cache_events": true, "buffer_steps": 0}"#,
+                "buffer_steps",
             ),
             (r#"{"publisher": "zmq"}"#, "publisher"),
             (
