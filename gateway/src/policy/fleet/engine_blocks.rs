@@ -18,7 +18,11 @@
 //! of [`super::restart`]: the pod is re-warmed like a joining pod at its next health check,
 //! even when its scrapes show nothing (SGLang and multi-process vLLM export no start time).
 //! A new process found by the first batch after the pod (re)joined is the one that join is
-//! already warming (its scrape showed the restart first), not another restart.
+//! already warming (its scrape showed the restart first), not another restart. A (re)join the
+//! events did not cause — its scrape showed a restart, or the pod came back from down — also
+//! empties the set unless the ledger already started over since the last join (a new process
+//! or a clear read): the blocks of the process before it are gone, and the set is incomplete
+//! until the new process's first batch or a clear.
 //!
 //! **Bounds.** At most `max_blocks` hashes are held (4 × the pod's modelled capacity: the
 //! engine holds at most its capacity); past it further stores are counted as dropped and the
@@ -40,6 +44,8 @@ pub struct EngineBlocks {
     last_event_ms: Option<u64>,
     /// The pod (re)joined since the last batch: a new process in the next batch is that join's.
     rejoined: bool,
+    /// A new process or a clear was read since the pod last (re)joined.
+    started_over: bool,
 }
 
 /// What the ledger has read, for the admin API and the metrics.
@@ -102,6 +108,7 @@ impl EngineBlocks {
                 self.held.clear();
                 self.complete = seq == 0;
                 self.counts.restarts += 1;
+                self.started_over = true;
                 if !self.rejoined {
                     change = CacheChange::Restarted;
                 }
@@ -146,6 +153,7 @@ impl EngineBlocks {
                 KvEvent::Cleared => {
                     self.held.clear();
                     self.complete = true;
+                    self.started_over = true;
                     self.counts.cleared += 1;
                     if change == CacheChange::Kept {
                         change = CacheChange::Cleared;
@@ -161,6 +169,10 @@ impl EngineBlocks {
     /// batch is the one that join found.
     pub fn note_rejoin(&mut self) {
         self.rejoined = true;
+        if !std::mem::take(&mut self.started_over) && self.last_seq.is_some() {
+            self.held.clear();
+            self.complete = false;
+        }
     }
 
     /// The sequence number the next batch should carry (`None` before the first).
@@ -298,10 +310,34 @@ mod tests {
             !l.holds(1) && l.holds(3),
             "the old process's blocks are gone"
         );
+        assert!(l.view().unwrap().complete);
         // a rejoin of the same process (a network blip) expects nothing after its next batch
         l.note_rejoin();
         l.apply(1, &batch(vec![]), 100, 0);
         assert_eq!(l.apply(0, &batch(vec![]), 100, 0), CacheChange::Restarted);
+    }
+
+    #[test]
+    fn a_rejoin_the_events_did_not_show_forgets_the_blocks_of_the_process_before() {
+        let mut l = EngineBlocks::default();
+        l.apply(0, &batch(vec![stored(&[1, 2], Medium::Gpu)]), 100, 0);
+        // the scrape showed a restart; the new process published more batches than the old
+        // one before the gateway read it again, so its numbers look like a gap
+        l.note_rejoin();
+        assert!(!l.holds(1));
+        l.apply(7, &batch(vec![stored(&[9], Medium::Gpu)]), 100, 0);
+        let v = l.view().unwrap();
+        assert_eq!((v.cached_blocks, v.complete), (1, false), "{v:?}");
+        // a rejoin the events caused keeps what they read since
+        l.apply(
+            8,
+            &batch(vec![KvEvent::Cleared, stored(&[4], Medium::Gpu)]),
+            100,
+            0,
+        );
+        l.note_rejoin();
+        let v = l.view().unwrap();
+        assert_eq!((v.cached_blocks, v.complete), (1, true), "{v:?}");
     }
 
     #[test]
