@@ -181,19 +181,12 @@ impl<'a> Reader<'a> {
             return Err(bad(field, "nested too deep"));
         }
         let marker = self.uint(1, field)? as u8;
+        if let Some(i) = self.int_after(marker, field)? {
+            return Ok(Value::Int(i));
+        }
         Ok(match marker {
-            0x00..=0x7f => Value::Int(i128::from(marker)),
-            0xe0..=0xff => Value::Int(i128::from(marker as i8)),
             0xc0 => Value::Nil,
             0xc2 | 0xc3 => Value::Bool,
-            0xcc => Value::Int(i128::from(self.uint(1, field)?)),
-            0xcd => Value::Int(i128::from(self.uint(2, field)?)),
-            0xce => Value::Int(i128::from(self.uint(4, field)?)),
-            0xcf => Value::Int(i128::from(self.uint(8, field)?)),
-            0xd0 => Value::Int(i128::from(self.sint(1, field)?)),
-            0xd1 => Value::Int(i128::from(self.sint(2, field)?)),
-            0xd2 => Value::Int(i128::from(self.sint(4, field)?)),
-            0xd3 => Value::Int(i128::from(self.sint(8, field)?)),
             0xca => Value::Float(f64::from(f32::from_bits(self.uint(4, field)? as u32))),
             0xcb => Value::Float(f64::from_bits(self.uint(8, field)?)),
             0xa0..=0xbf => self.string(usize::from(marker & 0x1f), field)?,
@@ -266,21 +259,23 @@ impl<'a> Reader<'a> {
         let mut ints = Vec::with_capacity(n);
         for _ in 0..n {
             let marker = self.uint(1, field)? as u8;
-            ints.push(match marker {
-                0x00..=0x7f => i128::from(marker),
-                0xe0..=0xff => i128::from(marker as i8),
-                0xcc => i128::from(self.uint(1, field)?),
-                0xcd => i128::from(self.uint(2, field)?),
-                0xce => i128::from(self.uint(4, field)?),
-                0xcf => i128::from(self.uint(8, field)?),
-                0xd0 => i128::from(self.sint(1, field)?),
-                0xd1 => i128::from(self.sint(2, field)?),
-                0xd2 => i128::from(self.sint(4, field)?),
-                0xd3 => i128::from(self.sint(8, field)?),
-                _ => return Ok(None),
-            });
+            let Some(i) = self.int_after(marker, field)? else {
+                return Ok(None);
+            };
+            ints.push(i);
         }
         Ok(Some(ints))
+    }
+
+    /// The integer `marker` starts (its bytes read), or `None` when it starts something else.
+    fn int_after(&mut self, marker: u8, field: &'static str) -> Result<Option<i128>, KvEventError> {
+        Ok(Some(match marker {
+            0x00..=0x7f => i128::from(marker),
+            0xe0..=0xff => i128::from(marker as i8),
+            0xcc..=0xcf => i128::from(self.uint(1 << (marker - 0xcc), field)?),
+            0xd0..=0xd3 => i128::from(self.sint(1 << (marker - 0xd0), field)?),
+            _ => return Ok(None),
+        }))
     }
 
     fn map(&mut self, n: usize, depth: usize, field: &'static str) -> Result<Value, KvEventError> {

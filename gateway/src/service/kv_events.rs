@@ -113,14 +113,8 @@ impl Gateway {
         let gateway = Arc::downgrade(self);
         let mut shutdown = self.shutdown_signal();
         Ok(Some(tokio::spawn(async move {
-            loop {
-                let received = tokio::select! {
-                    _ = shutdown.changed() => return,
-                    r = socket.recv() => r,
-                };
-                let Some(g) = gateway.upgrade() else {
-                    return;
-                };
+            while let Some((g, received)) = next_message(&mut socket, &mut shutdown, &gateway).await
+            {
                 match received {
                     Ok(message) => {
                         let topic = message
@@ -250,44 +244,19 @@ impl Gateway {
 
     fn count_kv_events(&self, id: &str, before: &EngineBlockCounts, after: &EngineBlockCounts) {
         let t = &self.telemetry;
-        for (family, label, value, n) in [
-            (
-                &t.kv_event_batches,
-                "outcome",
-                "applied",
-                after.batches - before.batches,
-            ),
-            (
-                &t.kv_event_batches,
-                "outcome",
-                "missed",
-                after.missed_batches - before.missed_batches,
-            ),
-            (
-                &t.kv_event_blocks,
-                "kind",
-                "stored",
-                after.stored - before.stored,
-            ),
-            (
-                &t.kv_event_blocks,
-                "kind",
-                "removed",
-                after.removed - before.removed,
-            ),
-            (
-                &t.kv_event_blocks,
-                "kind",
-                "offloaded",
-                after.offloaded - before.offloaded,
-            ),
-            (
-                &t.kv_event_blocks,
-                "kind",
-                "dropped",
-                after.dropped - before.dropped,
-            ),
-        ] {
+        let batches = [
+            ("applied", after.batches - before.batches),
+            ("missed", after.missed_batches - before.missed_batches),
+        ];
+        let blocks = [
+            ("stored", after.stored - before.stored),
+            ("removed", after.removed - before.removed),
+            ("offloaded", after.offloaded - before.offloaded),
+            ("dropped", after.dropped - before.dropped),
+        ];
+        let rows = (batches.iter().map(|r| (&t.kv_event_batches, "outcome", r)))
+            .chain(blocks.iter().map(|r| (&t.kv_event_blocks, "kind", r)));
+        for (family, label, &(value, n)) in rows {
             if n > 0 {
                 Telemetry::add(family, &[("pod", id), (label, value)], n);
             }
@@ -301,6 +270,20 @@ fn decode_message(message: ZmqMessage) -> Result<(i64, KvEventBatch), KvEventErr
         return Err(KvEventError::Frames(frames.len()));
     };
     Ok((decode_sequence(seq)?, decode_batch(payload)?))
+}
+
+/// The next message on `socket` and the gateway to apply it to; `None` at shutdown or once the
+/// gateway is gone.
+async fn next_message(
+    socket: &mut zeromq::SubSocket,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    gateway: &Weak<Gateway>,
+) -> Option<(Arc<Gateway>, zeromq::ZmqResult<ZmqMessage>)> {
+    let received = tokio::select! {
+        _ = shutdown.changed() => return None,
+        r = socket.recv() => r,
+    };
+    Some((gateway.upgrade()?, received))
 }
 
 /// Connects, reads, reconnects; see the module docs.
@@ -330,11 +313,9 @@ async fn read_events(
                 pause = RETRY_MIN;
                 connected_now.store(true, Ordering::Relaxed);
                 loop {
-                    let received = tokio::select! {
-                        _ = shutdown.changed() => return,
-                        r = socket.recv() => r,
-                    };
-                    let Some(g) = gateway.upgrade() else {
+                    let Some((g, received)) =
+                        next_message(&mut socket, &mut shutdown, &gateway).await
+                    else {
                         return;
                     };
                     match received {
