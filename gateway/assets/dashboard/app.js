@@ -129,6 +129,7 @@ function renderPods(view) {
     const w = p.detail && p.detail.warmup;
     const progress = progressOf(w);
     const hit = p.detail && p.detail.modelled_hit_ratio;
+    const engine = p.detail && p.detail.kv_events;
     return el("tr", { "data-pod": p.id, "data-state": state, "data-routable": p.routable,
                       "data-phase": p.warmup_phase || "" },
       el("td", {}, el("b", {}, p.id), " ", el("span", { class: "muted mono" }, p.address)),
@@ -144,7 +145,10 @@ function renderPods(view) {
             + (w.attempt > 1 ? ` · attempt ${w.attempt}` : ""),
         ]),
       el("td", {}, `${p.waiting} waiting / ${p.running} running`),
-      el("td", {}, `${Math.round(p.kv_usage * 100)}%`),
+      el("td", { "data-engine-blocks": engine ? engine.cached_blocks : "" },
+        `${Math.round(p.kv_usage * 100)}%`,
+        engine ? el("span", { class: "muted" }, ` · ${engine.cached_blocks} blocks cached`
+          + (engine.complete ? "" : " (incomplete)")) : ""),
       el("td", {}, hit === null || hit === undefined ? "–" : `${Math.round(hit * 100)}%`),
       el("td", { class: "mono" }, p.adapters.join(", ") || "–"));
   });
