@@ -16,7 +16,7 @@
 //! and its cache is gone. A clear empties the cache without a restart (vLLM's
 //! `/reset_prefix_cache`, an operator's or another tool's). Either is the `kv_events` evidence
 //! of [`super::restart`]: the pod is re-warmed like a joining pod at its next health check,
-//! even when its scrapes show nothing (SGLang and multi-process vLLM export no start time).
+//! even when its scrapes show nothing (vLLM with several API servers exports no start time).
 //! A new process found by the first batch after the pod (re)joined is the one that join is
 //! already warming (its scrape showed the restart first), not another restart. A (re)join the
 //! events did not cause — its scrape showed a restart, or the pod came back from down — also
