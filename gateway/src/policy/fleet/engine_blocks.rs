@@ -114,7 +114,11 @@ impl EngineBlocks {
                 }
             }
             Some(last) if seq > last.saturating_add(1) => {
-                self.counts.missed_batches += (seq - last - 1) as u64;
+                // any two i64 numbers: the difference is taken without overflow
+                self.counts.missed_batches = self
+                    .counts
+                    .missed_batches
+                    .saturating_add(seq.abs_diff(last).saturating_sub(1));
                 self.complete = false;
             }
             Some(_) => {}
@@ -338,6 +342,19 @@ mod tests {
         l.note_rejoin();
         let v = l.view().unwrap();
         assert_eq!((v.cached_blocks, v.complete), (1, true), "{v:?}");
+    }
+
+    #[test]
+    fn sequence_numbers_at_the_ends_of_the_range_are_counted_without_overflow() {
+        let mut l = EngineBlocks::default();
+        l.apply(i64::MIN, &batch(vec![]), 100, 0);
+        l.apply(i64::MAX, &batch(vec![]), 100, 0);
+        assert_eq!(l.view().unwrap().counts.missed_batches, u64::MAX - 1);
+        assert_eq!(
+            l.apply(i64::MIN, &batch(vec![]), 100, 0),
+            CacheChange::Restarted
+        );
+        assert_eq!(l.next_seq(), Some(i64::MIN + 1));
     }
 
     #[test]
