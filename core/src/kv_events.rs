@@ -190,16 +190,9 @@ impl<'a> Reader<'a> {
             0xca => Value::Float(f64::from(f32::from_bits(self.uint(4, field)? as u32))),
             0xcb => Value::Float(f64::from_bits(self.uint(8, field)?)),
             0xa0..=0xbf => self.string(usize::from(marker & 0x1f), field)?,
-            0xd9 => {
-                let n = self.count(1, 1, field)?;
-                self.string(n, field)?
-            }
-            0xda => {
-                let n = self.count(2, 1, field)?;
-                self.string(n, field)?
-            }
-            0xdb => {
-                let n = self.count(4, 1, field)?;
+            // str 8/16/32, bin 8/16/32, array 16/32, map 16/32: a 1/2/4-byte length first
+            0xd9..=0xdb => {
+                let n = self.count(1 << (marker - 0xd9), 1, field)?;
                 self.string(n, field)?
             }
             0xc4..=0xc6 => {
@@ -207,21 +200,13 @@ impl<'a> Reader<'a> {
                 Value::Bin(self.take(n, field)?.to_vec())
             }
             0x90..=0x9f => self.array(usize::from(marker & 0x0f), depth, field)?,
-            0xdc => {
-                let n = self.count(2, 1, field)?;
-                self.array(n, depth, field)?
-            }
-            0xdd => {
-                let n = self.count(4, 1, field)?;
+            0xdc | 0xdd => {
+                let n = self.count(2 << (marker - 0xdc), 1, field)?;
                 self.array(n, depth, field)?
             }
             0x80..=0x8f => self.map(usize::from(marker & 0x0f), depth, field)?,
-            0xde => {
-                let n = self.count(2, 2, field)?;
-                self.map(n, depth, field)?
-            }
-            0xdf => {
-                let n = self.count(4, 2, field)?;
+            0xde | 0xdf => {
+                let n = self.count(2 << (marker - 0xde), 2, field)?;
                 self.map(n, depth, field)?
             }
             _ => return Err(bad(field, "unsupported MessagePack type")),
@@ -440,12 +425,18 @@ pub fn encode_batch(batch: &KvEventBatch) -> Vec<u8> {
     );
     w.push(0xcb);
     w.extend_from_slice(&batch.ts.to_bits().to_be_bytes());
-    array_len(w, batch.events.len());
+    // an event this reader did not know has nothing to write: it is left out, never re-tagged
+    let events: Vec<&KvEvent> = batch
+        .events
+        .iter()
+        .filter(|e| !matches!(e, KvEvent::Unknown))
+        .collect();
+    array_len(w, events.len());
     let medium_name = |m: &Medium| match m {
         Medium::Gpu => "GPU",
         Medium::Offloaded => "CPU",
     };
-    for e in &batch.events {
+    for e in events {
         match e {
             KvEvent::Stored {
                 blocks,
@@ -491,11 +482,12 @@ pub fn encode_batch(batch: &KvEventBatch) -> Vec<u8> {
                 tag(w, "medium");
                 tag(w, medium_name(medium));
             }
-            KvEvent::Cleared | KvEvent::Unknown => {
+            KvEvent::Cleared => {
                 w.push(0x81);
                 tag(w, "type");
                 tag(w, "AllBlocksCleared");
             }
+            KvEvent::Unknown => {}
         }
     }
     if let Some(r) = batch.data_parallel_rank {

@@ -182,6 +182,42 @@ fn bad_payloads_name_the_field_and_never_allocate_what_they_declare() {
 }
 
 #[test]
+fn an_unknown_event_is_left_out_when_written_never_written_as_another() {
+    let batch = KvEventBatch {
+        ts: 0.0,
+        events: vec![KvEvent::Unknown, KvEvent::Cleared, KvEvent::Unknown],
+        data_parallel_rank: None,
+    };
+    let read = decode_batch(&encode_batch(&batch)).unwrap();
+    assert_eq!(read.events, vec![KvEvent::Cleared]);
+}
+
+#[test]
+fn long_strings_arrays_and_maps_read_with_their_sized_lengths() {
+    // ["BlockRemoved", array16 of 2 hashes, str8 "GPU"] in a batch whose events are an array32
+    let mut p = vec![0x92, 0x00, 0xdd, 0, 0, 0, 1, 0x93, 0xd9, 12];
+    p.extend_from_slice(b"BlockRemoved");
+    p.extend_from_slice(&[0xdc, 0, 2, 0x05, 0x06, 0xda, 0, 3]);
+    p.extend_from_slice(b"GPU");
+    assert_eq!(
+        decode_batch(&p).map(|b| b.events),
+        Ok(vec![KvEvent::Removed {
+            blocks: vec![5, 6],
+            medium: Medium::Gpu
+        }])
+    );
+    // a map16 event with one entry, its tag
+    let mut m = vec![0x92, 0x00, 0x91, 0xde, 0, 1, 0xa4];
+    m.extend_from_slice(b"type");
+    m.push(0xb0);
+    m.extend_from_slice(b"AllBlocksCleared");
+    assert_eq!(
+        decode_batch(&m).map(|b| b.events),
+        Ok(vec![KvEvent::Cleared])
+    );
+}
+
+#[test]
 fn the_sequence_frame_is_eight_bytes_big_endian_and_signed() {
     assert_eq!(decode_sequence(&encode_sequence(258)), Ok(258));
     assert_eq!(decode_sequence(&[0, 0, 0, 0, 0, 0, 1, 2]), Ok(258));

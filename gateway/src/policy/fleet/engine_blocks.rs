@@ -185,6 +185,7 @@ impl EngineBlocks {
     }
 
     /// Whether the engine reported `block` stored and not since removed.
+    #[cfg(test)]
     pub fn holds(&self, block: EngineBlock) -> bool {
         self.held.contains(&block)
     }
