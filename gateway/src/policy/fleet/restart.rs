@@ -11,7 +11,11 @@
 //!    new process has a new start time) — evidence `start_time`; or else
 //! 2. a prefix-cache counter (`vllm:prefix_cache_queries_total`, `vllm:prefix_cache_hits_total`,
 //!    summed over their label sets) lower than before — evidence `counters`: counters only grow
-//!    within one process, and a new process starts them at 0.
+//!    within one process, and a new process starts them at 0; or else
+//! 3. the pod's KV-cache events showed its cache lost since the last scrape (a clear, or a
+//!    sequence that went back: [`super::engine_blocks`]) — evidence `kv_events`, read at this
+//!    scrape whatever the scrape shows (a reset cache leaves start time and counters as they
+//!    were).
 //!
 //! A restart is then handled as the pod's return from down: a new epoch, its KV and LoRA
 //! models forgotten, out of the routing table until its warm-up's first tier is done
