@@ -1,5 +1,6 @@
-"""Longest-prefix routing through the filter in a real Envoy (docs/routing.md): conversationsthat share a 2,000-token system prompt spread over the pods, and each conversation's next turn
-reaches the pod its first turn reached — the prefix index the filter keeps in shared data, one
+"""Longest-prefix routing through the filter in a real Envoy (docs/routing.md): conversations
+that share a 2,000-token system prompt go to the pods holding it and spread over more pods as
+those fill, and each conversation's next turn reaches the pod its first turn reached — the prefix index the filter keeps in shared data, one
 key per slot, written on every routed request. The fake gateway serves tables whose loads follow
 what each pod received (as the gateway's health rounds report them) with a bounded-load factor."""
 import pytest
@@ -62,9 +63,10 @@ def test_conversations_sharing_a_system_prompt_spread_and_their_turns_stick(envo
         status = envoy.post("/v1/chat/completions", {"model": "base", "messages": first_turn(c)})[0]
         assert status == 200
         where.append(receiver(pods, before))
-        # the gateway's next table: each pod's share of the conversations so far
+        # the gateway's next table: each pod's busy share grows with its conversations (half
+        # busy with two), so they reach more pods as the ones holding the system prompt fill
         generation += 1
-        loads = [where.count(i) / len(where) for i in range(len(pods))]
+        loads = [min(1.0, where.count(i) / 4) for i in range(len(pods))]
         serve(envoys, envoy, gateway, table(pods, generation, loads))
     assert len(set(where)) >= 3, f"new conversations on pods {where}"
     matched = envoy.metric("prewarm_filter_prefix_matched_total")

@@ -9,8 +9,10 @@
 //! hash, which covers every token before it) lives in slot `h mod slots`. A slot holds one
 //! [`PrefixEntry`] of [`ENTRY_BYTES`] bytes: a version byte, a flags byte (the *interior* flag
 //! and a 7-bit count of *moves*), the full shard hash (a slot holding another shard is a miss,
-//! so collisions cost accuracy, never a wrong match), the pod, and the time of the write. Newest
-//! write wins; there is no delete. The pod is stored as a 64-bit hash of its id, not as an
+//! so collisions cost accuracy, never a wrong match), and up to [`HOLDERS`] pods with the time
+//! each was last written: the pod it was last sent to, then the others it was sent to while
+//! fresh, most recent first (each ages on its own; a fifth pushes out the least recent). Newest
+//! write wins; there is no delete. A pod is stored as a 64-bit hash of its id, not as an
 //! index into the table (the table's pod order changes between generations) nor as the id
 //! itself (fixed, small entries): a lookup compares it with the hashes of the pool's ids.
 //!
@@ -49,7 +51,9 @@
 //!    key, so a miss at depth k next to a hit at k + 1 happens; the search then settles on a
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod (the *holder*) wins when the entry is younger than the horizon
-//!    and not common, its pod is in the pool and keeps the request (below), and the request
+//!    and not common, its pod is in the pool and keeps the request (below) — or else the
+//!    entry's next most recent holder that keeps it (a conversation moved once is on two
+//!    pods, and the one it left still has what it matched) — and the request
 //!    finds there at least as much as it brings: its matched blocks are at least half of the
 //!    blocks it keys ([`finds_most`]) — a conversation's next turn, a new question on a
 //!    template, a repeat. The holder has every matched block, whatever follows them, so a
@@ -79,7 +83,14 @@
 //!    prefixes by, past the shards its KV model sees on several pods. A system prompt every
 //!    conversation starts with goes to one pod until that pod is full; the overflow moves it
 //!    to others, it becomes common, and from then on new conversations are keyed on their own
-//!    first shard past it: they spread like a hash, and their next turns stick (step 3).
+//!    first shard past it, and their next turns stick (step 3). A prompt that finds at least as
+//!    much in the common prefix as it brings past it (its common blocks at least half of its
+//!    keyed blocks: step 3's exchange again) is placed by that key among the common entry's
+//!    holders under the load cap: they hold the shared part, any other pod would prefill it.
+//!    When every holder is over the cap, or the prompt brings more than it shares (mostly new
+//!    content, which should fill the fleet's caches evenly), it is placed over the whole pool.
+//!    Placing all of them over the whole pool left 1.0–1.3 % of the application workload's
+//!    prompt tokens cached on another pod than the chosen one (docs/evaluation.md).
 //!    Without a `load_factor` nothing is full, nothing moves and they collapse onto one pod.
 //!    A match whose holder does not keep it goes here too (and stays when this step places it
 //!    on the holder after all): the next candidates by match length would be
@@ -119,8 +130,8 @@ mod move_cost;
 mod seed;
 
 pub use entry::{
-    pod_hash, slot_of, MemoryStore, PrefixEntry, PrefixStore, COMMON_MOVES, DEFAULT_SLOTS,
-    ENTRY_BYTES, ENTRY_VERSION, MAX_MOVES, MAX_SLOTS,
+    pod_hash, slot_of, Holder, MemoryStore, PrefixEntry, PrefixStore, COMMON_MOVES, DEFAULT_SLOTS,
+    ENTRY_BYTES, ENTRY_VERSION, HOLDERS, MAX_MOVES, MAX_SLOTS,
 };
 pub use seed::seed;
 
@@ -297,14 +308,12 @@ pub fn recorded_entry(
         .and_then(PrefixEntry::decode)
         .filter(|e| e.shard == hash && e.fresh(now_ms, horizon_ms));
     let entry = PrefixEntry {
-        shard: hash,
-        pod,
-        at_ms: now_ms,
         interior: interior || old.is_some_and(|e| e.interior),
         moves: old.map_or(0, |e| {
             let moved = u8::from(e.pod != pod);
             e.moves.saturating_add(moved).min(MAX_MOVES)
         }),
+        ..PrefixEntry::sent_to(old.as_ref(), hash, pod, now_ms, horizon_ms)
     };
     let refresh = horizon_ms / REFRESH_FRACTION;
     let same = old.is_some_and(|e| {
@@ -372,23 +381,25 @@ pub fn longest_match<S: PrefixStore + ?Sized>(
     (found, reads)
 }
 
-/// Blocks of the prompt's leading full shards that the index holds as common (fresh and
-/// [`PrefixEntry::common`]), by binary search (commonness is prefix-closed: a prompt that sent
-/// shard k to a pod sent it shards < k too, so a shallower shard moved at least as often).
-fn common_blocks<S: PrefixStore + ?Sized>(
+/// The deepest of the prompt's leading full shards that the index holds as common (fresh and
+/// [`PrefixEntry::common`]), with the blocks up to its end, by binary search (commonness is
+/// prefix-closed: a prompt that sent shard k to a pod sent it shards < k too, so a shallower
+/// shard moved at least as often).
+fn deepest_common<S: PrefixStore + ?Sized>(
     store: &S,
     keys: &PromptKeys,
     now_ms: u64,
     horizon_ms: u64,
     reads: &mut u32,
-) -> usize {
+) -> Option<PrefixMatch> {
     let found = deepest(keys.full(), reads, |k| {
         keys.end(k)
             .and_then(|h| entry_of(store, h))
             .filter(|e| e.fresh(now_ms, horizon_ms) && e.common())
     });
-    found.map_or(0, |(k, _)| {
-        k.saturating_add(1).saturating_mul(keys.per_shard)
+    found.map(|(k, entry)| PrefixMatch {
+        blocks: k.saturating_add(1).saturating_mul(keys.per_shard),
+        entry,
     })
 }
 
@@ -396,6 +407,14 @@ fn common_blocks<S: PrefixStore + ?Sized>(
 /// (module doc, step 3): matched blocks at least half of the blocks the index keys of it.
 pub fn finds_most(found: &PrefixMatch, keys: &PromptKeys) -> bool {
     found.blocks.saturating_mul(2) >= keys.blocks.len()
+}
+
+/// Rendezvous on `key` among the pods `among` of `pool` (its positions; the holders of a
+/// common prefix under the load cap); `None` when there are none.
+fn place_among_holders(pool: &[&RoutedPod], among: &[usize], key: u64) -> Option<usize> {
+    let holders: Vec<&RoutedPod> = among.iter().filter_map(|&i| pool.get(i).copied()).collect();
+    let pick = place_among(&holders, key, None)?;
+    among.get(pick).copied()
 }
 
 /// A request's route by the prefix rule.
@@ -454,26 +473,36 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         .map(|f| load_cap(loads.iter().copied(), f));
     let (found, mut reads) = longest_match(store, keys);
     let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
-    let holder = found
-        .filter(|m| m.entry.fresh(now_ms, horizon_ms) && !m.entry.common() && finds_most(m, keys))
-        .and_then(|m| {
-            let pod = pool.iter().position(|p| pod_hash(&p.id) == m.entry.pod)?;
-            Some((pod, m.blocks))
-        });
-    let keeps = |pod: usize, blocks: usize, alt: Option<usize>| {
+    let in_pool = |m: &PrefixMatch| -> Vec<usize> {
+        m.entry
+            .holders(now_ms, horizon_ms)
+            .filter_map(|h| pool.iter().position(|p| pod_hash(&p.id) == h))
+            .collect()
+    };
+    let matched = found.filter(|m| !m.entry.common() && finds_most(m, keys));
+    let held = matched.as_ref().map(in_pool).unwrap_or_default();
+    let blocks = matched.map_or(0, |m| m.blocks);
+    let keeps = |pod: usize, alt: Option<usize>| {
         holder_keeps(table, &pool, (pod, blocks), alt).unwrap_or_else(|| under_cap(pod))
     };
-    let (chosen, matched_blocks, key) = match holder {
-        Some((pod, blocks)) if keeps(pod, blocks, None) => (pod, blocks, key),
-        _ => {
-            let common = common_blocks(store, keys, now_ms, horizon_ms, &mut reads);
-            let placed_key = keys.key_past(common).unwrap_or(key);
-            let alt = place_among(&pool, placed_key, table.load_factor)?;
-            match holder {
-                Some((pod, blocks)) if pod == alt || keeps(pod, blocks, Some(alt)) => {
-                    (pod, blocks, key)
-                }
-                _ => (shorter_wait(table, &pool, alt, keys), 0, placed_key),
+    let (chosen, matched_blocks, key) = match held.iter().find(|&&pod| keeps(pod, None)) {
+        Some(&pod) => (pod, blocks, key),
+        None => {
+            let common = deepest_common(store, keys, now_ms, horizon_ms, &mut reads);
+            let past = common.as_ref().map_or(0, |c| c.blocks);
+            let placed_key = keys.key_past(past).unwrap_or(key);
+            let among: Vec<usize> = common
+                .filter(|c| finds_most(c, keys))
+                .map(|c| in_pool(&c).into_iter().filter(|&i| under_cap(i)).collect())
+                .unwrap_or_default();
+            let alt = place_among_holders(&pool, &among, placed_key)
+                .or_else(|| place_among(&pool, placed_key, table.load_factor))?;
+            match held
+                .iter()
+                .find(|&&pod| pod == alt || keeps(pod, Some(alt)))
+            {
+                Some(&pod) => (pod, blocks, key),
+                None => (shorter_wait(table, &pool, alt, keys), 0, placed_key),
             }
         }
     };

@@ -11,7 +11,7 @@
 //! | `shared_prompt/<slot>` (`shared_prompt_slots`) | [`SharedPromptSlot`]: routing key, when last signalled, rate window |
 //! | `identity/key` | the proxy's key of credential identities (32 random bytes; see `request::credential`) |
 //! | `signals/head`, `signals/tail`, `signals/<slot>` (`max_pending_signals` slots) | the pending-signal ring (see `signals::ring`, `signals::queue`) |
-//! | `px/<slot>` (`prefix_slots`) | core's prefix-index entry (26 bytes; see `routing::prefix_index`; a routed request's writes land on its VM's next tick, `routing::prefix_pending`) |
+//! | `px/<slot>` (`prefix_slots`) | core's prefix-index entry (74 bytes; see `routing::prefix_index`; a routed request's writes land on its VM's next tick, `routing::prefix_pending`) |
 //! | `routing/table` | the last routing table body the gateway sent (JSON) |
 //! | `routing/generation` | generation (8) + fetched-at ms (8) of that table |
 //! | `routing/poll` | ms at which a worker last claimed the table poll (8) |

@@ -3,8 +3,10 @@
 //! gives it, but the index still names the pods that served them before, and a branch off
 //! a prefix sticks to the pod the index names. A seed rewrites the prefix's deepest entries
 //! (`PromptKeys::placed`: its deepest full shard's end and its partial shard's blocks) to the
-//! warmed pod, so its next requests go there. A seed writes each entry as interior (prompts go on past a hot prefix) and keeps its count of
-//! moves: the gateway's placement is not traffic moving between pods. An entry that already
+//! warmed pod, so its next requests go there; the pod it named before stays among its earlier
+//! holders (it still has the prefix). A seed writes each entry as interior (prompts go on past
+//! a hot prefix) and keeps its count of moves: the gateway's placement is not traffic moving
+//! between pods. An entry that already
 //! names the pod, written within the refresh interval, is left alone: applying an unchanged
 //! list costs one read a prefix.
 
@@ -30,11 +32,9 @@ pub fn seed<S: PrefixStore + ?Sized>(
             continue;
         }
         let entry = PrefixEntry {
-            shard: hash,
-            pod,
-            at_ms: now_ms,
             interior: true,
             moves: old.map_or(0, |e| e.moves),
+            ..PrefixEntry::sent_to(old.as_ref(), hash, pod, now_ms, horizon_ms)
         };
         if !store.write(super::slot_of(hash, store.slots()), &entry.encode()) {
             refused = refused.saturating_add(1);

@@ -52,6 +52,17 @@ fn entries_round_trip_and_refuse_other_bytes() {
         at_ms: 99,
         interior: true,
         moves: 5,
+        earlier: [
+            Holder {
+                pod: pod_hash("pod-2"),
+                at_ms: 98,
+            },
+            Holder::default(),
+            Holder {
+                pod: 3,
+                at_ms: u64::MAX,
+            },
+        ],
     };
     assert_eq!(PrefixEntry::decode(&e.encode()), Some(e));
     let saturated = PrefixEntry {
@@ -60,7 +71,7 @@ fn entries_round_trip_and_refuse_other_bytes() {
     };
     assert_eq!(PrefixEntry::decode(&saturated.encode()), Some(saturated));
     let mut other = e.encode();
-    other[0] = 2;
+    other[0] = 1;
     assert_eq!(PrefixEntry::decode(&other), None);
     assert_eq!(PrefixEntry::decode(&e.encode()[1..]), None);
 }
@@ -92,7 +103,8 @@ fn a_routed_prompts_follow_ups_stick_while_new_conversations_spread() {
     let mut t = table(8, Some(1.25));
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
     // 2,048 tokens of shared system prompt (4 shards), then each conversation's own text; the
-    // table's loads follow the conversations routed (each one's share)
+    // table's loads follow the conversations routed (a pod is half busy with 8 of them), so
+    // they reach new pods as the ones holding the system prompt fill
     let system = 2048 * 4;
     let mut first = Vec::new();
     let mut counts = vec![0u32; 8];
@@ -101,7 +113,7 @@ fn a_routed_prompts_follow_ups_stick_while_new_conversations_spread() {
         let i = t.pods.iter().position(|p| p.id == pod).unwrap();
         counts[i] += 1;
         for (p, n) in t.pods.iter_mut().zip(&counts) {
-            p.load = Some(f64::from(*n) / f64::from(conv + 1));
+            p.load = Some((f64::from(*n) / 16.0).min(1.0));
         }
         first.push(pod);
     }
@@ -410,14 +422,22 @@ fn a_branch_sticks_to_its_prefixs_pod_until_the_prefix_is_common() {
 }
 
 #[test]
-fn a_prompt_past_a_common_system_prompt_is_placed_by_its_own_shards() {
-    // a system prompt of two shards sent to three pods: new conversations are keyed
-    // on their first shard past it, so they spread, and do so where the gateway places them
-    let t = table(8, None);
+fn a_prompt_mostly_made_of_a_common_system_prompt_goes_to_a_pod_holding_it() {
+    // a system prompt of two shards sent to three pods: it is common, so a new conversation
+    // is keyed on its first shard past it; one that brings fewer blocks than the system
+    // prompt's is placed by that key among the three holders, and so they share them
+    let t = table(8, Some(1.25));
     let system = prompt(4_096, 0, 0);
     let mut store = MemoryStore::new(DEFAULT_SLOTS);
-    for (i, p) in t.pods.iter().take(3).enumerate() {
-        record(&mut store, &system, &p.id, i as u64, HORIZON);
+    let holders: Vec<String> = t
+        .pods
+        .iter()
+        .skip(2)
+        .take(3)
+        .map(|p| p.id.clone())
+        .collect();
+    for (i, id) in holders.iter().enumerate() {
+        record(&mut store, &system, id, i as u64, HORIZON);
     }
     let mut spread = std::collections::BTreeSet::new();
     for conv in 1..60 {
@@ -427,10 +447,34 @@ fn a_prompt_past_a_common_system_prompt_is_placed_by_its_own_shards() {
         let past = b.key_past(16).unwrap();
         assert_ne!(past, b.first_shard_key().unwrap());
         assert_eq!(r.key, past);
-        assert_eq!(r.primary.id, rendezvous(&t, past));
+        assert!(holders.contains(&r.primary.id), "{}", r.primary.id);
         spread.insert(r.primary.id.clone());
     }
-    assert!(spread.len() >= 6, "{spread:?}");
+    assert_eq!(spread.len(), 3, "{spread:?}");
+    // a holder over the load cap is left out; none under it: the whole fleet, as for new content
+    let mut busy = t.clone();
+    busy.pods[2].load = Some(0.9);
+    for conv in 1..30 {
+        let b = prompt(4_096, conv, 3_000);
+        let r = route_prefix(&busy, "m", &b, &store, 10, HORIZON).unwrap();
+        assert!(holders[1..].contains(&r.primary.id), "{}", r.primary.id);
+    }
+    for p in busy.pods.iter_mut().skip(2).take(3) {
+        p.load = Some(0.9);
+    }
+    let b = prompt(4_096, 7, 3_000);
+    let r = route_prefix(&busy, "m", &b, &store, 10, HORIZON).unwrap();
+    let past = b.key_past(16).unwrap();
+    assert_eq!(
+        r.primary.id,
+        place_among(
+            &busy.pods.iter().collect::<Vec<_>>(),
+            past,
+            busy.load_factor
+        )
+        .map(|i| busy.pods[i].id.clone())
+        .unwrap()
+    );
     // with the system prompt on one pod only, it is not common: they all go to that pod
     let mut single = MemoryStore::new(DEFAULT_SLOTS);
     record(&mut single, &system, &t.pods[5].id, 0, HORIZON);
@@ -438,6 +482,100 @@ fn a_prompt_past_a_common_system_prompt_is_placed_by_its_own_shards() {
         let r = route_prefix(&t, "m", &prompt(4_096, conv, 3_000), &single, 1, HORIZON).unwrap();
         assert_eq!(r.primary.id, t.pods[5].id);
     }
+}
+
+#[test]
+fn a_prompt_bringing_more_than_a_common_system_prompt_is_placed_over_the_fleet() {
+    // new content past a common system prompt fills the fleet's caches evenly: conversations
+    // that bring more blocks than they share are placed by their own shards over every pod
+    let t = table(8, None);
+    let system = prompt(4_096, 0, 0);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    for (i, p) in t.pods.iter().take(3).enumerate() {
+        record(&mut store, &system, &p.id, i as u64, HORIZON);
+    }
+    let mut spread = std::collections::BTreeSet::new();
+    for conv in 1..60 {
+        let b = prompt(4_096, conv, 6_000);
+        let r = route_prefix(&t, "m", &b, &store, 10, HORIZON).unwrap();
+        let past = b.key_past(16).unwrap();
+        assert_eq!((r.key, r.matched_blocks), (past, 0));
+        assert_eq!(r.primary.id, rendezvous(&t, past));
+        spread.insert(r.primary.id.clone());
+    }
+    assert!(spread.len() >= 6, "{spread:?}");
+}
+
+#[test]
+fn a_busy_holder_passes_its_conversation_to_the_other_pod_holding_it() {
+    // a conversation served on two pods (moved once): when the pod it went to last is over
+    // the cap, the other pod that has it takes it, not the pod its key would place it on
+    let mut t = table(6, Some(1.25));
+    let first = prompt(0, 1, 3_000);
+    let next = prompt(0, 1, 3_900);
+    let (placed, _) = rendezvous_and_other(&t, &next);
+    let others: Vec<String> = t
+        .pods
+        .iter()
+        .map(|p| p.id.clone())
+        .filter(|id| *id != placed)
+        .collect();
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    record(&mut store, &first, &others[0], 0, HORIZON);
+    record(&mut store, &first, &others[1], 1, HORIZON);
+    let r = route_prefix(&t, "m", &next, &store, 2, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (others[1].as_str(), 11)
+    );
+    for p in &mut t.pods {
+        if p.id == others[1] {
+            p.load = Some(0.9);
+        }
+    }
+    let r = route_prefix(&t, "m", &next, &store, 2, HORIZON).unwrap();
+    assert_eq!(
+        (r.primary.id.as_str(), r.matched_blocks),
+        (others[0].as_str(), 11)
+    );
+    // once the earlier holder's write is older than the horizon, it no longer counts
+    record(&mut store, &first, &others[1], HORIZON, HORIZON);
+    let r = route_prefix(&t, "m", &next, &store, HORIZON + 1, HORIZON).unwrap();
+    assert_ne!(r.primary.id, others[0]);
+}
+
+#[test]
+fn an_entry_names_the_pods_it_was_sent_to_most_recent_first() {
+    let keys = prompt(1_024, 0, 0);
+    let mut store = MemoryStore::new(DEFAULT_SLOTS);
+    let named = |store: &MemoryStore, now: u64| -> Vec<u64> {
+        let (found, _) = longest_match(store, &keys);
+        found
+            .map(|m| m.entry.holders(now, HORIZON).collect())
+            .unwrap_or_default()
+    };
+    let h = |i: usize| pod_hash(&format!("pod-{i}"));
+    record(&mut store, &keys, "pod-0", 0, HORIZON);
+    record(&mut store, &keys, "pod-1", 10, HORIZON);
+    record(&mut store, &keys, "pod-2", 20, HORIZON);
+    record(&mut store, &keys, "pod-0", 30, HORIZON);
+    assert_eq!(named(&store, 30), [h(0), h(2), h(1)]);
+    // at most HOLDERS: the least recent goes
+    for (i, now) in [(3, 40), (4, 50)] {
+        record(&mut store, &keys, &format!("pod-{i}"), now, HORIZON);
+    }
+    assert_eq!(named(&store, 50), [h(4), h(3), h(0), h(2)]);
+    assert_eq!(HOLDERS, 4);
+    // each holder ages on its own: pod-2's last write (20) is older than the horizon at
+    // 20 + HORIZON
+    assert_eq!(named(&store, 20 + HORIZON), [h(4), h(3), h(0)]);
+    // a seed puts the warmed pod first and keeps the others
+    let placed = crate::wire::PlacedPrefix {
+        pod: "pod-9".into(),
+        keys: keys.placed().into_iter().map(crate::BlockHash).collect(),
+    };
+    seed(&mut store, &[placed], 60, HORIZON);
+    assert_eq!(named(&store, 60), [h(9), h(4), h(3), h(0)]);
 }
 
 #[test]

@@ -23,8 +23,8 @@ pub struct SharedDataConfig {
     /// Bytes of one VM's tally of shared prompts: their common prefixes' hashes, texts and
     /// shapes (default 4 MiB).
     pub shared_prompt_tally_bytes: usize,
-    /// Hashed slots of the prefix index, one shared-data key of 26 bytes each (default 16,384:
-    /// about 416 KiB of values per Envoy; at most 1,048,576).
+    /// Hashed slots of the prefix index, one shared-data key of 74 bytes each (default 16,384:
+    /// about 1.2 MiB of values per Envoy; at most 1,048,576).
     pub prefix_slots: u32,
     /// Age past which a prefix-index entry is ignored, ms (default 1,310,720: a Llama 8B H100
     /// pod's KV capacity over a tenth of its prefill rate; see `docs/routing.md`).

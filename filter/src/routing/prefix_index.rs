@@ -2,7 +2,7 @@
 //! (`<shared_prefix>px/<slot>`), so every worker of a proxy routes with the same index. Writes
 //! are plain sets (newest wins, as the index wants; no compare-and-swap), reads are gets; a
 //! missing or unreadable value is a miss, and every refused write is counted in
-//! `prewarm_filter_prefix_write_failures_total`. Memory: `prefix_slots` × 26 bytes of values plus Envoy's
+//! `prewarm_filter_prefix_write_failures_total`. Memory: `prefix_slots` × 74 bytes of values plus Envoy's
 //! per-key overhead, per proxy. A table the root adopts seeds the index with its placed
 //! prefixes ([`seed_from_table`], core's `prefix::seed`).
 //!

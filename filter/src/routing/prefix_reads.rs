@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// Slots kept between ticks at most (each value is an index entry, 26 bytes, or none).
+/// Slots kept between ticks at most (each value is an index entry, 74 bytes, or none).
 pub const MAX_KEPT_SLOTS: usize = 4_096;
 
 /// This VM's reads of the prefix index since its last tick.
