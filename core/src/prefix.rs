@@ -180,21 +180,51 @@ pub fn eviction_horizon_ms(kv_tokens: u64, prefill_tokens_per_s: f64) -> u64 {
 pub struct PromptKeys {
     blocks: Vec<u64>,
     per_shard: usize,
+    block_tokens: usize,
+    /// Tokens of the whole prompt, keyed or not.
+    prompt_tokens: usize,
 }
 
 impl PromptKeys {
     pub fn of(chain: &BlockChain, fingerprint: &FingerprintConfig) -> Self {
-        Self::of_blocks(&chain.blocks, fingerprint)
+        Self {
+            prompt_tokens: chain.prompt_tokens,
+            ..Self::of_blocks(&chain.blocks, fingerprint)
+        }
     }
 
     /// The keys of a prompt of `blocks` (a hot prefix's chain, say).
     pub fn of_blocks(blocks: &[crate::BlockHash], fingerprint: &FingerprintConfig) -> Self {
         let per_shard = fingerprint.blocks_per_shard().max(1);
         let limit = per_shard.saturating_mul(MAX_SHARDS);
+        let block_tokens = fingerprint.block_tokens;
         Self {
             blocks: blocks.iter().take(limit).map(|b| b.0).collect(),
             per_shard,
+            block_tokens,
+            prompt_tokens: blocks.len().saturating_mul(block_tokens),
         }
+    }
+
+    /// Tokens of the prompt a pod holding its first `matched` blocks has: those blocks' — and,
+    /// when they are every block the index keys of a prompt longer than that (an agent
+    /// session's context past the fingerprint's reach), the whole prompt's, the assumption step
+    /// 3 sticks on (module doc): the session's context past its deepest key went where that
+    /// key went. What a move off that pod would prefill again.
+    pub fn held_tokens(&self, matched: usize) -> usize {
+        let keyed = self.blocks.len().saturating_mul(self.block_tokens);
+        let past_keys = self.prompt_tokens >= keyed.saturating_add(self.block_tokens);
+        if matched >= self.blocks.len() && past_keys {
+            self.prompt_tokens
+        } else {
+            matched.saturating_mul(self.block_tokens)
+        }
+    }
+
+    /// Tokens of the whole prompt (at least those of its keyed blocks).
+    pub fn prompt_tokens(&self) -> usize {
+        let keyed = self.blocks.len().saturating_mul(self.block_tokens);
+        self.prompt_tokens.max(keyed)
     }
 
     /// The keys a placed prefix seeds ([`seed`]): its deepest full shard's end, then its last
@@ -483,7 +513,7 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
     let held = matched.as_ref().map(in_pool).unwrap_or_default();
     let blocks = matched.map_or(0, |m| m.blocks);
     let keeps = |pod: usize, alt: Option<usize>| {
-        holder_keeps(table, &pool, (pod, blocks), alt).unwrap_or_else(|| under_cap(pod))
+        holder_keeps(table, &pool, keys, (pod, blocks), alt).unwrap_or_else(|| under_cap(pod))
     };
     let (chosen, matched_blocks, key) = match held.iter().find(|&&pod| keeps(pod, None)) {
         Some(&pod) => (pod, blocks, key),

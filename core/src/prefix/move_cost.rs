@@ -4,7 +4,10 @@
 //!
 //! Moving a request prefills on the other pod what it matched where it was (taken as uncached
 //! there: a pod that holds it too is rare and only makes moving cheaper), and the request
-//! then waits that pod's queue. So a pod keeps a request while
+//! then waits that pod's queue. What it matched is its matched blocks — or, for a prompt
+//! longer than the index keys whose match reaches its deepest key, the whole prompt
+//! ([`PromptKeys::held_tokens`]: step 3 sticks on that assumption, and a move prefills the
+//! session's whole context again). So a pod keeps a request while
 //!
 //! ```text
 //! wait(here) ≤ matched tokens × prefill_us_per_token ÷ (1 − ρ(there)) + wait(there)
@@ -53,12 +56,13 @@ fn move_price_ms(table: &RoutingTable, tokens: usize) -> Option<f64> {
 pub(super) fn holder_keeps(
     table: &RoutingTable,
     pool: &[&RoutedPod],
+    keys: &PromptKeys,
     (pod, blocks): (usize, usize),
     alt: Option<usize>,
 ) -> Option<bool> {
     let wait = |i: usize| pool.get(i).and_then(|p| p.wait_ms);
     let here = wait(pod)?;
-    let price = move_price_ms(table, blocks.saturating_mul(table.block_tokens))?;
+    let price = move_price_ms(table, keys.held_tokens(blocks))?;
     let elsewhere = alt.and_then(wait).unwrap_or(0) as f64;
     let busy = alt
         .and_then(|i| pool.get(i))
@@ -75,7 +79,7 @@ pub(super) fn shorter_wait(
     placed: usize,
     keys: &PromptKeys,
 ) -> usize {
-    let tokens = keys.blocks.len().saturating_mul(table.block_tokens);
+    let tokens = keys.prompt_tokens();
     let (Some(price), Some(here)) = (
         move_price_ms(table, tokens),
         pool.get(placed).and_then(|p| p.wait_ms),

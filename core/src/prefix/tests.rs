@@ -280,6 +280,23 @@ fn a_long_context_outweighs_a_queue_a_short_one_does_not() {
 }
 
 #[test]
+fn a_session_longer_than_the_index_is_priced_at_its_whole_context() {
+    // 200,000 bytes: ~50 k tokens, of which the index keys 32,768 (512 blocks); its holder
+    // has the whole previous turn, so a move prefills ~50 k tokens again: 12.6 s at 250 µs,
+    // ÷ (1 − 0.2) for the other pods' load: 15.7 s (the keyed 32,768 tokens alone: 10.2 s)
+    let long = (prompt(0, 1, 200_000), prompt(0, 1, 201_000));
+    assert_eq!(long.1.held_tokens(512), long.1.prompt_tokens());
+    assert_eq!(long.1.prompt_tokens(), 50_250);
+    assert!(holder_keeps(&long.0, &long.1, 0.9, 15_000, 0));
+    assert!(!holder_keeps(&long.0, &long.1, 0.9, 16_000, 0));
+    // a match short of the index's end holds only its blocks
+    assert_eq!(long.1.held_tokens(511), 511 * 64);
+    // a prompt the index keys whole: its blocks, not its partial last block
+    let short = prompt(0, 1, 3_900);
+    assert_eq!(short.held_tokens(15), 15 * 64);
+}
+
+#[test]
 fn a_new_prompt_leaves_its_placed_pod_only_for_a_wait_longer_than_its_prefill() {
     // nothing in the index: placed by rendezvous; 11 blocks, 176 ms to prefill anywhere
     let keys = prompt(0, 7, 3_000);
