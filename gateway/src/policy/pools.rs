@@ -18,7 +18,11 @@
 //! the routing's load bound still spread over every pod. So the gold pool is the *smallest* one
 //! that holds its tiers, and every other pod goes to the long tail, which needs slots most:
 //! - **slots**: with `s = max_loras` slots a pod, `G` gold adapters with demand, two replicas
-//!   each for failover, need `max(2, 2·G / s)` pods;
+//!   each for failover, need `max(2, 2·G / s)` pods. When that leaves the other pool too few
+//!   pods, one replica each: `max(1, G / s)` pods, no failover — a second replica the slots
+//!   cannot hold is not capacity, it evicts another gold adapter ([`crate::policy::replicas`]),
+//!   and without a pool of their own the gold adapters share every pod's slots with the long
+//!   tail, which evicts them;
 //! - **load**: the pool carries the gold share `g` of the adapter requests. With the fleet's
 //!   mean busy share `u` over `n` pods, a gold pool of `k` pods is busy about `u·g·n / k`
 //!   (busy share grows about linearly with load well below saturation), which must stay under
@@ -150,10 +154,17 @@ pub fn gold_pool_size(demand: &TierDemand, fleet: &PoolFleet, previous: usize) -
         None => 0.0,
     };
     let slots = fleet.slots.max(1) as f64;
-    let needed = (2.0 * demand.gold_adapters as f64 / slots)
-        .max(2.0)
-        .max(for_load(g));
     let others = (for_load(1.0 - g).ceil() as usize).max(1);
+    // two replicas of each gold adapter (failover) when the pods allow it, else one (module doc)
+    let with = |replicas: f64, least: f64| {
+        (replicas * demand.gold_adapters as f64 / slots)
+            .max(least)
+            .max(for_load(g))
+    };
+    let mut needed = with(2.0, 2.0);
+    if needed.ceil() as usize + others > n {
+        needed = with(1.0, 1.0);
+    }
     let size = needed.ceil() as usize;
     if size + others > n {
         return 0;
@@ -256,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn each_pool_stays_under_the_load_cap_and_gold_keeps_its_replicas_resident() {
+    fn each_pool_stays_under_the_load_cap_and_gold_keeps_its_adapters_resident() {
         for pods in 2..24 {
             for slots in 1..6 {
                 for (gold, other) in [(1, 1), (3, 24), (4, 28), (6, 3), (10, 10)] {
@@ -270,13 +281,18 @@ mod tests {
                             if size == 0 {
                                 continue;
                             }
-                            assert!(
-                                size >= 2 && size * slots >= 2 * gold,
-                                "{d:?} {pods} {slots}"
-                            );
+                            // every gold adapter has a slot, and two whenever the pods
+                            // leave the other tiers their room with them
+                            assert!(size * slots >= gold, "{d:?} {pods} {slots}");
+                            let n = pods as f64;
+                            let others =
+                                ((busy * (1.0 - share) * n / (1.25 * busy).max(0.5)).ceil()
+                                    as usize)
+                                    .max(1);
+                            let two = (2 * gold).div_ceil(slots).max(2);
+                            assert!(size >= two || two + others > pods, "{d:?} {pods} {slots}");
                             assert!(size < pods, "{d:?} {pods}");
                             let cap = (1.25 * busy).max(0.5) + 1e-9;
-                            let n = pods as f64;
                             assert!(busy * share * n / size as f64 <= cap, "{d:?} {pods}");
                             assert!(busy * (1.0 - share) * n / (pods - size) as f64 <= cap);
                         }
@@ -316,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn no_demand_on_a_side_or_too_few_pods_is_one_pool() {
+    fn no_demand_on_a_side_or_too_few_pods_is_one_pool_and_few_pods_drop_the_second_gold_replica() {
         let idle = |share, gold, other| TierDemand {
             busy: 0.0,
             ..demand(share, gold, other)
@@ -324,9 +340,12 @@ mod tests {
         assert_eq!(gold_pool_size(&demand(0.0, 0, 5), &fleet(10, 4), 0), 0);
         assert_eq!(gold_pool_size(&demand(1.0, 3, 0), &fleet(10, 4), 0), 0);
         assert_eq!(gold_pool_size(&demand(f64::NAN, 3, 5), &fleet(10, 4), 0), 0);
-        // 8 gold adapters on 2 slots need 8 pods, which leaves the others none
-        assert_eq!(gold_pool_size(&idle(0.3, 8, 5), &fleet(8, 2), 0), 0);
+        // two replicas of 8 gold adapters on 2 slots need 8 pods: with 9, they have them
         assert_eq!(gold_pool_size(&idle(0.3, 8, 5), &fleet(9, 2), 0), 8);
+        // with 8 that leaves the others none: one replica each, 4 pods
+        assert_eq!(gold_pool_size(&idle(0.3, 8, 5), &fleet(8, 2), 0), 4);
+        // with 4 even one each leaves the others none
+        assert_eq!(gold_pool_size(&idle(0.3, 8, 5), &fleet(4, 2), 0), 0);
     }
 
     #[test]

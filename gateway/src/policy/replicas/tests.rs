@@ -82,6 +82,42 @@ fn every_adapter_has_one_replica_and_gold_two() {
 }
 
 #[test]
+fn gold_keeps_a_second_replica_only_while_the_slots_hold_one_of_every_gold_adapter() {
+    // six gold adapters without measured demand (their floor decides) on eight pods of one
+    // slot: two replicas each would be 12 slots of 8, and the gold replicas would evict each
+    // other; one each leaves two slots spare
+    let names: Vec<String> = (0..6).map(|i| format!("g{i}")).collect();
+    let demands: Vec<AdapterDemand<'_>> = names
+        .iter()
+        .map(|name| AdapterDemand {
+            name,
+            tier: Tier::Gold,
+            rate: 0.0,
+        })
+        .collect();
+    let sets = |slots| {
+        replica_sets(
+            &demands,
+            &pods(&EIGHT, slots),
+            &TierPools::default(),
+            1,
+            &BTreeMap::new(),
+        )
+    };
+    let scarce = sets(1);
+    assert!(
+        names.iter().all(|n| scarce[n.as_str()].len() == 1),
+        "{scarce:?}"
+    );
+    // two slots a pod: 16 slots hold 12, so each keeps its failover replica
+    let room = sets(2);
+    assert!(
+        names.iter().all(|n| room[n.as_str()].len() == 2),
+        "{room:?}"
+    );
+}
+
+#[test]
 fn no_pod_is_over_its_slots_while_another_has_room() {
     let names: Vec<String> = (0..24).map(|i| format!("a{i}")).collect();
     let demands: Vec<AdapterDemand<'_>> = names
@@ -267,7 +303,7 @@ fn spill_case(gold: &[&'static str]) -> (BTreeMap<String, Vec<String>>, TierPool
         .map(|name| AdapterDemand {
             name,
             tier: Tier::Gold,
-            rate: 1.0,
+            rate: 0.0,
         })
         .collect();
     for name in ["b1", "b2", "b3", "b4", "b5", "b6"] {
