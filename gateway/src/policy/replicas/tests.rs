@@ -9,6 +9,18 @@ fn pods(ids: &[&'static str], slots: usize) -> Vec<SlotCandidate<'static>> {
         .collect()
 }
 
+/// `names` as adapters of `tier`, each with demand `rate`.
+fn demands_of<S: AsRef<str>>(names: &[S], tier: Tier, rate: f64) -> Vec<AdapterDemand<'_>> {
+    names
+        .iter()
+        .map(|name| AdapterDemand {
+            name: name.as_ref(),
+            tier,
+            rate,
+        })
+        .collect()
+}
+
 const EIGHT: [&str; 8] = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"];
 
 #[test]
@@ -87,14 +99,7 @@ fn gold_keeps_a_second_replica_only_while_the_slots_hold_one_of_every_gold_adapt
     // slot: two replicas each would be 12 slots of 8, and the gold replicas would evict each
     // other; one each leaves two slots spare
     let names: Vec<String> = (0..6).map(|i| format!("g{i}")).collect();
-    let demands: Vec<AdapterDemand<'_>> = names
-        .iter()
-        .map(|name| AdapterDemand {
-            name,
-            tier: Tier::Gold,
-            rate: 0.0,
-        })
-        .collect();
+    let demands = demands_of(&names, Tier::Gold, 0.0);
     let sets = |slots| {
         replica_sets(
             &demands,
@@ -180,14 +185,7 @@ fn the_hottest_adapters_get_slots_before_the_cold_tail() {
 #[test]
 fn same_inputs_same_sets_and_a_join_moves_only_some() {
     let names: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
-    let demands: Vec<AdapterDemand<'_>> = names
-        .iter()
-        .map(|n| AdapterDemand {
-            name: n,
-            tier: Tier::Bronze,
-            rate: 1.0,
-        })
-        .collect();
+    let demands = demands_of(&names, Tier::Bronze, 1.0);
     let before = replica_sets(
         &demands,
         &pods(&EIGHT, 8),
@@ -298,14 +296,7 @@ fn spill_case(gold: &[&'static str]) -> (BTreeMap<String, Vec<String>>, TierPool
     let fleet = pods(&EIGHT[..4], 2);
     let candidates: Vec<PlacementCandidate<'_>> = fleet.iter().map(|p| p.candidate).collect();
     let pools = TierPools::of_size(2, &candidates);
-    let mut demands: Vec<AdapterDemand<'_>> = gold
-        .iter()
-        .map(|name| AdapterDemand {
-            name,
-            tier: Tier::Gold,
-            rate: 0.0,
-        })
-        .collect();
+    let mut demands = demands_of(gold, Tier::Gold, 0.0);
     for name in ["b1", "b2", "b3", "b4", "b5", "b6"] {
         demands.push(AdapterDemand {
             name,
@@ -389,14 +380,7 @@ fn the_sets_fit_the_slots_as_far_as_the_load_bound_allows() {
     // ten cold adapters and the hot one (90 of 100) on 8 slots: it gives up one of its 4
     // pods, keeping the ceil(4 × 0.9 / 1.25) = 3 the load bound needs
     let many: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
-    let mut crowded: Vec<AdapterDemand<'_>> = many
-        .iter()
-        .map(|name| AdapterDemand {
-            name,
-            tier: Tier::Bronze,
-            rate: 1.0,
-        })
-        .collect();
+    let mut crowded = demands_of(&many, Tier::Bronze, 1.0);
     crowded.push(AdapterDemand {
         name: "hot",
         tier: Tier::Bronze,
