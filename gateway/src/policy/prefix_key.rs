@@ -67,8 +67,9 @@ pub struct HotPrefix {
     /// Current hotness.
     pub hotness: f64,
     /// Every shard of it is common to the fleet (cached on at least `COMMON_HOLDERS` pods): the
-    /// requests that start with it are keyed past it and spread over every pod, a joining one
-    /// included, so every pod's warm-up prefills it.
+    /// requests that start with it are keyed past it, and those bringing more than they share
+    /// spread over every pod, a joining one included (those mostly made of it go to its holders
+    /// until they are full, then to any pod), so every pod's warm-up prefills it.
     pub fleet_wide: bool,
     /// The fewest pods any shard of it is modelled resident on, counted up to
     /// `COMMON_HOLDERS` (0 when unknown): each shard counted once, in the same pass as

@@ -6,8 +6,10 @@
 //! it; and those common to the whole fleet (`HotPrefix::fleet_wide`: every shard cached on at
 //! least three pods, as an application's system prompt becomes once its conversations overflow
 //! one pod). Those have no one pod: the filter keys a request past them, so conversations that
-//! start with them spread over every pod like a hash, the joining one included, and each of its
-//! first such conversations would otherwise prefill the whole shared prompt. And, for the same
+//! start with them and bring more than they share spread over every pod like a hash, the
+//! joining one included (those mostly made of the shared prompt go to the pods the filters'
+//! index names for it while they are under the load cap, and overflow to any pod), and each of
+//! its first such conversations would otherwise prefill the whole shared prompt. And, for the same
 //! reason one step earlier, those spread over [`SPREAD_HOLDERS`] (2) or more pods
 //! (`HotPrefix::holders`: every shard modelled resident on at least two): the assumption is
 //! that a hot prefix lands on a second pod only when the bounded-load rule could not keep its
