@@ -21,8 +21,9 @@
 //! turn extends the prompt, so its shard at that depth hashes differently but contains those
 //! blocks. Every written key but the prompt's deepest is flagged *interior*: some prompt went on
 //! past it; the flag stays while the entry is rewritten within the horizon. A write that names
-//! another pod than the fresh entry did counts a *move*: an entry that moved [`COMMON_MOVES`]
-//! times (two: sent to at least three pods within the horizon) is *common* — a prefix many
+//! a pod the fresh entry does not hold among its holders counts a *move* (a prompt sent back to
+//! a pod that still holds it does not): an entry that moved [`COMMON_MOVES`] times (two: sent
+//! to at least three pods within the horizon) is *common* — a prefix many
 //! pods hold, like a system prompt every conversation starts with, which says nothing about
 //! where a request should go. The gateway also seeds entries ([`seed`]): the hot prefixes it
 //! warmed, on the pods it warmed them on.
@@ -52,8 +53,9 @@
 //!    shallower or deeper hit than the true longest, never on a pod that did not receive it.
 //! 3. The deepest entry's pod (the *holder*) wins when the entry is younger than the horizon
 //!    and not common, its pod is in the pool and keeps the request (below) — or else the
-//!    entry's next most recent holder that keeps it (a conversation moved once is on two
-//!    pods, and the one it left still has what it matched) — and the request
+//!    entry's next most recent holder that keeps it (a template, a repeat or a long session
+//!    that overflowed its pod, a seeded prefix and the pod that served it before: each is on
+//!    both, up to what was matched) — and the request
 //!    finds there at least as much as it brings: its matched blocks are at least half of the
 //!    blocks it keys ([`finds_most`]) — a conversation's next turn, a new question on a
 //!    template, a repeat. The holder has every matched block, whatever follows them, so a
@@ -71,7 +73,10 @@
 //!    table prices a move (`prefill_us_per_token`) and gives the holder's `wait_ms`, it keeps
 //!    it while `wait(holder) ≤ matched tokens × prefill_us_per_token + wait(step 4's pod)` —
 //!    moving prefills the matched prefix again on a pod that has its own queue (taken as
-//!    uncached there: a pod that holds the prefix too is rare and only makes moving cheaper).
+//!    uncached there: the entry's other holders were tried first, and a pod that holds the
+//!    prefix too only makes moving cheaper). Moving off the entry's newest holder a prompt
+//!    longer than the index prices its whole context ([`PromptKeys::held_tokens`]); off an
+//!    earlier one, the pod the session left, only the matched blocks.
 //!    The waits are the gateway's predicted queue waits (Little's law over the last minute);
 //!    a batching engine starts a request at once while its batch has room, so a pod busy but
 //!    not full costs nothing to stay on. Without a price or the holder's wait, the holder
@@ -340,7 +345,7 @@ pub fn recorded_entry(
     let entry = PrefixEntry {
         interior: interior || old.is_some_and(|e| e.interior),
         moves: old.map_or(0, |e| {
-            let moved = u8::from(e.pod != pod);
+            let moved = u8::from(!e.holders(now_ms, horizon_ms).any(|h| h == pod));
             e.moves.saturating_add(moved).min(MAX_MOVES)
         }),
         ..PrefixEntry::sent_to(old.as_ref(), hash, pod, now_ms, horizon_ms)
@@ -512,11 +517,18 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
     let matched = found.filter(|m| !m.entry.common() && finds_most(m, keys));
     let held = matched.as_ref().map(in_pool).unwrap_or_default();
     let blocks = matched.map_or(0, |m| m.blocks);
-    let keeps = |pod: usize, alt: Option<usize>| {
-        holder_keeps(table, &pool, keys, (pod, blocks), alt).unwrap_or_else(|| under_cap(pod))
+    // what a move off the `nth` holder prefills again: the newest has what went on past the
+    // deepest key, an earlier one (the pod the prompt left) only what it matched
+    let held_tokens = |nth: usize| match nth {
+        0 => keys.held_tokens(blocks),
+        _ => blocks.saturating_mul(keys.block_tokens),
     };
-    let (chosen, matched_blocks, key) = match held.iter().find(|&&pod| keeps(pod, None)) {
-        Some(&pod) => (pod, blocks, key),
+    let keeps = |(nth, pod): (usize, usize), alt: Option<usize>| {
+        holder_keeps(table, &pool, (pod, held_tokens(nth)), alt).unwrap_or_else(|| under_cap(pod))
+    };
+    let by_recency = || held.iter().copied().enumerate();
+    let (chosen, matched_blocks, key) = match by_recency().find(|&h| keeps(h, None)) {
+        Some((_, pod)) => (pod, blocks, key),
         None => {
             let common = deepest_common(store, keys, now_ms, horizon_ms, &mut reads);
             let past = common.as_ref().map_or(0, |c| c.blocks);
@@ -527,11 +539,8 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
                 .unwrap_or_default();
             let alt = place_among_holders(&pool, &among, placed_key)
                 .or_else(|| place_among(&pool, placed_key, table.load_factor))?;
-            match held
-                .iter()
-                .find(|&&pod| pod == alt || keeps(pod, Some(alt)))
-            {
-                Some(&pod) => (pod, blocks, key),
+            match by_recency().find(|&(nth, pod)| pod == alt || keeps((nth, pod), Some(alt))) {
+                Some((_, pod)) => (pod, blocks, key),
                 None => (shorter_wait(table, &pool, alt, keys), 0, placed_key),
             }
         }

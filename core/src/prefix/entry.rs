@@ -19,8 +19,11 @@ pub const HOLDERS: usize = 4;
 pub const ENTRY_BYTES: usize = 2 + 8 + HOLDERS * 16;
 /// Default slots: 16,384 × 74 bytes ≈ 1.2 MiB of values per proxy.
 pub const DEFAULT_SLOTS: u32 = 16_384;
-/// Most slots a configuration may ask for (≈ 78 MiB of values).
+/// Most slots a configuration may ask for (≈ 74 MiB of values).
 pub const MAX_SLOTS: u32 = 1 << 20;
+
+/// Where the earlier holders start: after version, flags, shard, pod and time.
+const EARLIER_AT: usize = 2 + 8 + 8 + 8;
 
 const FLAG_INTERIOR: u8 = 1;
 /// The flags byte's other 7 bits count the entry's moves.
@@ -99,7 +102,7 @@ impl PrefixEntry {
         };
         let mut earlier = [Holder::default(); HOLDERS - 1];
         for (i, h) in earlier.iter_mut().enumerate() {
-            let at = 26usize.checked_add(i.checked_mul(16)?)?;
+            let at = EARLIER_AT.checked_add(i.checked_mul(16)?)?;
             *h = Holder {
                 pod: word(at)?,
                 at_ms: word(at.checked_add(8)?)?,

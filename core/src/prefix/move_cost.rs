@@ -3,9 +3,11 @@
 //! (`prefill_us_per_token`) and gives the pods' predicted queue waits (`wait_ms`).
 //!
 //! Moving a request prefills on the other pod what it matched where it was (taken as uncached
-//! there: a pod that holds it too is rare and only makes moving cheaper), and the request
-//! then waits that pod's queue. What it matched is its matched blocks — or, for a prompt
-//! longer than the index keys whose match reaches its deepest key, the whole prompt
+//! there: step 3 tries the entry's other holders first, and a pod that holds it too only makes
+//! moving cheaper), and the request
+//! then waits that pod's queue. What it matched is its matched blocks — or, on the entry's
+//! newest holder, for a prompt longer than the index keys whose match reaches its deepest key,
+//! the whole prompt
 //! ([`PromptKeys::held_tokens`]: step 3 sticks on that assumption, and a move prefills the
 //! session's whole context again). So a pod keeps a request while
 //!
@@ -50,19 +52,18 @@ fn move_price_ms(table: &RoutingTable, tokens: usize) -> Option<f64> {
         .map(|us| tokens as f64 * us / 1000.0)
 }
 
-/// Whether the holder (`pool[pod]`, `blocks` matched there) keeps the request against a move
-/// to `alt` (`None`: not chosen yet, the cheapest move, to an idle pod without a wait); `None`
-/// without a price or the holder's wait (the load cap decides then).
+/// Whether the holder (`pool[pod]`, holding `held_tokens` of the prompt) keeps the request
+/// against a move to `alt` (`None`: not chosen yet, the cheapest move, to an idle pod without
+/// a wait); `None` without a price or the holder's wait (the load cap decides then).
 pub(super) fn holder_keeps(
     table: &RoutingTable,
     pool: &[&RoutedPod],
-    keys: &PromptKeys,
-    (pod, blocks): (usize, usize),
+    (pod, held_tokens): (usize, usize),
     alt: Option<usize>,
 ) -> Option<bool> {
     let wait = |i: usize| pool.get(i).and_then(|p| p.wait_ms);
     let here = wait(pod)?;
-    let price = move_price_ms(table, keys.held_tokens(blocks))?;
+    let price = move_price_ms(table, held_tokens)?;
     let elsewhere = alt.and_then(wait).unwrap_or(0) as f64;
     let busy = alt
         .and_then(|i| pool.get(i))

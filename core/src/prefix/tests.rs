@@ -297,6 +297,36 @@ fn a_session_longer_than_the_index_is_priced_at_its_whole_context() {
 }
 
 #[test]
+fn the_pod_a_long_session_left_is_priced_at_what_it_matched() {
+    // a ~50 k-token session went to one pod, then to another (the index keys its first
+    // 32,768 tokens); the newest holder waits a minute, so the one the session left is asked:
+    // it has the keyed 512 blocks, not what the session grew since, so a move off it costs
+    // 32,768 tokens (8.2 s ÷ (1 − 0.2) = 10.2 s), not the whole prompt (15.7 s)
+    let (first, next) = (prompt(0, 1, 200_000), prompt(0, 1, 201_000));
+    let route_with = |left_wait: u64| {
+        let mut t = table(4, Some(1.25));
+        t.prefill_us_per_token = Some(250.0);
+        for p in &mut t.pods {
+            p.wait_ms = Some(match p.id.as_str() {
+                "pod-1" => left_wait,
+                "pod-2" => 60_000,
+                _ => 0,
+            });
+        }
+        let mut store = MemoryStore::new(DEFAULT_SLOTS);
+        record(&mut store, &first, "pod-1", 0, HORIZON);
+        record(&mut store, &first, "pod-2", 1, HORIZON);
+        let r = route_prefix(&t, "m", &next, &store, 2, HORIZON).unwrap();
+        (r.primary.id.clone(), r.matched_blocks)
+    };
+    assert_eq!(route_with(9_000), ("pod-1".to_string(), 512));
+    let (moved_to, matched) = route_with(12_000);
+    assert_ne!(moved_to, "pod-1");
+    assert_ne!(moved_to, "pod-2");
+    assert_eq!(matched, 0);
+}
+
+#[test]
 fn a_new_prompt_leaves_its_placed_pod_only_for_a_wait_longer_than_its_prefill() {
     // nothing in the index: placed by rendezvous; 11 blocks, 176 ms to prefill anywhere
     let keys = prompt(0, 7, 3_000);
@@ -609,6 +639,18 @@ fn an_entry_counts_the_pods_it_moved_to_while_fresh() {
     // stale: a new write starts over
     record(&mut store, &keys, "pod-3", 30 + HORIZON, HORIZON);
     assert_eq!(moves(&store), Some(0));
+    // a prompt sent back to a pod that still holds it is not a move: two pods trading a
+    // prefix do not make it common
+    let mut bounced = MemoryStore::new(DEFAULT_SLOTS);
+    for (i, pod) in ["pod-0", "pod-1", "pod-0", "pod-1", "pod-0"]
+        .iter()
+        .enumerate()
+    {
+        record(&mut bounced, &keys, pod, i as u64, HORIZON);
+    }
+    assert_eq!(moves(&bounced), Some(1));
+    record(&mut bounced, &keys, "pod-2", 9, HORIZON);
+    assert_eq!(moves(&bounced), Some(2));
 }
 
 /// A memory store that counts writes.
@@ -686,7 +728,7 @@ proptest! {
     #[test]
     fn never_panics_on_arbitrary_input(
         slots in any::<u32>(),
-        bytes in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
+        bytes in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..=ENTRY_BYTES + 2), 0..8),
         text in proptest::collection::vec(any::<u8>(), 0..6_000),
         loads in proptest::collection::vec(any::<f64>(), 0..6),
         factor in proptest::option::of(any::<f64>()),
@@ -702,6 +744,48 @@ proptest! {
         let _ = route_prefix(&t, "m", &keys, &store, now, horizon);
         prop_assert_eq!(record(&mut store, &keys, "p", now, horizon), keys.written().len() as u64);
         let _ = eviction_horizon_ms(now, factor.unwrap_or(0.0));
+    }
+
+    /// Entries of the prompt's own keys with any holders, times, flags and moves, and any
+    /// loads, waits and price: routing neither panics nor leaves the pool, and recording
+    /// after it neither.
+    #[test]
+    fn any_entry_of_the_prompts_keys_routes_within_the_pool(
+        text in proptest::collection::vec(any::<u8>(), 256..20_000),
+        heads in proptest::collection::vec((0u8..6, any::<u64>(), any::<u8>()), 1..8),
+        earlier in proptest::collection::vec((0u8..6, any::<u64>()), 0..4),
+        loads in proptest::collection::vec((any::<f64>(), proptest::option::of(any::<u64>())), 1..6),
+        price in proptest::option::of(any::<f64>()),
+        now in any::<u64>(),
+        horizon in any::<u64>(),
+    ) {
+        let keys = PromptKeys::of(&BlockChain::of("m", &text, &fp()), &fp());
+        let mut t = table(loads.len(), Some(1.25));
+        t.prefill_us_per_token = price;
+        for (p, (load, wait)) in t.pods.iter_mut().zip(&loads) {
+            p.load = Some(*load);
+            p.wait_ms = *wait;
+        }
+        let pod = |i: u8| pod_hash(&format!("pod-{i}"));
+        let mut store = MemoryStore::new(DEFAULT_SLOTS);
+        for (key, (head, at, flags)) in keys.written().into_iter().zip(heads.iter().cycle()) {
+            let mut entry = PrefixEntry {
+                shard: key,
+                pod: pod(*head),
+                at_ms: *at,
+                interior: flags & 1 == 1,
+                moves: flags >> 1,
+                earlier: [Holder::default(); HOLDERS - 1],
+            };
+            for (h, (i, at)) in entry.earlier.iter_mut().zip(&earlier) {
+                *h = Holder { pod: pod(*i), at_ms: *at };
+            }
+            store.write(slot_of(key, store.slots()), &entry.encode());
+        }
+        let r = route_prefix(&t, "m", &keys, &store, now, horizon).unwrap();
+        prop_assert!(t.pods.iter().any(|p| p.id == r.primary.id));
+        let id = r.primary.id.clone();
+        record(&mut store, &keys, &id, now, horizon);
     }
 
     /// Any routed prompt's repeat goes to the same pod while its load is under the cap.
