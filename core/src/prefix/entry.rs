@@ -66,8 +66,8 @@ pub struct PrefixEntry {
     pub at_ms: u64,
     /// A prompt went on past it (it is not the end of every prompt that wrote it).
     pub interior: bool,
-    /// Times it was written with another pod than the one it named while fresh (saturating at
-    /// [`MAX_MOVES`]): a prefix sent to several pods.
+    /// Times it was written, while fresh, with a pod it did not list among its holders
+    /// (saturating at [`MAX_MOVES`]): a prefix sent to several pods.
     pub moves: u8,
     /// The other pods it was sent to while fresh, most recent first, each when it last was
     /// (absent ones have pod 0): they received the prefix too, and hold it until they evict it.
