@@ -56,7 +56,10 @@ fn spec() -> FleetSpec {
         max_cpu_loras: 2,
         adapter_rank: 16,
         adapter_replicas: 2,
-        tier_pools: true,
+        // One pool: with tier pools the gold adapter gets a pod of its own (its one slot holds
+        // it, `policy::pools`), stays resident, and no pin ever has to load it, so the sequence
+        // would exercise no pin.
+        tier_pools: false,
         gold_pool_share: 0.0,
         load_factor: Some(1.25),
         prefill_compute: podsim::PrefillCompute::Unshared,
@@ -164,7 +167,8 @@ fn evaluator(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
     let mut fleet = sim_fleet();
     let names: Vec<String> = ADAPTERS.iter().map(|(n, _)| n.to_string()).collect();
     let tiers: BTreeMap<String, Tier> = ADAPTERS.iter().map(|(n, t)| (n.to_string(), *t)).collect();
-    let config = PrewarmConfig::for_fleet(spec().kv_blocks, slots(), spec().adapter_replicas);
+    let config = PrewarmConfig::for_fleet(spec().kv_blocks, slots(), spec().adapter_replicas)
+        .with_tier_pools(spec().tier_pools);
     let mut policy = Prewarm::new(config, &fleet, names, tiers);
     policy.core_mut().keep_journal();
     let fp = FingerprintConfig::default();
@@ -376,6 +380,7 @@ async fn gateway(requests: &[Request]) -> (Vec<String>, Vec<usize>) {
     let mut config = GatewayConfig::default();
     config.pods.base_model = base;
     config.pods.adapter_replicas = spec().adapter_replicas;
+    config.pods.tier_pools = spec().tier_pools;
     let time = VirtualTime::new();
     let gw = Gateway::with_clock(config.clone(), Clock::Manual(time.now.clone()));
     gw.fleet(|f| {
