@@ -508,10 +508,15 @@ pub fn route_prefix<'t, S: PrefixStore + ?Sized>(
         .map(|f| load_cap(loads.iter().copied(), f));
     let (found, mut reads) = longest_match(store, keys);
     let under_cap = |i: usize| cap.is_none_or(|cap| loads.get(i).is_some_and(|l| *l <= cap));
+    // the pool's id hashes, once per request and only when an entry names holders (an entry
+    // names up to `HOLDERS`, and two entries may be read: hashing per holder was 8 × the pool)
+    let pool_hashes = std::cell::OnceCell::new();
     let in_pool = |m: &PrefixMatch| -> Vec<usize> {
+        let hashes: &Vec<u64> =
+            pool_hashes.get_or_init(|| pool.iter().map(|p| pod_hash(&p.id)).collect());
         m.entry
             .holders(now_ms, horizon_ms)
-            .filter_map(|h| pool.iter().position(|p| pod_hash(&p.id) == h))
+            .filter_map(|h| hashes.iter().position(|x| *x == h))
             .collect()
     };
     let matched = found.filter(|m| !m.entry.common() && finds_most(m, keys));
